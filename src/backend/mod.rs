@@ -1,0 +1,1 @@
+//! Backends: where a rule's counters live.

@@ -1,0 +1,175 @@
+//! What a rule decided for one request, as the headers and handlers see it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One rule's verdict on one request.
+///
+/// Backends produce it, the layer turns it into headers, and the handler can
+/// read the whole list from the request extensions as a [`RateLimitDecision`].
+///
+/// ```
+/// use std::time::Duration;
+/// use keyed_rate_limit::Decision;
+///
+/// let d = Decision::allowed(10, Duration::from_secs(60), 9, Duration::from_secs(6));
+/// assert!(d.is_allowed());
+/// assert_eq!(d.retry_after(), None);
+///
+/// let d = Decision::denied(10, Duration::from_secs(60), Duration::from_millis(1500), Duration::from_secs(60));
+/// assert_eq!(d.retry_after(), Some(Duration::from_millis(1500)));
+/// assert_eq!(d.remaining(), 0);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    allowed: bool,
+    limit: u32,
+    window: Duration,
+    remaining: u32,
+    reset: Duration,
+    retry_after: Option<Duration>,
+}
+
+impl Decision {
+    /// The request may go on; `remaining` units are left, and the quota is
+    /// whole again after `reset`.
+    pub const fn allowed(limit: u32, window: Duration, remaining: u32, reset: Duration) -> Self {
+        Self {
+            allowed: true,
+            limit,
+            window,
+            remaining,
+            reset,
+            retry_after: None,
+        }
+    }
+
+    /// The request is over the limit; it could succeed after `retry_after`.
+    pub const fn denied(limit: u32, window: Duration, retry_after: Duration, reset: Duration) -> Self {
+        Self {
+            allowed: false,
+            limit,
+            window,
+            remaining: 0,
+            reset,
+            retry_after: Some(retry_after),
+        }
+    }
+
+    /// The request can never pass, e.g. its cost is above the burst: no
+    /// `Retry-After` is sent, because waiting would not help.
+    pub const fn never(limit: u32, window: Duration) -> Self {
+        Self {
+            allowed: false,
+            limit,
+            window,
+            remaining: 0,
+            reset: Duration::ZERO,
+            retry_after: None,
+        }
+    }
+
+    /// Whether the request may go on.
+    pub const fn is_allowed(&self) -> bool {
+        self.allowed
+    }
+
+    /// The quota's limit per window.
+    pub const fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// The quota's window.
+    pub const fn window(&self) -> Duration {
+        self.window
+    }
+
+    /// Units left after this request.
+    pub const fn remaining(&self) -> u32 {
+        self.remaining
+    }
+
+    /// Time until the quota is whole again.
+    pub const fn reset(&self) -> Duration {
+        self.reset
+    }
+
+    /// On a deny, how long to wait before this request could pass; `None`
+    /// when allowed or when it can never pass.
+    pub const fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
+}
+
+/// Where a decision came from, so that operators can tell a real limit from
+/// a failure mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Source {
+    /// The in-process governor limiter.
+    Local,
+    /// The shared Redis.
+    Global,
+    /// Redis failed and the rule fell back to its local share of the quota.
+    Fallback,
+    /// Redis failed and the rule let the request through.
+    FailOpen,
+    /// Redis failed and the rule refused the request.
+    FailClosed,
+}
+
+impl Source {
+    /// A short, stable name for logs and metrics labels.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Local => "local",
+            Self::Global => "global",
+            Self::Fallback => "fallback",
+            Self::FailOpen => "fail_open",
+            Self::FailClosed => "fail_closed",
+        }
+    }
+}
+
+/// A rule's name with its decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleDecision {
+    /// The rule's name.
+    pub rule: Arc<str>,
+    /// What it decided.
+    pub decision: Decision,
+    /// Which backend or failure mode decided.
+    pub source: Source,
+    /// The rule is in shadow mode: a deny was recorded, not enforced.
+    pub shadow: bool,
+}
+
+/// Every evaluated rule's decision, in rule order; inserted into the request
+/// extensions before the inner service runs.
+///
+/// ```
+/// use axum::{Extension, routing::get, Router};
+/// use keyed_rate_limit::RateLimitDecision;
+///
+/// async fn handler(Extension(d): Extension<RateLimitDecision>) -> String {
+///     match d.most_restrictive() {
+///         Some(r) => format!("{} left under {}", r.decision.remaining(), r.rule),
+///         None => "unlimited".to_owned(),
+///     }
+/// }
+/// let app: Router = Router::new().route("/", get(handler));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RateLimitDecision {
+    /// The rules that applied to this request, in evaluation order.
+    pub rules: Vec<RuleDecision>,
+}
+
+impl RateLimitDecision {
+    /// The applied rule with the fewest units left (the first on a tie).
+    pub fn most_restrictive(&self) -> Option<&RuleDecision> {
+        self.rules
+            .iter()
+            .min_by_key(|r| (r.decision.remaining(), std::cmp::Reverse(r.decision.reset())))
+    }
+}

@@ -1,0 +1,3 @@
+//! Rules: what is limited, by whom and how.
+
+pub mod quota;
