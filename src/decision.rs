@@ -45,7 +45,12 @@ impl Decision {
     }
 
     /// The request is over the limit; it could succeed after `retry_after`.
-    pub const fn denied(limit: u32, window: Duration, retry_after: Duration, reset: Duration) -> Self {
+    pub const fn denied(
+        limit: u32,
+        window: Duration,
+        retry_after: Duration,
+        reset: Duration,
+    ) -> Self {
         Self {
             allowed: false,
             limit,
@@ -142,6 +147,8 @@ pub struct RuleDecision {
     pub source: Source,
     /// The rule is in shadow mode: a deny was recorded, not enforced.
     pub shadow: bool,
+    /// The rule counts requests in flight, not requests per window.
+    pub concurrency: bool,
 }
 
 /// Every evaluated rule's decision, in rule order; inserted into the request
@@ -168,8 +175,11 @@ pub struct RateLimitDecision {
 impl RateLimitDecision {
     /// The applied rule with the fewest units left (the first on a tie).
     pub fn most_restrictive(&self) -> Option<&RuleDecision> {
-        self.rules
-            .iter()
-            .min_by_key(|r| (r.decision.remaining(), std::cmp::Reverse(r.decision.reset())))
+        self.rules.iter().min_by_key(|r| {
+            (
+                r.decision.remaining(),
+                std::cmp::Reverse(r.decision.reset()),
+            )
+        })
     }
 }

@@ -5,10 +5,16 @@ pub mod algorithm;
 pub mod backend;
 pub mod decision;
 pub mod error;
+pub mod headers;
 pub mod key;
+pub mod rate_limit;
+pub mod response;
 pub mod rule;
 
 pub use algorithm::Algorithm;
 pub use decision::{Decision, RateLimitDecision, RuleDecision, Source};
+pub use headers::HeaderStyle;
 pub use key::Key;
+pub use rate_limit::{RateLimitBuilder, RateLimitLayer, RateLimitService};
+pub use rule::Rule;
 pub use rule::quota::Quota;

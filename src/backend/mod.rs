@@ -1,1 +1,5 @@
 //! Backends: where a rule's counters live.
+//!
+//! [`local`] keeps them in this process with `governor`.
+
+pub(crate) mod local;

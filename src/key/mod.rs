@@ -129,3 +129,10 @@ impl From<u64> for Key {
         Self(Bytes::from(n.to_string()))
     }
 }
+
+mod extractor;
+mod forwarded;
+
+pub(crate) use extractor::Extracted;
+pub use extractor::KeyExtractor;
+pub use forwarded::{ForwardedHeader, TrustedProxies};

@@ -1,3 +1,266 @@
 //! Rules: what is limited, by whom and how.
+//!
+//! A [`Rule`] names a key, a quota, a cost, an algorithm and a scope. The
+//! layer evaluates its rules in order; the first deny answers the request.
 
+pub(crate) mod chain;
 pub mod quota;
+
+use std::fmt;
+use std::sync::Arc;
+
+use http::StatusCode;
+use http::request::Parts;
+
+use crate::Algorithm;
+use crate::key::KeyExtractor;
+use quota::Quota;
+
+type QuotaFn = dyn Fn(&Parts) -> Quota + Send + Sync;
+type CostFn = dyn Fn(&Parts) -> u32 + Send + Sync;
+
+/// Where a rule's quota comes from.
+#[derive(Clone)]
+pub(crate) enum QuotaSource {
+    Static(Quota),
+    /// Computed per request, e.g. from the caller's plan.
+    Dynamic(Arc<QuotaFn>),
+}
+
+#[derive(Clone)]
+pub(crate) enum Cost {
+    Fixed(u32),
+    Dynamic(Arc<CostFn>),
+}
+
+/// What a rule does with a request its key extractor found no key for.
+///
+/// ```
+/// use http::StatusCode;
+/// use keyed_rate_limit::{key::KeyExtractor, rule::OnMissingKey};
+///
+/// let skip = OnMissingKey::Skip;
+/// let reject = OnMissingKey::Reject(StatusCode::UNAUTHORIZED);
+/// let by_ip = OnMissingKey::Fallback(KeyExtractor::peer_ip());
+/// # let _ = (skip, reject, by_ip);
+/// ```
+#[derive(Clone, Debug, Default)]
+pub enum OnMissingKey {
+    /// The rule does not apply to this request (the default).
+    #[default]
+    Skip,
+    /// Answer with this status (e.g. 401) and don't call the service.
+    Reject(StatusCode),
+    /// Count the request against another key instead (e.g. the client IP).
+    /// When that one is missing too, the rule is skipped.
+    Fallback(KeyExtractor),
+}
+
+/// Where a rule's counters live.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Scope {
+    /// In this process, with `governor`: fast, but each gateway instance
+    /// counts on its own.
+    #[default]
+    Local,
+}
+
+/// One limit: a name, a key, a quota, a cost, an algorithm and a scope.
+///
+/// Rules are checked when the layer is built
+/// ([`RateLimitBuilder::build`](crate::RateLimitBuilder::build)).
+///
+/// ```
+/// use http::StatusCode;
+/// use keyed_rate_limit::{Quota, Rule, key::KeyExtractor, rule::OnMissingKey};
+///
+/// let rule = Rule::new("per-key", KeyExtractor::header("x-api-key"), Quota::per_minute(100))
+///     .on_missing_key(OnMissingKey::Reject(StatusCode::UNAUTHORIZED))
+///     // Exports cost ten units.
+///     .cost_fn(|parts| if parts.uri.path().starts_with("/export") { 10 } else { 1 });
+/// assert_eq!(rule.name(), "per-key");
+/// ```
+#[derive(Clone)]
+pub struct Rule {
+    pub(crate) name: Arc<str>,
+    pub(crate) key: KeyExtractor,
+    pub(crate) quota: QuotaSource,
+    pub(crate) cost: Cost,
+    pub(crate) algorithm: Algorithm,
+    pub(crate) scope: Scope,
+    pub(crate) on_missing: OnMissingKey,
+    pub(crate) shadow: bool,
+    pub(crate) split_across_instances: bool,
+}
+
+impl Rule {
+    /// A local GCRA rule with a cost of one per request.
+    pub fn new(name: impl Into<Arc<str>>, key: KeyExtractor, quota: Quota) -> Self {
+        Self {
+            name: name.into(),
+            key,
+            quota: QuotaSource::Static(quota),
+            cost: Cost::Fixed(1),
+            algorithm: Algorithm::default(),
+            scope: Scope::default(),
+            on_missing: OnMissingKey::default(),
+            shadow: false,
+            split_across_instances: false,
+        }
+    }
+
+    /// Computes the quota per request, e.g. from a plan an auth layer put in
+    /// the extensions. Such quotas are checked at request time: one that can
+    /// never admit anything gives a 429 without `Retry-After` and a warning.
+    /// Each distinct quota keeps its own counters, so a key that changes plan
+    /// starts afresh.
+    ///
+    /// ```
+    /// use keyed_rate_limit::{Quota, Rule, key::KeyExtractor};
+    ///
+    /// #[derive(Clone, Copy)]
+    /// enum Plan { Free, Pro }
+    ///
+    /// let rule = Rule::new("plan", KeyExtractor::header("x-api-key"), Quota::per_minute(100))
+    ///     .quota_fn(|parts| match parts.extensions.get::<Plan>() {
+    ///         Some(Plan::Pro) => Quota::per_minute(1000),
+    ///         _ => Quota::per_minute(100),
+    ///     });
+    /// # let _ = rule;
+    /// ```
+    pub fn quota_fn<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&Parts) -> Quota + Send + Sync + 'static,
+    {
+        self.quota = QuotaSource::Dynamic(Arc::new(f));
+        self
+    }
+
+    /// Every request costs `cost` units. A cost of zero makes the rule free:
+    /// it is skipped.
+    ///
+    /// ```
+    /// # use keyed_rate_limit::{Quota, Rule, key::KeyExtractor};
+    /// let rule = Rule::new("uploads", KeyExtractor::global(), Quota::per_second(100)).cost(5);
+    /// # let _ = rule;
+    /// ```
+    pub fn cost(mut self, cost: u32) -> Self {
+        self.cost = Cost::Fixed(cost);
+        self
+    }
+
+    /// Computes each request's cost. A cost above what the quota admits at
+    /// once gives a 429 without `Retry-After`, since waiting would not help.
+    ///
+    /// ```
+    /// # use keyed_rate_limit::{Quota, Rule, key::KeyExtractor};
+    /// let by_size = Rule::new("bytes", KeyExtractor::global(), Quota::per_second(1 << 20))
+    ///     .cost_fn(|parts| {
+    ///         parts.headers.get("content-length")
+    ///             .and_then(|v| v.to_str().ok()?.parse().ok())
+    ///             .unwrap_or(1)
+    ///     });
+    /// # let _ = by_size;
+    /// ```
+    pub fn cost_fn<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&Parts) -> u32 + Send + Sync + 'static,
+    {
+        self.cost = Cost::Dynamic(Arc::new(f));
+        self
+    }
+
+    /// The counting algorithm (default [`Algorithm::Gcra`]).
+    ///
+    /// ```
+    /// # use keyed_rate_limit::{Algorithm, Quota, Rule, key::KeyExtractor};
+    /// let r = Rule::new("r", KeyExtractor::global(), Quota::per_second(1)).algorithm(Algorithm::TokenBucket);
+    /// # let _ = r;
+    /// ```
+    pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
+        self.algorithm = algorithm;
+        self
+    }
+
+    /// What to do when the key extractor finds no key (default: skip the rule).
+    pub fn on_missing_key(mut self, policy: OnMissingKey) -> Self {
+        self.on_missing = policy;
+        self
+    }
+
+    /// Evaluates and records, but never enforces: a would-be deny is logged
+    /// and counted in metrics (`outcome="shadow_deny"`) and the request goes
+    /// on. For dark-launching a new limit.
+    ///
+    /// ```
+    /// # use keyed_rate_limit::{Quota, Rule, key::KeyExtractor};
+    /// let trial = Rule::new("new-limit", KeyExtractor::peer_ip(), Quota::per_second(1)).shadow(true);
+    /// # let _ = trial;
+    /// ```
+    pub fn shadow(mut self, shadow: bool) -> Self {
+        self.shadow = shadow;
+        self
+    }
+
+    /// For a local rule: enforce only this instance's share of the quota,
+    /// the quota divided by
+    /// [`RateLimitBuilder::instances`](crate::RateLimitBuilder::instances),
+    /// so N gateways together admit about the whole quota.
+    ///
+    /// ```
+    /// # use keyed_rate_limit::{Quota, Rule, key::KeyExtractor};
+    /// let r = Rule::new("r", KeyExtractor::global(), Quota::per_second(90)).split_across_instances(true);
+    /// # let _ = r;
+    /// ```
+    pub fn split_across_instances(mut self, split: bool) -> Self {
+        self.split_across_instances = split;
+        self
+    }
+
+    /// The rule's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The key extractor.
+    pub fn key(&self) -> &KeyExtractor {
+        &self.key
+    }
+
+    /// The static quota, or `None` when it is computed per request.
+    pub fn static_quota(&self) -> Option<Quota> {
+        match self.quota {
+            QuotaSource::Static(q) => Some(q),
+            QuotaSource::Dynamic(_) => None,
+        }
+    }
+
+    /// The rule's algorithm.
+    pub fn algorithm_kind(&self) -> Algorithm {
+        self.algorithm
+    }
+
+    /// The rule's scope.
+    pub fn scope(&self) -> &Scope {
+        &self.scope
+    }
+
+    /// Whether the rule only records.
+    pub fn is_shadow(&self) -> bool {
+        self.shadow
+    }
+}
+
+impl fmt::Debug for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Rule")
+            .field("name", &self.name)
+            .field("key", &self.key)
+            .field("quota", &self.static_quota())
+            .field("algorithm", &self.algorithm)
+            .field("scope", &self.scope)
+            .field("shadow", &self.shadow)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,226 @@
+//! The in-process backend: `governor` keyed GCRA limiters.
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::sync::{Arc, OnceLock, RwLock, Weak};
+use std::time::Duration;
+
+use governor::clock::{Clock, DefaultClock};
+use governor::middleware::StateInformationMiddleware;
+use governor::state::keyed::DefaultKeyedStateStore;
+use governor::{Quota as GovernorQuota, RateLimiter};
+
+use crate::{Decision, Key, Quota};
+
+type Keyed =
+    RateLimiter<Key, DefaultKeyedStateStore<Key>, DefaultClock, StateInformationMiddleware>;
+
+/// Keyed limiters for one rule: one governor limiter per distinct quota, so
+/// per-plan quotas don't share cells.
+pub(crate) struct LocalStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// The static quota's limiter: the hot path skips the map.
+    fixed: Option<(Quota, Arc<Keyed>)>,
+    dynamic: RwLock<HashMap<Quota, Arc<Keyed>>>,
+    clock: DefaultClock,
+    cleanup_every: Duration,
+    cleanup_started: OnceLock<()>,
+}
+
+impl LocalStore {
+    pub(crate) fn new(fixed: Option<Quota>, cleanup_every: Duration) -> Self {
+        let clock = DefaultClock::default();
+        Self {
+            inner: Arc::new(Inner {
+                fixed: fixed.map(|q| (q, Arc::new(limiter(q, &clock)))),
+                dynamic: RwLock::new(HashMap::new()),
+                clock,
+                cleanup_every,
+                cleanup_started: OnceLock::new(),
+            }),
+        }
+    }
+
+    /// Spends `cost` units of `quota` for `key`. `quota` must be valid and
+    /// `cost` at least one.
+    pub(crate) fn check(&self, key: &Key, quota: Quota, cost: NonZeroU32) -> Decision {
+        self.start_cleanup();
+        let limiter = self.limiter(quota);
+        let interval = quota.emission_interval();
+        match limiter.check_key_n(key, cost) {
+            Ok(Ok(state)) => {
+                let remaining = state.remaining_burst_capacity();
+                // Time until the bucket is whole again: one interval per missing cell.
+                let reset = interval.saturating_mul(quota.burst().saturating_sub(remaining));
+                Decision::allowed(quota.limit(), quota.window(), remaining, reset)
+            }
+            Ok(Err(not_until)) => {
+                let wait = not_until.wait_time_from(self.inner.clock.now());
+                // GCRA: when `cost` cells fit after `wait`, the rest of the burst is still owed.
+                let owed = quota.burst().saturating_sub(cost.get());
+                let reset = wait + interval.saturating_mul(owed);
+                Decision::denied(quota.limit(), quota.window(), wait, reset)
+            }
+            Err(_insufficient) => Decision::never(quota.limit(), quota.window()),
+        }
+    }
+
+    fn limiter(&self, quota: Quota) -> Arc<Keyed> {
+        if let Some((q, l)) = &self.inner.fixed
+            && *q == quota
+        {
+            return l.clone();
+        }
+        if let Some(l) = self.inner.dynamic.read().expect("poisoned").get(&quota) {
+            return l.clone();
+        }
+        self.inner
+            .dynamic
+            .write()
+            .expect("poisoned")
+            .entry(quota)
+            .or_insert_with(|| Arc::new(limiter(quota, &self.inner.clock)))
+            .clone()
+    }
+
+    /// Number of keys held, across all quotas.
+    pub(crate) fn len(&self) -> usize {
+        self.inner.limiters().iter().map(|l| l.len()).sum()
+    }
+
+    /// Forgets keys whose buckets are full again: they are indistinguishable
+    /// from new keys, so dropping them changes no decision.
+    pub(crate) fn cleanup(&self) {
+        self.inner.cleanup();
+    }
+
+    /// The background sweep needs a Tokio runtime, which may not exist when
+    /// the layer is built, so it starts with the first request.
+    fn start_cleanup(&self) {
+        if self.inner.cleanup_started.get().is_some() {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if self.inner.cleanup_started.set(()).is_err() {
+            return;
+        }
+        let weak: Weak<Inner> = Arc::downgrade(&self.inner);
+        let every = self.inner.cleanup_every;
+        handle.spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                // Ends with the layer: the task holds no strong reference.
+                let Some(inner) = weak.upgrade() else { break };
+                inner.cleanup();
+            }
+        });
+    }
+}
+
+impl Inner {
+    fn limiters(&self) -> Vec<Arc<Keyed>> {
+        let mut all: Vec<_> = self.fixed.iter().map(|(_, l)| l.clone()).collect();
+        all.extend(self.dynamic.read().expect("poisoned").values().cloned());
+        all
+    }
+
+    fn cleanup(&self) {
+        for l in self.limiters() {
+            l.retain_recent();
+            l.shrink_to_fit();
+        }
+    }
+}
+
+fn limiter(q: Quota, clock: &DefaultClock) -> Keyed {
+    // Callers validated the quota: interval and burst are non-zero.
+    let burst = NonZeroU32::new(q.burst()).unwrap_or(NonZeroU32::MIN);
+    let gq = GovernorQuota::with_period(q.emission_interval())
+        .unwrap_or_else(|| GovernorQuota::per_second(NonZeroU32::MIN))
+        .allow_burst(burst);
+    RateLimiter::<Key, _, _, governor::middleware::NoOpMiddleware<_>>::new(
+        gq,
+        DefaultKeyedStateStore::default(),
+        clock.clone(),
+    )
+    .with_middleware::<StateInformationMiddleware>()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one() -> NonZeroU32 {
+        NonZeroU32::MIN
+    }
+
+    #[test]
+    fn admits_exactly_the_burst_then_waits_one_interval() {
+        let q = Quota::new(5, Duration::from_secs(10));
+        let store = LocalStore::new(Some(q), Duration::from_secs(60));
+        let key = Key::from("k");
+        for left in (0..5).rev() {
+            let d = store.check(&key, q, one());
+            assert!(d.is_allowed());
+            assert_eq!(d.remaining(), left);
+        }
+        let d = store.check(&key, q, one());
+        assert!(!d.is_allowed());
+        let wait = d.retry_after().unwrap();
+        assert!(
+            wait > Duration::from_millis(1900) && wait <= Duration::from_secs(2),
+            "{wait:?}"
+        );
+        assert!(d.reset() > Duration::from_millis(9900) && d.reset() <= Duration::from_secs(10));
+    }
+
+    #[test]
+    fn weighted_cost_and_insufficient_capacity() {
+        let q = Quota::per_minute(10);
+        let store = LocalStore::new(None, Duration::from_secs(60));
+        let key = Key::from("k");
+        let three = NonZeroU32::new(3).unwrap();
+        assert_eq!(store.check(&key, q, three).remaining(), 7);
+        assert_eq!(store.check(&key, q, three).remaining(), 4);
+        assert_eq!(store.check(&key, q, three).remaining(), 1);
+        assert!(!store.check(&key, q, three).is_allowed());
+        let never = store.check(&key, q, NonZeroU32::new(11).unwrap());
+        assert!(!never.is_allowed());
+        assert_eq!(never.retry_after(), None);
+    }
+
+    #[test]
+    fn quotas_keep_separate_cells() {
+        let free = Quota::per_minute(1);
+        let pro = Quota::per_minute(2);
+        let store = LocalStore::new(Some(free), Duration::from_secs(60));
+        let key = Key::from("k");
+        assert!(store.check(&key, free, one()).is_allowed());
+        assert!(!store.check(&key, free, one()).is_allowed());
+        assert!(store.check(&key, pro, one()).is_allowed());
+        assert_eq!(store.len(), 2);
+    }
+
+    #[test]
+    fn cleanup_forgets_only_full_buckets() {
+        let fast = Quota::new(1000, Duration::from_millis(10)); // 10 µs per cell
+        let store = LocalStore::new(Some(fast), Duration::from_secs(60));
+        for i in 0..100u64 {
+            store.check(&Key::from(i), fast, one());
+        }
+        let slow = Quota::per_hour(1);
+        store.check(&Key::from("kept"), slow, one());
+        assert_eq!(store.len(), 101);
+        std::thread::sleep(Duration::from_millis(30));
+        store.cleanup();
+        assert_eq!(store.len(), 1, "only the hour-long bucket is still owed");
+    }
+}

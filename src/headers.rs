@@ -1,0 +1,229 @@
+//! The RateLimit response headers.
+
+use std::time::Duration;
+
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+
+use crate::RuleDecision;
+
+/// Which rate-limit headers responses carry.
+///
+/// | style | headers |
+/// |---|---|
+/// | `Draft` (default) | `RateLimit-Policy: "rule";q=100;w=60` and `RateLimit: "rule";r=50;t=30`, one list member per rule |
+/// | `Legacy` | `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` (seconds) of the most restrictive rule |
+/// | `Both` | all of the above |
+/// | `None` | nothing (a 429 still carries `Retry-After`) |
+///
+/// `Draft` follows the IETF httpapi `RateLimit` header fields draft: `q` is
+/// the quota, `w` its window in seconds, `r` the units left and `t` the
+/// seconds until the quota is whole again, rounded up. Shadow rules are
+/// never shown to clients.
+///
+/// ```
+/// use keyed_rate_limit::{HeaderStyle, Quota, RateLimitLayer, Rule, key::KeyExtractor};
+/// let layer = RateLimitLayer::builder()
+///     .rule(Rule::new("api", KeyExtractor::global(), Quota::per_second(10)))
+///     .headers(HeaderStyle::Legacy)
+///     .build()
+///     .unwrap();
+/// # let _ = layer;
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HeaderStyle {
+    /// `RateLimit-Policy` and `RateLimit` (IETF draft).
+    #[default]
+    Draft,
+    /// `X-RateLimit-Limit`, `-Remaining` and `-Reset`.
+    Legacy,
+    /// Draft and legacy headers.
+    Both,
+    /// No rate-limit headers.
+    None,
+}
+
+/// `RateLimit-Policy`.
+pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// `RateLimit`.
+pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+/// `X-RateLimit-Limit`.
+pub const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+/// `X-RateLimit-Remaining`.
+pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+/// `X-RateLimit-Reset`.
+pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+
+/// Whole seconds, rounded up: a client that waits the advertised time must
+/// not arrive early.
+pub(crate) fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+/// The `Retry-After` delay: whole seconds, rounded up, at least one.
+pub(crate) fn retry_after_secs(d: Duration) -> u64 {
+    ceil_secs(d).max(1)
+}
+
+impl HeaderStyle {
+    /// Renders the headers for `decisions` (the rules that applied, in order).
+    pub(crate) fn render(
+        self,
+        decisions: &[RuleDecision],
+        out: &mut Vec<(HeaderName, HeaderValue)>,
+    ) {
+        let visible = || decisions.iter().filter(|d| !d.shadow);
+        if visible().next().is_none() {
+            return;
+        }
+        if matches!(self, Self::Draft | Self::Both) {
+            let mut policy = String::with_capacity(32 * decisions.len());
+            let mut state = String::with_capacity(24 * decisions.len());
+            for d in visible() {
+                if !policy.is_empty() {
+                    policy.push_str(", ");
+                    state.push_str(", ");
+                }
+                let name = sf_string(&d.rule);
+                let dec = &d.decision;
+                use std::fmt::Write;
+                let _ = write!(
+                    policy,
+                    "{name};q={};w={}",
+                    dec.limit(),
+                    ceil_secs(dec.window()).max(1)
+                );
+                if d.concurrency {
+                    policy.push_str(";qu=\"concurrent-requests\"");
+                }
+                let _ = write!(
+                    state,
+                    "{name};r={};t={}",
+                    dec.remaining(),
+                    ceil_secs(dec.reset())
+                );
+            }
+            push(out, RATELIMIT_POLICY, policy);
+            push(out, RATELIMIT, state);
+        }
+        if matches!(self, Self::Legacy | Self::Both) {
+            let tightest = visible()
+                .min_by_key(|d| {
+                    (
+                        d.decision.remaining(),
+                        std::cmp::Reverse(d.decision.reset()),
+                    )
+                })
+                .map(|d| d.decision);
+            if let Some(d) = tightest {
+                out.push((X_RATELIMIT_LIMIT, HeaderValue::from(d.limit())));
+                out.push((X_RATELIMIT_REMAINING, HeaderValue::from(d.remaining())));
+                out.push((X_RATELIMIT_RESET, HeaderValue::from(ceil_secs(d.reset()))));
+            }
+        }
+    }
+}
+
+fn push(out: &mut Vec<(HeaderName, HeaderValue)>, name: HeaderName, value: String) {
+    // Rule names are checked to be printable ASCII at build time.
+    if let Ok(v) = HeaderValue::try_from(value) {
+        out.push((name, v));
+    }
+}
+
+/// A structured-field string (RFC 8941 §3.3.3): quoted, `"` and `\` escaped.
+fn sf_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    out
+}
+
+/// Appends the headers: lists may span several lines, so an outer layer's
+/// entries join an inner one's instead of replacing them.
+pub(crate) fn apply(headers: &mut HeaderMap, entries: Vec<(HeaderName, HeaderValue)>) {
+    for (name, value) in entries {
+        if name.as_str().starts_with("x-") {
+            headers.insert(name, value);
+        } else {
+            headers.append(name, value);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Decision, Source};
+
+    fn rd(rule: &str, d: Decision) -> RuleDecision {
+        RuleDecision {
+            rule: rule.into(),
+            decision: d,
+            source: Source::Local,
+            shadow: false,
+            concurrency: false,
+        }
+    }
+
+    #[test]
+    fn rounding() {
+        assert_eq!(ceil_secs(Duration::ZERO), 0);
+        assert_eq!(ceil_secs(Duration::from_millis(1)), 1);
+        assert_eq!(ceil_secs(Duration::from_millis(2000)), 2);
+        assert_eq!(ceil_secs(Duration::from_millis(2001)), 3);
+        assert_eq!(retry_after_secs(Duration::from_nanos(1)), 1);
+        assert_eq!(retry_after_secs(Duration::ZERO), 1);
+    }
+
+    #[test]
+    fn draft_lists_every_visible_rule_and_escapes_names() {
+        let w = Duration::from_secs(60);
+        let mut shadow = rd("hidden", Decision::allowed(1, w, 0, w));
+        shadow.shadow = true;
+        let ds = [
+            rd(
+                "a",
+                Decision::allowed(100, w, 50, Duration::from_millis(29_500)),
+            ),
+            shadow,
+            rd(
+                "q\"b",
+                Decision::allowed(10, Duration::from_millis(500), 9, Duration::ZERO),
+            ),
+        ];
+        let mut out = Vec::new();
+        HeaderStyle::Both.render(&ds, &mut out);
+        let get = |n: &HeaderName| {
+            out.iter()
+                .find(|(k, _)| k == n)
+                .unwrap()
+                .1
+                .to_str()
+                .unwrap()
+                .to_owned()
+        };
+        assert_eq!(get(&RATELIMIT_POLICY), r#""a";q=100;w=60, "q\"b";q=10;w=1"#);
+        assert_eq!(get(&RATELIMIT), r#""a";r=50;t=30, "q\"b";r=9;t=0"#);
+        assert_eq!(get(&X_RATELIMIT_REMAINING), "9");
+        assert_eq!(get(&X_RATELIMIT_LIMIT), "10");
+        assert_eq!(get(&X_RATELIMIT_RESET), "0");
+    }
+
+    #[test]
+    fn nothing_for_none_or_only_shadow() {
+        let w = Duration::from_secs(1);
+        let mut out = Vec::new();
+        HeaderStyle::None.render(&[rd("a", Decision::allowed(1, w, 0, w))], &mut out);
+        let mut s = rd("a", Decision::allowed(1, w, 0, w));
+        s.shadow = true;
+        HeaderStyle::Both.render(&[s], &mut out);
+        assert!(out.is_empty());
+    }
+}

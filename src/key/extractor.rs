@@ -1,0 +1,327 @@
+use std::fmt;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, MatchedPath};
+use futures_util::future::BoxFuture;
+use http::header::HeaderName;
+use http::request::Parts;
+
+use super::Key;
+use super::forwarded::TrustedProxies;
+
+type SyncFn = dyn Fn(&Parts) -> Option<Key> + Send + Sync;
+type AsyncFn = dyn Fn(&Parts) -> BoxFuture<'static, Option<Key>> + Send + Sync;
+
+#[derive(Clone)]
+enum Kind {
+    Sync(Arc<SyncFn>),
+    Async(Arc<AsyncFn>),
+}
+
+/// Finds the [`Key`] a request counts against, or `None` when it carries no
+/// such identity (the rule's [`OnMissingKey`](crate::rule::OnMissingKey) then decides).
+///
+/// Extractors see the request head ([`Parts`]), so they work for any body type
+/// and can read extensions set by earlier layers (auth, `ConnectInfo`).
+/// The `name` is a short label for docs and logs, e.g. `header:x-api-key`.
+///
+/// ```
+/// use keyed_rate_limit::key::KeyExtractor;
+///
+/// // A sync closure:
+/// let by_tenant = KeyExtractor::new("tenant", |parts| {
+///     parts.headers.get("x-tenant").map(|v| v.as_bytes().to_vec().into())
+/// });
+/// // Built-ins, combined: the API key, else the peer IP.
+/// let by_key_or_ip = KeyExtractor::header("x-api-key").or(KeyExtractor::peer_ip());
+/// assert_eq!(by_key_or_ip.name(), "header:x-api-key|peer_ip");
+/// ```
+#[derive(Clone)]
+pub struct KeyExtractor {
+    kind: Kind,
+    name: Arc<str>,
+}
+
+/// The result of running an extractor: most are ready at once, so the
+/// layer only allocates a future when an async extractor needs one.
+pub(crate) enum Extracted {
+    Ready(Option<Key>),
+    Pending(BoxFuture<'static, Option<Key>>),
+}
+
+impl KeyExtractor {
+    /// A key from a sync closure over the request head.
+    ///
+    /// ```
+    /// use keyed_rate_limit::{Key, key::KeyExtractor};
+    /// let by_method = KeyExtractor::new("method", |p| Some(Key::from(p.method.to_string())));
+    /// assert_eq!(by_method.name(), "method");
+    /// ```
+    pub fn new<F>(name: impl Into<Arc<str>>, f: F) -> Self
+    where
+        F: Fn(&Parts) -> Option<Key> + Send + Sync + 'static,
+    {
+        Self {
+            kind: Kind::Sync(Arc::new(f)),
+            name: name.into(),
+        }
+    }
+
+    /// A key from an async closure. The closure reads what it needs from the
+    /// head synchronously (e.g. clones a session from the extensions) and
+    /// returns a `'static` future that may await a lookup.
+    ///
+    /// ```
+    /// use keyed_rate_limit::{Key, key::KeyExtractor};
+    ///
+    /// #[derive(Clone)]
+    /// struct Session { account: u64 }
+    ///
+    /// let by_account = KeyExtractor::new_async("account", |parts| {
+    ///     let session = parts.extensions.get::<Session>().cloned();
+    ///     async move { session.map(|s| Key::from(s.account)) }
+    /// });
+    /// assert_eq!(by_account.name(), "account");
+    /// ```
+    pub fn new_async<F, Fut>(name: impl Into<Arc<str>>, f: F) -> Self
+    where
+        F: Fn(&Parts) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Option<Key>> + Send + 'static,
+    {
+        Self {
+            kind: Kind::Async(Arc::new(move |p| Box::pin(f(p)))),
+            name: name.into(),
+        }
+    }
+
+    /// The value of a request header, e.g. an API key. Absent or empty
+    /// headers give no key; non-UTF-8 values are used as raw bytes.
+    ///
+    /// # Panics
+    ///
+    /// If `name` is not a valid header name (case does not matter); this
+    /// happens where the layer is configured, never at request time.
+    ///
+    /// ```
+    /// use keyed_rate_limit::key::KeyExtractor;
+    /// let k = KeyExtractor::header("x-api-key");
+    /// assert_eq!(k.name(), "header:x-api-key");
+    /// ```
+    pub fn header(name: &str) -> Self {
+        let header = HeaderName::from_bytes(name.as_bytes())
+            .unwrap_or_else(|_| panic!("invalid header name {name:?}"));
+        let label = format!("header:{header}");
+        Self::new(label, move |p| {
+            p.headers
+                .get(&header)
+                .map(|v| v.as_bytes())
+                .filter(|v| !v.is_empty())
+                .map(|v| Key::new(bytes::Bytes::copy_from_slice(v)))
+        })
+    }
+
+    /// A key from a value an earlier layer put in the request extensions,
+    /// typically the authenticated user or tenant.
+    ///
+    /// ```
+    /// use keyed_rate_limit::{Key, key::KeyExtractor};
+    ///
+    /// #[derive(Clone)]
+    /// struct User { id: u64 }
+    ///
+    /// let by_user = KeyExtractor::extension::<User>(|u| Key::from(u.id));
+    /// assert_eq!(by_user.name(), "extension");
+    /// ```
+    pub fn extension<T>(f: fn(&T) -> Key) -> Self
+    where
+        T: Send + Sync + 'static,
+    {
+        Self::new("extension", move |p| p.extensions.get::<T>().map(f))
+    }
+
+    /// The TCP peer's IP, from axum's `ConnectInfo<SocketAddr>` (serve with
+    /// `into_make_service_with_connect_info::<SocketAddr>()`) or tonic's
+    /// `TcpConnectInfo`. IPv4-mapped IPv6 addresses count as IPv4.
+    ///
+    /// ```
+    /// use std::net::SocketAddr;
+    /// use axum::extract::ConnectInfo;
+    /// use keyed_rate_limit::key::KeyExtractor;
+    ///
+    /// let k = KeyExtractor::peer_ip();
+    /// let mut req = http::Request::new(());
+    /// req.extensions_mut().insert(ConnectInfo("192.0.2.7:5000".parse::<SocketAddr>().unwrap()));
+    /// # let (parts, _) = req.into_parts();
+    /// # assert_eq!(k.extract_now(&parts).unwrap().as_bytes(), b"192.0.2.7");
+    /// ```
+    pub fn peer_ip() -> Self {
+        Self::new("peer_ip", |p| {
+            peer_addr(p).map(|a| Key::from(a.ip().to_canonical()))
+        })
+    }
+
+    /// The client IP as seen through trusted reverse proxies. See
+    /// [`TrustedProxies`] for how the forwarding header is walked.
+    ///
+    /// ```
+    /// use keyed_rate_limit::key::{KeyExtractor, TrustedProxies};
+    /// let proxies = TrustedProxies::new(["10.0.0.0/8"]).unwrap();
+    /// let k = KeyExtractor::client_ip(proxies);
+    /// assert_eq!(k.name(), "client_ip");
+    /// ```
+    pub fn client_ip(proxies: TrustedProxies) -> Self {
+        Self::new("client_ip", move |p| {
+            let peer = peer_addr(p)?.ip();
+            Some(Key::from(proxies.client_ip(peer, &p.headers)))
+        })
+    }
+
+    /// The route pattern axum matched (`/users/{id}`, not `/users/7`), so
+    /// each endpoint gets its own budget. No key outside an axum router.
+    ///
+    /// ```
+    /// use keyed_rate_limit::key::KeyExtractor;
+    /// // Per route and client: combine with `and`.
+    /// let k = KeyExtractor::matched_route().and(KeyExtractor::peer_ip());
+    /// assert_eq!(k.name(), "matched_route+peer_ip");
+    /// ```
+    pub fn matched_route() -> Self {
+        Self::new("matched_route", |p| {
+            p.extensions
+                .get::<MatchedPath>()
+                .map(|m| Key::new(bytes::Bytes::copy_from_slice(m.as_str().as_bytes())))
+        })
+    }
+
+    /// The same key for every request: one budget shared by all clients.
+    ///
+    /// ```
+    /// use keyed_rate_limit::key::KeyExtractor;
+    /// assert_eq!(KeyExtractor::global().name(), "global");
+    /// ```
+    pub fn global() -> Self {
+        Self::new("global", |_| Some(Key::from("*")))
+    }
+
+    /// Both keys, joined: e.g. per route *and* per client. No key when either is missing.
+    ///
+    /// ```
+    /// use keyed_rate_limit::key::KeyExtractor;
+    /// let k = KeyExtractor::header("x-a").and(KeyExtractor::header("x-b"));
+    /// let req = http::Request::builder().header("x-a", "1").header("x-b", "2").body(()).unwrap();
+    /// # let (parts, _) = req.into_parts();
+    /// assert_eq!(k.extract_now(&parts).unwrap().as_bytes(), b"1\x1f2");
+    /// ```
+    pub fn and(self, other: KeyExtractor) -> Self {
+        let name = format!("{}+{}", self.name, other.name);
+        self.combine(other, name, |a, b| {
+            let (a, b) = (a?, b?);
+            let mut joined = Vec::with_capacity(a.len() + b.len() + 1);
+            joined.extend_from_slice(a.as_bytes());
+            joined.push(0x1f); // ASCII unit separator: keeps ("a","bc") apart from ("ab","c")
+            joined.extend_from_slice(b.as_bytes());
+            Some(Key::from(joined))
+        })
+    }
+
+    /// This key, or `other` when this one is missing: e.g. the API key, else the client IP.
+    ///
+    /// ```
+    /// use keyed_rate_limit::key::KeyExtractor;
+    /// let k = KeyExtractor::header("x-api-key").or(KeyExtractor::global());
+    /// let (parts, _) = http::Request::new(()).into_parts();
+    /// assert_eq!(k.extract_now(&parts).unwrap().as_bytes(), b"*");
+    /// ```
+    pub fn or(self, other: KeyExtractor) -> Self {
+        let name = format!("{}|{}", self.name, other.name);
+        match (&self.kind, &other.kind) {
+            // Sync: don't even run `other` when this key exists.
+            (Kind::Sync(a), Kind::Sync(b)) => {
+                let (a, b) = (a.clone(), b.clone());
+                Self::new(name, move |p| a(p).or_else(|| b(p)))
+            }
+            _ => self.combine(other, name, |a, b| a.or(b)),
+        }
+    }
+
+    fn combine(
+        self,
+        other: KeyExtractor,
+        name: String,
+        join: fn(Option<Key>, Option<Key>) -> Option<Key>,
+    ) -> Self {
+        match (self.kind, other.kind) {
+            (Kind::Sync(a), Kind::Sync(b)) => Self::new(name, move |p| join(a(p), b(p))),
+            (a, b) => {
+                let (a, b) = (
+                    KeyExtractor {
+                        kind: a,
+                        name: self.name,
+                    },
+                    KeyExtractor {
+                        kind: b,
+                        name: other.name,
+                    },
+                );
+                Self::new_async(name, move |p| {
+                    let (fa, fb) = (a.extract(p), b.extract(p));
+                    async move { join(fa.resolve().await, fb.resolve().await) }
+                })
+            }
+        }
+    }
+
+    /// The label given at construction.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether this extractor returns its key without awaiting.
+    pub fn is_sync(&self) -> bool {
+        matches!(self.kind, Kind::Sync(_))
+    }
+
+    /// Runs a sync extractor; `None` for async ones or when no key is found.
+    /// Useful in tests of custom extractors.
+    pub fn extract_now(&self, parts: &Parts) -> Option<Key> {
+        match &self.kind {
+            Kind::Sync(f) => f(parts),
+            Kind::Async(_) => None,
+        }
+    }
+
+    pub(crate) fn extract(&self, parts: &Parts) -> Extracted {
+        match &self.kind {
+            Kind::Sync(f) => Extracted::Ready(f(parts)),
+            Kind::Async(f) => Extracted::Pending(f(parts)),
+        }
+    }
+}
+
+impl Extracted {
+    pub(crate) async fn resolve(self) -> Option<Key> {
+        match self {
+            Extracted::Ready(k) => k,
+            Extracted::Pending(f) => f.await,
+        }
+    }
+}
+
+impl fmt::Debug for KeyExtractor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyExtractor")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+fn peer_addr(p: &Parts) -> Option<SocketAddr> {
+    if let Some(ConnectInfo(addr)) = p.extensions.get::<ConnectInfo<SocketAddr>>() {
+        return Some(*addr);
+    }
+    p.extensions
+        .get::<tonic::transport::server::TcpConnectInfo>()
+        .and_then(|c| c.remote_addr())
+}

@@ -1,0 +1,280 @@
+//! The rate-limit middleware: [`RateLimitLayer`], [`RateLimitService`] and
+//! their [`ResponseFuture`].
+
+mod future;
+mod service;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{HeaderName, HeaderValue};
+use http::{Response, StatusCode};
+use http_body_util::Full;
+use tower::Layer;
+
+pub use future::ResponseFuture;
+pub use service::RateLimitService;
+
+use crate::error::BuildError;
+use crate::headers::HeaderStyle;
+use crate::response::{Denied, DenyFn, problem_json, refusal};
+use crate::rule::chain::{Chain, ChainConfig, Verdict};
+use crate::{RateLimitDecision, Rule};
+
+/// Applies an ordered list of [`Rule`]s to every request.
+///
+/// Built with [`RateLimitLayer::builder`]; cheap to clone (an `Arc`), and every
+/// service it makes shares the same counters.
+///
+/// ```
+/// use axum::{routing::get, Router};
+/// use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+///
+/// let limit = RateLimitLayer::builder()
+///     .rule(Rule::new("per-key", KeyExtractor::header("x-api-key"), Quota::per_minute(100)))
+///     .build()?;
+/// let app: Router = Router::new().route("/", get(|| async { "hi" })).layer(limit);
+/// # Ok::<(), keyed_rate_limit::error::BuildError>(())
+/// ```
+#[derive(Clone)]
+pub struct RateLimitLayer {
+    shared: Arc<Shared>,
+}
+
+pub(crate) struct Shared {
+    pub(crate) chain: Arc<Chain>,
+    headers: HeaderStyle,
+    deny: Arc<DenyFn>,
+}
+
+/// What happens next to a request.
+pub(crate) enum Conclusion {
+    Go(Vec<(HeaderName, HeaderValue)>, RateLimitDecision),
+    Stop(Response<Full<Bytes>>),
+}
+
+impl Shared {
+    pub(crate) fn conclude(&self, verdict: Verdict, grpc: bool) -> Conclusion {
+        let mut headers = Vec::new();
+        match verdict {
+            Verdict::Allow(rules) => {
+                self.headers.render(&rules, &mut headers);
+                Conclusion::Go(headers, RateLimitDecision { rules })
+            }
+            Verdict::Deny(rules) => {
+                self.headers.render(&rules, &mut headers);
+                let last = rules.last().expect("a deny carries its decision");
+                let denied = Denied {
+                    rule: last.rule.clone(),
+                    retry_after: last.decision.retry_after(),
+                    status: StatusCode::TOO_MANY_REQUESTS,
+                };
+                Conclusion::Stop(refusal(&*self.deny, &denied, grpc, headers))
+            }
+            Verdict::Reject {
+                rule,
+                status,
+                decisions,
+            } => {
+                self.headers.render(&decisions, &mut headers);
+                let denied = Denied {
+                    rule,
+                    retry_after: None,
+                    status,
+                };
+                Conclusion::Stop(refusal(&*self.deny, &denied, grpc, headers))
+            }
+        }
+    }
+}
+
+impl RateLimitLayer {
+    /// Starts a builder.
+    pub fn builder() -> RateLimitBuilder {
+        RateLimitBuilder::default()
+    }
+
+    /// The rules, in evaluation order.
+    ///
+    /// ```
+    /// # use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+    /// let layer = RateLimitLayer::builder()
+    ///     .rule(Rule::new("a", KeyExtractor::global(), Quota::per_second(1)))
+    ///     .build().unwrap();
+    /// assert_eq!(layer.rules().map(|r| r.name()).collect::<Vec<_>>(), ["a"]);
+    /// ```
+    pub fn rules(&self) -> impl Iterator<Item = &Rule> {
+        self.shared.chain.rules()
+    }
+
+    /// How many keys the local backend holds now, across rules: a gauge
+    /// for memory. Keys whose buckets are full again are swept in the
+    /// background (see [`RateLimitBuilder::cleanup_interval`]).
+    ///
+    /// ```
+    /// # use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+    /// # let layer = RateLimitLayer::builder()
+    /// #     .rule(Rule::new("a", KeyExtractor::global(), Quota::per_second(1))).build().unwrap();
+    /// assert_eq!(layer.local_keys(), 0);
+    /// ```
+    pub fn local_keys(&self) -> usize {
+        self.shared.chain.local_keys()
+    }
+
+    /// Sweeps keys whose buckets are full again now, instead of waiting for
+    /// the background sweep. Dropping them changes no decision.
+    pub fn cleanup(&self) {
+        self.shared.chain.cleanup();
+    }
+}
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimitService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimitService::new(inner, self.shared.clone())
+    }
+}
+
+impl std::fmt::Debug for RateLimitLayer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimitLayer")
+            .field("rules", &self.rules().collect::<Vec<_>>())
+            .field("headers", &self.shared.headers)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Configures a [`RateLimitLayer`]; [`build`](Self::build) checks everything.
+///
+/// ```
+/// use std::time::Duration;
+/// use keyed_rate_limit::{HeaderStyle, Quota, RateLimitLayer, Rule, key::KeyExtractor};
+///
+/// let layer = RateLimitLayer::builder()
+///     .rule(Rule::new("burst", KeyExtractor::peer_ip(), Quota::per_second(10)))
+///     .rule(Rule::new("daily", KeyExtractor::peer_ip(), Quota::new(10_000, Duration::from_secs(86_400))))
+///     .headers(HeaderStyle::Both)
+///     .max_key_len(256)
+///     .build()?;
+/// # Ok::<(), keyed_rate_limit::error::BuildError>(())
+/// ```
+pub struct RateLimitBuilder {
+    rules: Vec<Rule>,
+    headers: HeaderStyle,
+    deny: Arc<DenyFn>,
+    config: ChainConfig,
+}
+
+impl Default for RateLimitBuilder {
+    fn default() -> Self {
+        Self {
+            rules: Vec::new(),
+            headers: HeaderStyle::default(),
+            deny: Arc::new(problem_json),
+            config: ChainConfig {
+                instances: 1,
+                max_key_len: 256,
+                cleanup_every: Duration::from_secs(60),
+            },
+        }
+    }
+}
+
+impl RateLimitBuilder {
+    /// Adds a rule after the ones already added.
+    pub fn rule(mut self, rule: Rule) -> Self {
+        self.rules.push(rule);
+        self
+    }
+
+    /// Adds several rules, in order.
+    pub fn rules(mut self, rules: impl IntoIterator<Item = Rule>) -> Self {
+        self.rules.extend(rules);
+        self
+    }
+
+    /// Which rate-limit headers to send (default [`HeaderStyle::Draft`]).
+    pub fn headers(mut self, style: HeaderStyle) -> Self {
+        self.headers = style;
+        self
+    }
+
+    /// Builds the body of HTTP refusals (default: [`problem_json`]). The
+    /// layer then sets the status, `Retry-After` and the rate-limit headers;
+    /// gRPC requests always get the gRPC-shaped answer.
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+    ///
+    /// let layer = RateLimitLayer::builder()
+    ///     .rule(Rule::new("api", KeyExtractor::global(), Quota::per_second(5)))
+    ///     .deny_response(|denied| {
+    ///         http::Response::new(Bytes::from(format!("slow down: {}", denied.rule())))
+    ///     })
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = layer;
+    /// ```
+    pub fn deny_response<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&Denied) -> Response<Bytes> + Send + Sync + 'static,
+    {
+        self.deny = Arc::new(f);
+        self
+    }
+
+    /// How many gateway instances share the traffic (default 1). Rules with
+    /// [`Rule::split_across_instances`] enforce `quota / instances` locally.
+    pub fn instances(mut self, n: u32) -> Self {
+        self.config.instances = n;
+        self
+    }
+
+    /// Longest key kept as is (default 256 bytes); longer keys are replaced
+    /// by their SHA-256, so a client can't grow memory with huge keys.
+    pub fn max_key_len(mut self, bytes: usize) -> Self {
+        self.config.max_key_len = bytes;
+        self
+    }
+
+    /// How often the background task forgets keys whose buckets are full
+    /// again (default 60 s). The task starts with the first request on a
+    /// Tokio runtime and ends when the layer is dropped.
+    pub fn cleanup_interval(mut self, every: Duration) -> Self {
+        self.config.cleanup_every = every;
+        self
+    }
+
+    /// Checks the configuration and builds the layer.
+    ///
+    /// # Errors
+    ///
+    /// No rules, duplicate or invalid rule names, a static quota that admits
+    /// nothing, a fixed cost above the burst, an algorithm the scope cannot
+    /// run, or an out-of-range setting; see [`BuildError`].
+    pub fn build(self) -> Result<RateLimitLayer, BuildError> {
+        if self.config.instances == 0 {
+            return Err(BuildError::InvalidSetting("instances must be at least 1"));
+        }
+        if self.config.max_key_len < 16 {
+            return Err(BuildError::InvalidSetting(
+                "max_key_len must be at least 16 bytes",
+            ));
+        }
+        if self.config.cleanup_every.is_zero() {
+            return Err(BuildError::InvalidSetting(
+                "cleanup_interval must be positive",
+            ));
+        }
+        Ok(RateLimitLayer {
+            shared: Arc::new(Shared {
+                chain: Arc::new(Chain::compile(self.rules, self.config)?),
+                headers: self.headers,
+                deny: self.deny,
+            }),
+        })
+    }
+}

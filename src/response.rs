@@ -1,0 +1,298 @@
+//! The answers the layer gives itself: 429, gRPC RESOURCE_EXHAUSTED, and
+//! missing-key rejections; plus the body type that carries them.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use headers::{HeaderMapExt, RetryAfter};
+use http::header::{CONTENT_TYPE, HeaderName, HeaderValue};
+use http::{HeaderMap, Response, StatusCode};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::Full;
+
+use crate::headers::retry_after_secs;
+
+/// What the deny-response closure is told about a refused request.
+///
+/// ```
+/// use keyed_rate_limit::response::Denied;
+/// fn body(d: &Denied) -> String {
+///     format!("slow down ({}), retry in {:?}", d.rule(), d.retry_after_secs())
+/// }
+/// # let _ = body;
+/// ```
+#[derive(Debug, Clone)]
+pub struct Denied {
+    pub(crate) rule: Arc<str>,
+    pub(crate) retry_after: Option<Duration>,
+    pub(crate) status: StatusCode,
+}
+
+impl Denied {
+    /// The rule that refused the request.
+    pub fn rule(&self) -> &str {
+        &self.rule
+    }
+
+    /// The wait before this request could pass; `None` when waiting would
+    /// not help (cost above capacity, a request-time quota that admits
+    /// nothing, a rejected missing key).
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
+
+    /// The wait as sent in `Retry-After`: whole seconds, rounded up, never 0.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        self.retry_after.map(retry_after_secs)
+    }
+
+    /// 429, or the status of an [`OnMissingKey::Reject`](crate::rule::OnMissingKey::Reject).
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+}
+
+pub(crate) type DenyFn = dyn Fn(&Denied) -> Response<Bytes> + Send + Sync;
+
+/// The default body: an RFC 9457 problem document.
+///
+/// ```
+/// # use keyed_rate_limit::response::{problem_json, Denied};
+/// // {"type":"about:blank","title":"Too Many Requests","status":429,"detail":"...","rule":"api","retry_after":2}
+/// ```
+pub fn problem_json(d: &Denied) -> Response<Bytes> {
+    let title = d.status.canonical_reason().unwrap_or("Rejected");
+    let detail = if d.status == StatusCode::TOO_MANY_REQUESTS {
+        match d.retry_after_secs() {
+            Some(s) => format!("rate limit {:?} exceeded; retry in {s} s", &*d.rule),
+            None => format!(
+                "request exceeds what rate limit {:?} can ever admit",
+                &*d.rule
+            ),
+        }
+    } else {
+        format!("no rate-limit key for rule {:?}", &*d.rule)
+    };
+    let body = serde_json::json!({
+        "type": "about:blank",
+        "title": title,
+        "status": d.status.as_u16(),
+        "detail": detail,
+        "rule": &*d.rule,
+        "retry_after": d.retry_after_secs(),
+    });
+    let mut res = Response::new(Bytes::from(body.to_string()));
+    *res.status_mut() = d.status;
+    res.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    res
+}
+
+/// Builds the full refusal: the user's body for HTTP, the gRPC shape for
+/// gRPC, with `Retry-After` and the rate-limit headers.
+pub(crate) fn refusal(
+    deny: &DenyFn,
+    d: &Denied,
+    grpc: bool,
+    extra: Vec<(HeaderName, HeaderValue)>,
+) -> Response<Full<Bytes>> {
+    let mut res = if grpc {
+        grpc_refusal(d)
+    } else {
+        let mut res = deny(d);
+        // The status is the limiter's contract; a body closure may not turn a 429 into a 500.
+        *res.status_mut() = d.status;
+        res
+    };
+    if let Some(secs) = d.retry_after_secs() {
+        res.headers_mut()
+            .typed_insert(RetryAfter::delay(Duration::from_secs(secs)));
+    }
+    crate::headers::apply(res.headers_mut(), extra);
+    res.map(Full::new)
+}
+
+const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
+const GRPC_PUSHBACK: HeaderName = HeaderName::from_static("grpc-retry-pushback-ms");
+
+/// A trailers-only gRPC response: HTTP 200 with the status in the headers.
+fn grpc_refusal(d: &Denied) -> Response<Bytes> {
+    let (code, message) = if d.status == StatusCode::TOO_MANY_REQUESTS {
+        (
+            tonic::Code::ResourceExhausted,
+            format!("rate limit {:?} exceeded", &*d.rule),
+        )
+    } else {
+        (
+            grpc_code(d.status),
+            format!("no rate-limit key for rule {:?}", &*d.rule),
+        )
+    };
+    let mut res = Response::new(Bytes::new());
+    let h: &mut HeaderMap = res.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    h.insert(GRPC_STATUS, HeaderValue::from(code as i32));
+    if let Ok(v) = HeaderValue::try_from(percent_encode(&message)) {
+        h.insert(GRPC_MESSAGE, v);
+    }
+    if let Some(wait) = d.retry_after {
+        // gRFC A6: a client waits this long before its next attempt.
+        let ms = wait.as_millis().max(1) as u64;
+        h.insert(GRPC_PUSHBACK, HeaderValue::from(ms));
+    }
+    res
+}
+
+/// The gRPC code for a missing-key rejection status (RFC of the gRPC HTTP mapping, reversed).
+fn grpc_code(status: StatusCode) -> tonic::Code {
+    match status {
+        StatusCode::UNAUTHORIZED => tonic::Code::Unauthenticated,
+        StatusCode::FORBIDDEN => tonic::Code::PermissionDenied,
+        StatusCode::BAD_REQUEST => tonic::Code::InvalidArgument,
+        StatusCode::NOT_FOUND => tonic::Code::NotFound,
+        StatusCode::TOO_MANY_REQUESTS => tonic::Code::ResourceExhausted,
+        StatusCode::SERVICE_UNAVAILABLE => tonic::Code::Unavailable,
+        _ => tonic::Code::Unknown,
+    }
+}
+
+/// `grpc-message` is percent-encoded outside printable ASCII and `%`.
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if (0x20..0x7f).contains(&b) && b != b'%' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
+    headers
+        .get(CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+}
+
+pin_project_lite::pin_project! {
+    /// The body of a response through the layer: the inner service's, or
+    /// the layer's own refusal.
+    #[project = BodyProj]
+    #[allow(missing_docs)] // the variants say it all
+    pub enum ResponseBody<B> {
+        /// The inner service's body.
+        Inner {
+            #[pin]
+            body: B,
+        },
+        /// A refusal built by the layer.
+        Refusal {
+            #[pin]
+            body: Full<Bytes>,
+        },
+    }
+}
+
+impl<B> ResponseBody<B> {
+    pub(crate) fn inner(body: B) -> Self {
+        Self::Inner { body }
+    }
+
+    pub(crate) fn refusal(body: Full<Bytes>) -> Self {
+        Self::Refusal { body }
+    }
+}
+
+impl<B> Body for ResponseBody<B>
+where
+    B: Body<Data = Bytes>,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        match self.project() {
+            BodyProj::Inner { body } => body.poll_frame(cx),
+            BodyProj::Refusal { body } => body
+                .poll_frame(cx)
+                .map(|f| f.map(|r| r.map_err(|never| match never {}))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Self::Inner { body } => body.is_end_stream(),
+            Self::Refusal { body } => body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Self::Inner { body } => body.size_hint(),
+            Self::Refusal { body } => body.size_hint(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn denied(wait: Option<Duration>) -> Denied {
+        Denied {
+            rule: "api".into(),
+            retry_after: wait,
+            status: StatusCode::TOO_MANY_REQUESTS,
+        }
+    }
+
+    #[test]
+    fn http_refusal_has_problem_json_and_rounded_retry_after() {
+        let res = refusal(
+            &problem_json,
+            &denied(Some(Duration::from_millis(1001))),
+            false,
+            vec![],
+        );
+        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(res.headers()["retry-after"], "2");
+        assert_eq!(res.headers()[CONTENT_TYPE], "application/problem+json");
+    }
+
+    #[test]
+    fn grpc_refusal_is_trailers_only_resource_exhausted() {
+        let res = refusal(
+            &problem_json,
+            &denied(Some(Duration::from_micros(1500))),
+            true,
+            vec![],
+        );
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(res.headers()["grpc-status"], "8");
+        assert_eq!(res.headers()["grpc-retry-pushback-ms"], "1");
+        assert_eq!(res.headers()["retry-after"], "1");
+        assert_eq!(res.headers()["grpc-message"], "rate limit \"api\" exceeded");
+    }
+
+    #[test]
+    fn no_retry_after_when_waiting_cannot_help() {
+        let res = refusal(&problem_json, &denied(None), true, vec![]);
+        assert!(res.headers().get("retry-after").is_none());
+        assert!(res.headers().get("grpc-retry-pushback-ms").is_none());
+        assert_eq!(
+            grpc_code(StatusCode::UNAUTHORIZED),
+            tonic::Code::Unauthenticated
+        );
+        assert_eq!(percent_encode("é%"), "%C3%A9%25");
+    }
+}
