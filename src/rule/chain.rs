@@ -291,11 +291,13 @@ impl CompiledRule {
 
 /// Every deny is logged (with a key fingerprint, never the key) and counted.
 pub(crate) fn record_deny(rule: &Arc<str>, key: &Key, d: &Decision, shadow: bool) {
-    let retry_after_ms = d.retry_after().map(|w| w.as_millis() as u64);
+    // 0 means waiting would not help.
+    let retry_after_ms = d.retry_after().map_or(0, |w| w.as_millis() as u64);
+    let key = key.fingerprint();
     if shadow {
-        tracing::info!(target: "keyed_rate_limit", rule = %rule, key = %key.fingerprint(), ?retry_after_ms, "shadow rule would deny");
+        tracing::info!(target: "keyed_rate_limit", rule = %rule, %key, retry_after_ms, "shadow rule would deny");
     } else {
-        tracing::info!(target: "keyed_rate_limit", rule = %rule, key = %key.fingerprint(), ?retry_after_ms, "rate limited");
+        tracing::info!(target: "keyed_rate_limit", rule = %rule, %key, retry_after_ms, "rate limited");
     }
     let outcome = if shadow { "shadow_deny" } else { "deny" };
     metrics::counter!("rate_limit_decisions_total", "rule" => rule.clone(), "outcome" => outcome)

@@ -1,0 +1,40 @@
+//! Shared test harness: real axum servers on ephemeral ports.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+
+use axum::Router;
+
+/// Serves `app` on 127.0.0.1:0 with `ConnectInfo`, returning its base URL.
+pub async fn serve(app: Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .unwrap();
+    });
+    format!("http://{addr}")
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder().no_proxy().build().unwrap()
+}
+
+pub fn header(res: &reqwest::Response, name: &str) -> Option<String> {
+    res.headers()
+        .get(name)
+        .map(|v| v.to_str().unwrap().to_owned())
+}
+
+/// Sends `n` GETs and returns their status codes.
+pub async fn statuses(client: &reqwest::Client, url: &str, n: usize) -> Vec<u16> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push(client.get(url).send().await.unwrap().status().as_u16());
+    }
+    out
+}
