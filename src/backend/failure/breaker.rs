@@ -1,0 +1,229 @@
+//! A circuit breaker, so a dead Redis costs one timeout per probe instead
+//! of one per request.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// When the breaker opens and how it probes.
+///
+/// After `failure_threshold` consecutive failures (errors or timeouts) the
+/// breaker opens: requests skip Redis and take the rule's failure mode at
+/// once. After `open_for`, one request probes Redis; success closes the
+/// breaker, failure opens it again.
+///
+/// ```
+/// use std::time::Duration;
+/// use keyed_rate_limit::backend::failure::BreakerConfig;
+/// let cfg = BreakerConfig::default().failure_threshold(3).open_for(Duration::from_millis(500));
+/// assert_eq!(cfg.threshold(), 3);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BreakerConfig {
+    threshold: u32,
+    open_for: Duration,
+}
+
+impl Default for BreakerConfig {
+    /// Opens after 5 consecutive failures, probes after 1 s.
+    fn default() -> Self {
+        Self {
+            threshold: 5,
+            open_for: Duration::from_secs(1),
+        }
+    }
+}
+
+impl BreakerConfig {
+    /// Consecutive failures that open the breaker (at least 1).
+    pub fn failure_threshold(mut self, n: u32) -> Self {
+        self.threshold = n;
+        self
+    }
+
+    /// How long the breaker stays open before probing.
+    pub fn open_for(mut self, d: Duration) -> Self {
+        self.open_for = d;
+        self
+    }
+
+    /// The failure threshold.
+    pub fn threshold(&self) -> u32 {
+        self.threshold
+    }
+
+    /// The open period.
+    pub fn open_period(&self) -> Duration {
+        self.open_for
+    }
+}
+
+/// The breaker's state, as operators see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerState {
+    /// Calls go to Redis.
+    Closed,
+    /// Calls skip Redis until the open period ends.
+    Open,
+    /// One probe is in flight; other calls skip Redis.
+    HalfOpen,
+}
+
+#[derive(Debug)]
+enum State {
+    Closed { failures: u32 },
+    Open { until: Instant },
+    HalfOpen { since: Instant },
+}
+
+/// What a caller may do now.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Admit {
+    Call,
+    /// Skip Redis; it could be tried again in this long.
+    Skip(Duration),
+}
+
+#[derive(Debug)]
+pub(crate) struct CircuitBreaker {
+    cfg: BreakerConfig,
+    /// A probe that never reports back (its future was dropped) must not
+    /// keep the breaker half-open forever.
+    probe_deadline: Duration,
+    state: Mutex<State>,
+}
+
+impl CircuitBreaker {
+    pub(crate) fn new(cfg: BreakerConfig, probe_deadline: Duration) -> Self {
+        Self {
+            cfg,
+            probe_deadline,
+            state: Mutex::new(State::Closed { failures: 0 }),
+        }
+    }
+
+    pub(crate) fn admit(&self) -> Admit {
+        self.admit_at(Instant::now())
+    }
+
+    fn admit_at(&self, now: Instant) -> Admit {
+        let mut s = self.state.lock().expect("poisoned");
+        match *s {
+            State::Closed { .. } => Admit::Call,
+            State::Open { until } if now >= until => {
+                *s = State::HalfOpen { since: now };
+                Admit::Call
+            }
+            State::Open { until } => Admit::Skip(until - now),
+            State::HalfOpen { since } if now.duration_since(since) > self.probe_deadline => {
+                *s = State::HalfOpen { since: now };
+                Admit::Call
+            }
+            State::HalfOpen { .. } => Admit::Skip(self.cfg.open_for),
+        }
+    }
+
+    pub(crate) fn success(&self) {
+        *self.state.lock().expect("poisoned") = State::Closed { failures: 0 };
+    }
+
+    /// Records a failure; returns true when this one opened the breaker.
+    pub(crate) fn failure(&self) -> bool {
+        self.failure_at(Instant::now())
+    }
+
+    fn failure_at(&self, now: Instant) -> bool {
+        let mut s = self.state.lock().expect("poisoned");
+        let failures = match *s {
+            State::Closed { failures } => failures + 1,
+            // A failed probe reopens at once.
+            State::HalfOpen { .. } => u32::MAX,
+            State::Open { .. } => return false,
+        };
+        if failures >= self.cfg.threshold {
+            *s = State::Open {
+                until: now + self.cfg.open_for,
+            };
+            true
+        } else {
+            *s = State::Closed { failures };
+            false
+        }
+    }
+
+    /// How long the breaker stays open, when it is.
+    pub(crate) fn open_remaining(&self) -> Option<Duration> {
+        match *self.state.lock().expect("poisoned") {
+            State::Open { until } => Some(until.saturating_duration_since(Instant::now())),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn state(&self) -> BreakerState {
+        match *self.state.lock().expect("poisoned") {
+            State::Closed { .. } => BreakerState::Closed,
+            State::Open { .. } => BreakerState::Open,
+            State::HalfOpen { .. } => BreakerState::HalfOpen,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn breaker() -> CircuitBreaker {
+        let cfg = BreakerConfig::default()
+            .failure_threshold(3)
+            .open_for(Duration::from_secs(1));
+        CircuitBreaker::new(cfg, Duration::from_millis(100))
+    }
+
+    #[test]
+    fn opens_after_threshold_and_a_success_resets_the_count() {
+        let b = breaker();
+        let t = Instant::now();
+        assert!(!b.failure_at(t));
+        assert!(!b.failure_at(t));
+        b.success();
+        assert!(!b.failure_at(t));
+        assert!(!b.failure_at(t));
+        assert!(b.failure_at(t));
+        assert_eq!(b.state(), BreakerState::Open);
+        assert_eq!(b.admit_at(t + Duration::from_millis(400)), Admit::Skip(Duration::from_millis(600)));
+    }
+
+    #[test]
+    fn half_open_lets_one_probe_through() {
+        let b = breaker();
+        let t = Instant::now();
+        for _ in 0..3 {
+            b.failure_at(t);
+        }
+        let later = t + Duration::from_secs(1);
+        assert_eq!(b.admit_at(later), Admit::Call);
+        assert_eq!(b.state(), BreakerState::HalfOpen);
+        assert!(matches!(b.admit_at(later), Admit::Skip(_)));
+        // A failed probe reopens immediately.
+        assert!(b.failure_at(later));
+        assert!(matches!(b.admit_at(later + Duration::from_millis(10)), Admit::Skip(_)));
+        // The next probe succeeds and closes it.
+        assert_eq!(b.admit_at(later + Duration::from_secs(1)), Admit::Call);
+        b.success();
+        assert_eq!(b.state(), BreakerState::Closed);
+        assert_eq!(b.admit_at(later + Duration::from_secs(1)), Admit::Call);
+    }
+
+    #[test]
+    fn a_lost_probe_does_not_wedge_the_breaker() {
+        let b = breaker();
+        let t = Instant::now();
+        for _ in 0..3 {
+            b.failure_at(t);
+        }
+        let probe = t + Duration::from_secs(1);
+        assert_eq!(b.admit_at(probe), Admit::Call);
+        // The probe's future was dropped: after the deadline another caller probes.
+        assert!(matches!(b.admit_at(probe + Duration::from_millis(50)), Admit::Skip(_)));
+        assert_eq!(b.admit_at(probe + Duration::from_millis(150)), Admit::Call);
+    }
+}

@@ -1,0 +1,193 @@
+//! What a global rule does when Redis fails: fail open, fail closed, or
+//! fall back to a local share of the quota, under a timeout and a circuit
+//! breaker. Every such decision is a `tracing` warning and a metric,
+//! because a limiter that fails open silently isn't a limiter.
+
+mod breaker;
+
+use std::fmt;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use breaker::{BreakerConfig, BreakerState};
+pub(crate) use breaker::{Admit, CircuitBreaker};
+
+use crate::backend::local::LocalStore;
+use crate::{Decision, Key, Quota, Source};
+
+/// What a global rule decides when Redis errors, times out, or its circuit
+/// breaker is open.
+///
+/// | mode | decision | use it when |
+/// |---|---|---|
+/// | `FailOpen` | allow; the rule's headers are left out | availability beats the limit (read traffic) |
+/// | `FailClosed` | 429 with `Retry-After` (never 503) | the limit protects something that must not be overrun |
+/// | `LocalFallback` (default) | this instance's share: the quota divided by [`RateLimitBuilder::instances`](crate::RateLimitBuilder::instances), on `governor` | most APIs: still limited, a little looser or tighter |
+///
+/// ```
+/// use keyed_rate_limit::backend::failure::FailureMode;
+/// assert_eq!(FailureMode::default(), FailureMode::LocalFallback);
+/// assert_eq!(FailureMode::FailClosed.as_str(), "fail_closed");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum FailureMode {
+    /// Let the request through.
+    FailOpen,
+    /// Refuse the request with 429.
+    FailClosed,
+    /// Enforce this instance's share of the quota locally.
+    #[default]
+    LocalFallback,
+}
+
+impl FailureMode {
+    /// A short, stable name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::FailOpen => "fail_open",
+            Self::FailClosed => "fail_closed",
+            Self::LocalFallback => "local_fallback",
+        }
+    }
+
+    fn source(self) -> Source {
+        match self {
+            Self::FailOpen => Source::FailOpen,
+            Self::FailClosed => Source::FailClosed,
+            Self::LocalFallback => Source::Fallback,
+        }
+    }
+}
+
+impl fmt::Display for FailureMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why Redis could not decide.
+#[derive(Debug)]
+pub(crate) enum Cause {
+    Timeout(Duration),
+    Error(String),
+    CircuitOpen,
+}
+
+impl Cause {
+    fn kind(&self) -> &'static str {
+        match self {
+            Self::Timeout(_) => "timeout",
+            Self::Error(_) => "error",
+            Self::CircuitOpen => "circuit_open",
+        }
+    }
+}
+
+impl fmt::Display for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Timeout(d) => write!(f, "no answer within {d:?}"),
+            Self::Error(e) => f.write_str(e),
+            Self::CircuitOpen => f.write_str("circuit breaker open"),
+        }
+    }
+}
+
+/// A global rule's failure handling: the mode, the per-decision timeout,
+/// the breaker, and the local store the fallback counts in.
+pub(crate) struct Guard {
+    pub(crate) mode: FailureMode,
+    pub(crate) timeout: Duration,
+    breaker: CircuitBreaker,
+    fallback: LocalStore,
+    instances: u32,
+}
+
+impl Guard {
+    pub(crate) fn new(
+        mode: FailureMode,
+        timeout: Duration,
+        breaker: BreakerConfig,
+        instances: u32,
+        cleanup_every: Duration,
+    ) -> Self {
+        Self {
+            mode,
+            timeout,
+            // A probe is lost once its own timeout has long passed.
+            breaker: CircuitBreaker::new(breaker, timeout.saturating_mul(4).max(Duration::from_millis(50))),
+            fallback: LocalStore::new(None, cleanup_every),
+            instances,
+        }
+    }
+
+    pub(crate) fn admit(&self) -> Admit {
+        self.breaker.admit()
+    }
+
+    pub(crate) fn succeeded(&self) {
+        self.breaker.success();
+    }
+
+    pub(crate) fn breaker_state(&self) -> BreakerState {
+        self.breaker.state()
+    }
+
+    pub(crate) fn fallback_keys(&self) -> usize {
+        self.fallback.len()
+    }
+
+    pub(crate) fn cleanup(&self) {
+        self.fallback.cleanup();
+    }
+
+    /// Decides without Redis, and says so loudly.
+    pub(crate) fn fail(
+        &self,
+        rule: &Arc<str>,
+        key: &Key,
+        quota: Quota,
+        cost: NonZeroU32,
+        cause: Cause,
+    ) -> (Decision, Source) {
+        if !matches!(cause, Cause::CircuitOpen) && self.breaker.failure() {
+            tracing::warn!(target: "keyed_rate_limit", rule = %rule, "redis circuit breaker opened");
+            metrics::counter!("rate_limit_breaker_opened_total", "rule" => rule.clone()).increment(1);
+        }
+        let decision = match self.mode {
+            FailureMode::FailOpen => Decision::allowed(quota.limit(), quota.window(), quota.burst(), Duration::ZERO),
+            FailureMode::FailClosed => {
+                let retry = match self.breaker.open_remaining() {
+                    Some(wait) if !wait.is_zero() => wait,
+                    _ => self.timeout.max(Duration::from_secs(1)),
+                };
+                Decision::denied(quota.limit(), quota.window(), retry, quota.window())
+            }
+            FailureMode::LocalFallback => {
+                let share = quota.divided_by(self.instances);
+                let cost = cost.min(NonZeroU32::new(share.burst()).unwrap_or(NonZeroU32::MIN));
+                self.fallback.check(key, share, cost)
+            }
+        };
+        let mode = self.mode.as_str();
+        tracing::warn!(
+            target: "keyed_rate_limit",
+            rule = %rule,
+            key = %key.fingerprint(),
+            %cause,
+            mode,
+            allowed = decision.is_allowed(),
+            "redis unavailable; rule decided by its failure mode"
+        );
+        metrics::counter!(
+            "rate_limit_decisions_total",
+            "rule" => rule.clone(),
+            "outcome" => mode,
+            "cause" => cause.kind(),
+        )
+        .increment(1);
+        (decision, self.mode.source())
+    }
+}
