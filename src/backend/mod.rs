@@ -1,1 +1,2 @@
 //! Backends: where a rule's counters live.
+pub mod redis;
