@@ -1,0 +1,35 @@
+-- GCRA, as governor's test_n_all. KEYS[1]: string, the theoretical arrival time (us).
+-- ARGV: limit, window_us, burst, cost.
+-- Returns {allowed, remaining, retry_after_ms, reset_ms}.
+local limit = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local burst = tonumber(ARGV[3])
+local cost = tonumber(ARGV[4])
+-- Server time only: clients' clocks disagree.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+
+local interval = window / limit
+local tolerance = (burst - 1) * interval
+-- Absorbs float error on exact boundaries.
+local eps = 1e-6
+
+local tat = tonumber(redis.call('GET', KEYS[1])) or now
+local earliest = tat + (cost - 1) * interval - tolerance
+if now + eps < earliest then
+  local reset = math.ceil(math.max(0, tat - now) / 1000)
+  return {0, 0, math.max(1, math.ceil((earliest - now) / 1000)), reset}
+end
+
+local new_tat = math.max(tat, now) + cost * interval
+local reset_ms = math.ceil((new_tat - now) / 1000)
+if reset_ms > 0 then
+  redis.call('SET', KEYS[1], string.format('%.17g', new_tat), 'PX', reset_ms)
+end
+-- Single cells still allowed now: those with new_tat + j*interval - tolerance <= now.
+local room = now + tolerance - new_tat
+local remaining = 0
+if room + eps >= 0 then
+  remaining = math.floor(room / interval + eps) + 1
+end
+return {1, remaining, 0, reset_ms}

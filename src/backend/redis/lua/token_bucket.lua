@@ -1,0 +1,36 @@
+-- Token bucket. KEYS[1]: hash {t = tokens, ts = last update (us)}.
+-- ARGV: limit, window_us, burst, cost.
+-- Returns {allowed, remaining, retry_after_ms, reset_ms}.
+local limit = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local burst = tonumber(ARGV[3])
+local cost = tonumber(ARGV[4])
+-- Server time only: clients' clocks disagree.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+
+local st = redis.call('HMGET', KEYS[1], 't', 'ts')
+local tokens = tonumber(st[1])
+local ts = tonumber(st[2])
+if tokens == nil or ts == nil then
+  tokens = burst
+  ts = now
+end
+-- A clock step back (failover) must not refill.
+local elapsed = math.max(0, now - ts)
+-- deficit * window / limit rather than / rate: exact for whole numbers.
+tokens = math.min(burst, tokens + elapsed * limit / window)
+
+-- Absorbs float error so an exactly refilled token counts.
+local eps = 1e-9
+if tokens + eps < cost then
+  local wait = math.ceil((cost - tokens) * window / limit / 1000)
+  local reset = math.ceil((burst - tokens) * window / limit / 1000)
+  return {0, 0, math.max(1, wait), reset}
+end
+
+tokens = tokens - cost
+local full_ms = math.ceil((burst - tokens) * window / limit / 1000)
+redis.call('HSET', KEYS[1], 't', tokens, 'ts', now)
+redis.call('PEXPIRE', KEYS[1], math.max(1, full_ms))
+return {1, math.floor(tokens + eps), 0, full_ms}

@@ -1,0 +1,79 @@
+//! The Lua scripts and the one reply shape they share.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::Script;
+
+use crate::{Algorithm, Decision, Quota};
+
+static TOKEN_BUCKET: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/token_bucket.lua")));
+static GCRA: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/gcra.lua")));
+static FIXED_WINDOW: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/fixed_window.lua")));
+static SLIDING_WINDOW: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/sliding_window.lua")));
+
+/// The script for an algorithm; all take `ARGV = limit, window_us, burst, cost`.
+pub(crate) fn script(algorithm: Algorithm) -> &'static Script {
+    match algorithm {
+        Algorithm::Gcra => &GCRA,
+        Algorithm::TokenBucket => &TOKEN_BUCKET,
+        Algorithm::FixedWindow => &FIXED_WINDOW,
+        Algorithm::SlidingWindow => &SLIDING_WINDOW,
+    }
+}
+
+/// The window in whole microseconds, the scripts' unit (at least 1).
+pub(crate) fn window_us(quota: &Quota) -> u64 {
+    u64::try_from(quota.window().as_micros())
+        .unwrap_or(u64::MAX)
+        .max(1)
+}
+
+/// The most one call may cost under this algorithm; above it waiting never helps.
+pub(crate) fn max_cost(algorithm: Algorithm, quota: &Quota) -> u32 {
+    if algorithm.has_burst() {
+        quota.burst()
+    } else {
+        quota.limit()
+    }
+}
+
+/// Every script returns `{allowed, remaining, retry_after_ms, reset_ms}`.
+pub(crate) type Reply = (i64, i64, i64, i64);
+
+/// Turns a script reply into a decision with exact header values.
+pub(crate) fn decision(quota: &Quota, reply: Reply) -> Decision {
+    let (allowed, remaining, retry_after_ms, reset_ms) = reply;
+    let ms = |v: i64| Duration::from_millis(u64::try_from(v).unwrap_or(0));
+    if allowed == 1 {
+        let remaining = u32::try_from(remaining.max(0)).unwrap_or(u32::MAX);
+        Decision::allowed(quota.limit(), quota.window(), remaining, ms(reset_ms))
+    } else {
+        Decision::denied(quota.limit(), quota.window(), ms(retry_after_ms.max(1)), ms(reset_ms))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_map_to_decisions() {
+        let q = Quota::per_minute(10);
+        let d = decision(&q, (1, 9, 0, 6000));
+        assert!(d.is_allowed());
+        assert_eq!((d.remaining(), d.reset()), (9, Duration::from_secs(6)));
+        let d = decision(&q, (0, 0, 1500, 60_000));
+        assert_eq!(d.retry_after(), Some(Duration::from_millis(1500)));
+    }
+
+    #[test]
+    fn max_cost_depends_on_burst() {
+        let q = Quota::per_minute(10).with_burst(3);
+        assert_eq!(max_cost(Algorithm::Gcra, &q), 3);
+        assert_eq!(max_cost(Algorithm::FixedWindow, &q), 10);
+    }
+}

@@ -1,0 +1,160 @@
+//! A private `redis-server` per test, on a free port; never the shared 6379.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A `redis-server` child process, killed on drop.
+pub struct RedisServer {
+    port: u16,
+    extra: Vec<String>,
+    password: Option<String>,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// Starts a server with no persistence on a free port.
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with extra `redis-server` arguments, e.g. `["--requirepass", "pw"]`.
+    pub fn start_with(extra: &[&str]) -> Self {
+        let port = free_port();
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let password = extra
+            .iter()
+            .position(|a| a == "--requirepass")
+            .and_then(|i| extra.get(i + 1).cloned());
+        let mut server = Self {
+            port,
+            extra,
+            password,
+            child: None,
+        };
+        server.spawn();
+        server
+    }
+
+    fn spawn(&mut self) {
+        assert_ne!(self.port, 6379, "never touch the shared redis");
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed");
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let ok = self
+                .connection()
+                .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
+            if ok.is_ok() {
+                return;
+            }
+            assert!(Instant::now() < deadline, "redis-server did not start: {ok:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The port the server listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://[:password@]127.0.0.1:port`.
+    pub fn url(&self) -> String {
+        match &self.password {
+            Some(pw) => format!("redis://:{pw}@127.0.0.1:{}", self.port),
+            None => format!("redis://127.0.0.1:{}", self.port),
+        }
+    }
+
+    /// A fresh blocking connection, for test setup and assertions.
+    pub fn connection(&self) -> redis::RedisResult<redis::Connection> {
+        redis::Client::open(self.url())?.get_connection_with_timeout(Duration::from_secs(1))
+    }
+
+    /// Kills the server (SIGKILL) and waits for it to exit.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = self.signal("-CONT");
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills and starts the server again on the same port: data and scripts are gone.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// Stops the process (SIGSTOP): connections stay open but nothing answers.
+    pub fn pause(&self) {
+        self.signal("-STOP").expect("kill -STOP");
+    }
+
+    /// Resumes a paused server (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT").expect("kill -CONT");
+    }
+
+    fn signal(&self, sig: &str) -> std::io::Result<()> {
+        let pid = self.child.as_ref().map(|c| c.id()).ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::NotFound, "redis-server not running")
+        })?;
+        let status = Command::new("kill").args([sig, &pid.to_string()]).status()?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(std::io::Error::other(format!("kill {sig} failed")))
+        }
+    }
+
+    /// `CONFIG SET key value`.
+    pub fn set_config(&self, key: &str, value: &str) {
+        let mut c = self.connection().expect("connect");
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(key)
+            .arg(value)
+            .query::<()>(&mut c)
+            .expect("CONFIG SET");
+    }
+
+    /// `SCRIPT FLUSH`: forgets every loaded script, as a restart does.
+    pub fn flush_scripts(&self) {
+        let mut c = self.connection().expect("connect");
+        redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query::<()>(&mut c)
+            .expect("SCRIPT FLUSH");
+    }
+
+    /// The keys matching a pattern (binary-safe).
+    pub fn keys(&self, pattern: &str) -> Vec<Vec<u8>> {
+        let mut c = self.connection().expect("connect");
+        redis::cmd("KEYS").arg(pattern).query(&mut c).expect("KEYS")
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Binds port 0 and releases it; the kernel does not hand it out again soon.
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("local_addr").port()
+}
