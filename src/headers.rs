@@ -17,8 +17,8 @@ use crate::RuleDecision;
 ///
 /// `Draft` follows the IETF httpapi `RateLimit` header fields draft: `q` is
 /// the quota, `w` its window in seconds, `r` the units left and `t` the
-/// seconds until the quota is whole again, rounded up. Shadow rules are
-/// never shown to clients.
+/// seconds until the quota is whole again, rounded up. Shadow rules, and
+/// global rules that failed open, are never shown to clients.
 ///
 /// ```
 /// use keyed_rate_limit::{HeaderStyle, Quota, RateLimitLayer, Rule, key::KeyExtractor};
@@ -72,7 +72,12 @@ impl HeaderStyle {
         decisions: &[RuleDecision],
         out: &mut Vec<(HeaderName, HeaderValue)>,
     ) {
-        let visible = || decisions.iter().filter(|d| !d.shadow);
+        // Shadow rules are not the client's business; a fail-open rule knows no numbers.
+        let visible = || {
+            decisions
+                .iter()
+                .filter(|d| !d.shadow && d.source != crate::Source::FailOpen)
+        };
         if visible().next().is_none() {
             return;
         }

@@ -2,7 +2,7 @@
 //! the gateway a map lookup instead of a Redis round trip.
 
 use std::num::NonZeroU32;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use dashmap::DashMap;
 
@@ -74,6 +74,7 @@ impl DenyCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn serves_a_deny_until_it_expires_only_for_equal_or_costlier_requests() {

@@ -2,8 +2,7 @@
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
-use std::sync::{Arc, OnceLock, RwLock, Weak};
-use std::time::Duration;
+use std::sync::{Arc, RwLock};
 
 use governor::clock::{Clock, DefaultClock};
 use governor::middleware::StateInformationMiddleware;
@@ -18,36 +17,25 @@ type Keyed =
 /// Keyed limiters for one rule: one governor limiter per distinct quota, so
 /// per-plan quotas don't share cells.
 pub(crate) struct LocalStore {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
     /// The static quota's limiter: the hot path skips the map.
     fixed: Option<(Quota, Arc<Keyed>)>,
     dynamic: RwLock<HashMap<Quota, Arc<Keyed>>>,
     clock: DefaultClock,
-    cleanup_every: Duration,
-    cleanup_started: OnceLock<()>,
 }
 
 impl LocalStore {
-    pub(crate) fn new(fixed: Option<Quota>, cleanup_every: Duration) -> Self {
+    pub(crate) fn new(fixed: Option<Quota>) -> Self {
         let clock = DefaultClock::default();
         Self {
-            inner: Arc::new(Inner {
-                fixed: fixed.map(|q| (q, Arc::new(limiter(q, &clock)))),
-                dynamic: RwLock::new(HashMap::new()),
-                clock,
-                cleanup_every,
-                cleanup_started: OnceLock::new(),
-            }),
+            fixed: fixed.map(|q| (q, Arc::new(limiter(q, &clock)))),
+            dynamic: RwLock::new(HashMap::new()),
+            clock,
         }
     }
 
     /// Spends `cost` units of `quota` for `key`. `quota` must be valid and
     /// `cost` at least one.
     pub(crate) fn check(&self, key: &Key, quota: Quota, cost: NonZeroU32) -> Decision {
-        self.start_cleanup();
         let limiter = self.limiter(quota);
         let interval = quota.emission_interval();
         match limiter.check_key_n(key, cost) {
@@ -58,7 +46,7 @@ impl LocalStore {
                 Decision::allowed(quota.limit(), quota.window(), remaining, reset)
             }
             Ok(Err(not_until)) => {
-                let wait = not_until.wait_time_from(self.inner.clock.now());
+                let wait = not_until.wait_time_from(self.clock.now());
                 // GCRA: when `cost` cells fit after `wait`, the rest of the burst is still owed.
                 let owed = quota.burst().saturating_sub(cost.get());
                 let reset = wait + interval.saturating_mul(owed);
@@ -69,74 +57,40 @@ impl LocalStore {
     }
 
     fn limiter(&self, quota: Quota) -> Arc<Keyed> {
-        if let Some((q, l)) = &self.inner.fixed
+        if let Some((q, l)) = &self.fixed
             && *q == quota
         {
             return l.clone();
         }
-        if let Some(l) = self.inner.dynamic.read().expect("poisoned").get(&quota) {
+        if let Some(l) = self.dynamic.read().expect("poisoned").get(&quota) {
             return l.clone();
         }
-        self.inner
-            .dynamic
+        self.dynamic
             .write()
             .expect("poisoned")
             .entry(quota)
-            .or_insert_with(|| Arc::new(limiter(quota, &self.inner.clock)))
+            .or_insert_with(|| Arc::new(limiter(quota, &self.clock)))
             .clone()
     }
 
     /// Number of keys held, across all quotas.
     pub(crate) fn len(&self) -> usize {
-        self.inner.limiters().iter().map(|l| l.len()).sum()
+        self.limiters().iter().map(|l| l.len()).sum()
     }
 
     /// Forgets keys whose buckets are full again: they are indistinguishable
     /// from new keys, so dropping them changes no decision.
     pub(crate) fn cleanup(&self) {
-        self.inner.cleanup();
-    }
-
-    /// The background sweep needs a Tokio runtime, which may not exist when
-    /// the layer is built, so it starts with the first request.
-    fn start_cleanup(&self) {
-        if self.inner.cleanup_started.get().is_some() {
-            return;
-        }
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        if self.inner.cleanup_started.set(()).is_err() {
-            return;
-        }
-        let weak: Weak<Inner> = Arc::downgrade(&self.inner);
-        let every = self.inner.cleanup_every;
-        handle.spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            tick.tick().await;
-            loop {
-                tick.tick().await;
-                // Ends with the layer: the task holds no strong reference.
-                let Some(inner) = weak.upgrade() else { break };
-                inner.cleanup();
-            }
-        });
-    }
-}
-
-impl Inner {
-    fn limiters(&self) -> Vec<Arc<Keyed>> {
-        let mut all: Vec<_> = self.fixed.iter().map(|(_, l)| l.clone()).collect();
-        all.extend(self.dynamic.read().expect("poisoned").values().cloned());
-        all
-    }
-
-    fn cleanup(&self) {
         for l in self.limiters() {
             l.retain_recent();
             l.shrink_to_fit();
         }
+    }
+
+    fn limiters(&self) -> Vec<Arc<Keyed>> {
+        let mut all: Vec<_> = self.fixed.iter().map(|(_, l)| l.clone()).collect();
+        all.extend(self.dynamic.read().expect("poisoned").values().cloned());
+        all
     }
 }
 
@@ -157,6 +111,7 @@ fn limiter(q: Quota, clock: &DefaultClock) -> Keyed {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn one() -> NonZeroU32 {
         NonZeroU32::MIN
@@ -165,7 +120,7 @@ mod tests {
     #[test]
     fn admits_exactly_the_burst_then_waits_one_interval() {
         let q = Quota::new(5, Duration::from_secs(10));
-        let store = LocalStore::new(Some(q), Duration::from_secs(60));
+        let store = LocalStore::new(Some(q));
         let key = Key::from("k");
         for left in (0..5).rev() {
             let d = store.check(&key, q, one());
@@ -185,7 +140,7 @@ mod tests {
     #[test]
     fn weighted_cost_and_insufficient_capacity() {
         let q = Quota::per_minute(10);
-        let store = LocalStore::new(None, Duration::from_secs(60));
+        let store = LocalStore::new(None);
         let key = Key::from("k");
         let three = NonZeroU32::new(3).unwrap();
         assert_eq!(store.check(&key, q, three).remaining(), 7);
@@ -201,7 +156,7 @@ mod tests {
     fn quotas_keep_separate_cells() {
         let free = Quota::per_minute(1);
         let pro = Quota::per_minute(2);
-        let store = LocalStore::new(Some(free), Duration::from_secs(60));
+        let store = LocalStore::new(Some(free));
         let key = Key::from("k");
         assert!(store.check(&key, free, one()).is_allowed());
         assert!(!store.check(&key, free, one()).is_allowed());
@@ -212,7 +167,7 @@ mod tests {
     #[test]
     fn cleanup_forgets_only_full_buckets() {
         let fast = Quota::new(1000, Duration::from_millis(10)); // 10 µs per cell
-        let store = LocalStore::new(Some(fast), Duration::from_secs(60));
+        let store = LocalStore::new(Some(fast));
         for i in 0..100u64 {
             store.check(&Key::from(i), fast, one());
         }

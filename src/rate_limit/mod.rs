@@ -122,6 +122,19 @@ impl RateLimitLayer {
         self.shared.chain.local_keys()
     }
 
+    /// The circuit breaker state of each global rule, in rule order: for
+    /// health checks and dashboards.
+    ///
+    /// ```
+    /// # use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+    /// # let layer = RateLimitLayer::builder()
+    /// #     .rule(Rule::new("a", KeyExtractor::global(), Quota::per_second(1))).build().unwrap();
+    /// assert!(layer.breakers().is_empty(), "local rules have no breaker");
+    /// ```
+    pub fn breakers(&self) -> Vec<(std::sync::Arc<str>, crate::backend::failure::BreakerState)> {
+        self.shared.chain.breakers()
+    }
+
     /// Sweeps keys whose buckets are full again now, instead of waiting for
     /// the background sweep. Dropping them changes no decision.
     pub fn cleanup(&self) {

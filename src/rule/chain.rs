@@ -1,7 +1,7 @@
 //! The compiled rule chain: evaluates rules in order, sync where it can.
 
 use std::num::NonZeroU32;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
@@ -9,7 +9,10 @@ use http::StatusCode;
 use http::request::Parts;
 
 use super::{Cost, OnMissingKey, QuotaSource, Rule, Scope};
+use crate::backend::deny_cache::DenyCache;
+use crate::backend::failure::{Admit, BreakerState, Cause, Guard};
 use crate::backend::local::LocalStore;
+use crate::backend::redis::RedisBackend;
 use crate::error::BuildError;
 use crate::key::Extracted;
 use crate::{Decision, Key, Quota, RuleDecision, Source};
@@ -24,9 +27,20 @@ pub(crate) struct ChainConfig {
 
 pub(crate) struct CompiledRule {
     rule: Rule,
-    backend: LocalStore,
+    backend: Backend,
     instances: u32,
     max_key_len: usize,
+}
+
+enum Backend {
+    Local(LocalStore),
+    Global(Global),
+}
+
+struct Global {
+    redis: RedisBackend,
+    guard: Guard,
+    denies: DenyCache,
 }
 
 /// One rule's contribution.
@@ -65,6 +79,8 @@ pub(crate) struct Suspended {
 
 pub(crate) struct Chain {
     rules: Vec<Arc<CompiledRule>>,
+    cleanup_every: Duration,
+    sweeper: OnceLock<()>,
 }
 
 impl Chain {
@@ -79,31 +95,97 @@ impl Chain {
             if !seen.insert(rule.name.clone()) {
                 return Err(BuildError::DuplicateRule(rule.name.to_string()));
             }
-            let fixed = rule.static_quota().map(|q| share(&rule, q, cfg.instances));
+            let backend = match &rule.scope {
+                Scope::Local => {
+                    Backend::Local(LocalStore::new(rule.static_quota().map(|q| share(&rule, q, cfg.instances))))
+                }
+                Scope::Global(redis) => Backend::Global(Global {
+                    redis: redis.clone(),
+                    guard: Guard::new(rule.failure, cfg.instances),
+                    denies: DenyCache::default(),
+                }),
+            };
             out.push(Arc::new(CompiledRule {
-                backend: LocalStore::new(fixed, cfg.cleanup_every),
+                backend,
                 rule,
                 instances: cfg.instances,
                 max_key_len: cfg.max_key_len,
             }));
         }
-        Ok(Self { rules: out })
+        Ok(Self {
+            rules: out,
+            cleanup_every: cfg.cleanup_every,
+            sweeper: OnceLock::new(),
+        })
+    }
+
+    /// The sweep needs a Tokio runtime, which may not exist when the layer
+    /// is built, so it starts with the first request and ends with the chain.
+    fn start_sweeper(self: &Arc<Self>) {
+        if self.sweeper.get().is_some() {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if self.sweeper.set(()).is_err() {
+            return;
+        }
+        let weak: Weak<Self> = Arc::downgrade(self);
+        let every = self.cleanup_every;
+        handle.spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let Some(chain) = weak.upgrade() else { break };
+                chain.cleanup();
+            }
+        });
+    }
+
+    /// The circuit breaker of each global rule, by rule name.
+    pub(crate) fn breakers(&self) -> Vec<(Arc<str>, BreakerState)> {
+        self.rules
+            .iter()
+            .filter_map(|r| match &r.backend {
+                Backend::Global(g) => Some((r.rule.name.clone(), g.guard.breaker_state())),
+                Backend::Local(_) => None,
+            })
+            .collect()
     }
 
     pub(crate) fn rules(&self) -> impl Iterator<Item = &Rule> {
         self.rules.iter().map(|r| &r.rule)
     }
 
+    /// Keys held in this process: local rules, fallback shares and cached denies.
     pub(crate) fn local_keys(&self) -> usize {
-        self.rules.iter().map(|r| r.backend.len()).sum()
+        self.rules
+            .iter()
+            .map(|r| match &r.backend {
+                Backend::Local(l) => l.len(),
+                Backend::Global(g) => g.guard.fallback_keys() + g.denies.len(),
+            })
+            .sum()
     }
 
     pub(crate) fn cleanup(&self) {
-        self.rules.iter().for_each(|r| r.backend.cleanup());
+        for r in &self.rules {
+            match &r.backend {
+                Backend::Local(l) => l.cleanup(),
+                Backend::Global(g) => {
+                    g.guard.cleanup();
+                    g.denies.cleanup();
+                }
+            }
+        }
     }
 
     /// Evaluates without awaiting while every step is ready.
-    pub(crate) fn evaluate(&self, parts: &Parts) -> Result<Verdict, Suspended> {
+    pub(crate) fn evaluate(self: &Arc<Self>, parts: &Parts) -> Result<Verdict, Suspended> {
+        self.start_sweeper();
         let mut decisions = Vec::with_capacity(self.rules.len());
         for (i, rule) in self.rules.iter().enumerate() {
             match rule.step(parts) {
@@ -132,10 +214,7 @@ impl Chain {
             return (parts, v);
         }
         for rule in &self.rules[s.next..] {
-            let outcome = match rule.step(&parts) {
-                Step::Done(o) => o,
-                Step::Pending(f) => f.await,
-            };
+            let outcome = rule.step(&parts).resolve().await;
             if let Some(v) = fold(&rule.rule, &mut decisions, outcome) {
                 return (parts, v);
             }
@@ -167,6 +246,17 @@ fn validate(rule: &Rule) -> Result<(), BuildError> {
         return Err(BuildError::InvalidRuleName(name.to_string()));
     }
     let rule_err = || name.to_string();
+    if let Scope::Global(_) = rule.scope {
+        if RedisBackend::validate_rule_name(name).is_err() {
+            return Err(BuildError::InvalidRuleName(name.to_string()));
+        }
+        if rule.failure.timeout.is_zero() {
+            return Err(BuildError::InvalidSetting("redis_timeout must be positive"));
+        }
+        if rule.failure.breaker.threshold() == 0 {
+            return Err(BuildError::InvalidSetting("failure_threshold must be at least 1"));
+        }
+    }
     if matches!(rule.scope, Scope::Local) && !rule.algorithm.runs_locally() {
         return Err(BuildError::AlgorithmNotLocal {
             rule: rule_err(),
@@ -224,14 +314,14 @@ impl CompiledRule {
             _ => None,
         };
         match self.rule.key.extract(parts) {
-            Extracted::Ready(Some(key)) => Step::Done(self.decide(key, quota, cost)),
+            Extracted::Ready(Some(key)) => self.decide(key, quota, cost),
             Extracted::Ready(None) => match fallback.map(|k| k.extract(parts)) {
                 None => Step::Done(self.missing()),
-                Some(Extracted::Ready(key)) => Step::Done(self.decide_or_missing(key, quota, cost)),
+                Some(Extracted::Ready(key)) => self.decide_or_skip(key, quota, cost),
                 Some(Extracted::Pending(f)) => {
                     let this = self.clone();
                     Step::Pending(Box::pin(async move {
-                        this.decide_or_missing(f.await, quota, cost)
+                        this.decide_or_skip(f.await, quota, cost).resolve().await
                     }))
                 }
             },
@@ -239,12 +329,11 @@ impl CompiledRule {
                 let this = self.clone();
                 let fallback = fallback.map(|k| k.extract(parts));
                 Step::Pending(Box::pin(async move {
-                    let key = match (f.await, fallback) {
-                        (Some(k), _) => Some(k),
-                        (None, Some(fb)) => fb.resolve().await,
-                        (None, None) => None,
-                    };
-                    this.decide_or_missing(key, quota, cost)
+                    match (f.await, fallback) {
+                        (Some(k), _) => this.decide(k, quota, cost).resolve().await,
+                        (None, Some(fb)) => this.decide_or_skip(fb.resolve().await, quota, cost).resolve().await,
+                        (None, None) => this.missing(),
+                    }
                 }))
             }
         }
@@ -257,35 +346,91 @@ impl CompiledRule {
         }
     }
 
-    fn decide_or_missing(&self, key: Option<Key>, quota: Quota, cost: NonZeroU32) -> Outcome {
+    /// A fallback key that is missing too skips the rule.
+    fn decide_or_skip(self: &Arc<Self>, key: Option<Key>, quota: Quota, cost: NonZeroU32) -> Step {
         match key {
             Some(key) => self.decide(key, quota, cost),
-            // A fallback that finds nothing skips; only a missing primary key rejects.
-            None if matches!(self.rule.on_missing, OnMissingKey::Fallback(_)) => Outcome::Skip,
-            None => self.missing(),
+            None => Step::Done(Outcome::Skip),
         }
     }
 
-    fn decide(&self, key: Key, quota: Quota, cost: NonZeroU32) -> Outcome {
-        let name = &self.rule.name;
-        let decision = if let Err(error) = quota.validate() {
-            tracing::warn!(rule = %name, %quota, %error, "request-time quota admits nothing; denying");
-            Decision::never(quota.limit(), quota.window())
-        } else {
-            self.backend
-                .check(&key.clone().bounded(self.max_key_len), quota, cost)
+    fn decide(self: &Arc<Self>, key: Key, quota: Quota, cost: NonZeroU32) -> Step {
+        if let Err(error) = quota.validate() {
+            tracing::warn!(rule = %self.rule.name, %quota, %error, "request-time quota admits nothing; denying");
+            let d = Decision::never(quota.limit(), quota.window());
+            return Step::Done(self.outcome(&key, d, self.local_source()));
+        }
+        let bounded = key.clone().bounded(self.max_key_len);
+        match &self.backend {
+            Backend::Local(store) => {
+                let d = store.check(&bounded, quota, cost);
+                Step::Done(self.outcome(&key, d, Source::Local))
+            }
+            Backend::Global(g) => {
+                if let Some(d) = g.denies.get(&bounded, quota, cost) {
+                    return Step::Done(self.outcome(&key, d, Source::Global));
+                }
+                if let Admit::Skip(_) = g.guard.admit() {
+                    let (d, source) = g.guard.fail(&self.rule.name, &bounded, quota, cost, Cause::CircuitOpen);
+                    return Step::Done(self.outcome(&key, d, source));
+                }
+                let this = self.clone();
+                Step::Pending(Box::pin(async move {
+                    let (d, source) = this.ask_redis(&bounded, quota, cost).await;
+                    this.outcome(&key, d, source)
+                }))
+            }
+        }
+    }
+
+    fn local_source(&self) -> Source {
+        match self.backend {
+            Backend::Local(_) => Source::Local,
+            Backend::Global(_) => Source::Global,
+        }
+    }
+
+    /// One Redis decision under the rule's timeout; failures go to the failure mode.
+    async fn ask_redis(&self, key: &Key, quota: Quota, cost: NonZeroU32) -> (Decision, Source) {
+        let Backend::Global(g) = &self.backend else {
+            unreachable!("only global rules ask redis")
         };
+        let name = &self.rule.name;
+        let check = g.redis.check(name, key, self.rule.algorithm, &quota, cost.get());
+        match tokio::time::timeout(g.guard.timeout(), check).await {
+            Ok(Ok(d)) => {
+                g.guard.succeeded();
+                if !d.is_allowed() {
+                    g.denies.put(key.clone(), quota, cost, &d);
+                }
+                (d, Source::Global)
+            }
+            Ok(Err(e)) => g.guard.fail(name, key, quota, cost, Cause::Error(e.to_string())),
+            Err(_) => g.guard.fail(name, key, quota, cost, Cause::Timeout(g.guard.timeout())),
+        }
+    }
+
+    fn outcome(&self, key: &Key, decision: Decision, source: Source) -> Outcome {
         let shadow = self.rule.shadow;
         if !decision.is_allowed() {
-            record_deny(name, &key, &decision, shadow);
+            record_deny(&self.rule.name, key, &decision, shadow);
         }
         Outcome::Decided(RuleDecision {
-            rule: name.clone(),
+            rule: self.rule.name.clone(),
             decision,
-            source: Source::Local,
+            source,
             shadow,
             concurrency: false,
         })
+    }
+}
+
+impl Step {
+    pub(crate) async fn resolve(self) -> Outcome {
+        match self {
+            Step::Done(o) => o,
+            Step::Pending(f) => f.await,
+        }
     }
 }
 

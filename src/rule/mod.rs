@@ -8,11 +8,14 @@ pub mod quota;
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::StatusCode;
 use http::request::Parts;
 
 use crate::Algorithm;
+use crate::backend::failure::{BreakerConfig, FailureMode};
+use crate::backend::redis::RedisBackend;
 use crate::key::KeyExtractor;
 use quota::Quota;
 
@@ -57,13 +60,59 @@ pub enum OnMissingKey {
 }
 
 /// Where a rule's counters live.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 #[non_exhaustive]
 pub enum Scope {
     /// In this process, with `governor`: fast, but each gateway instance
     /// counts on its own.
     #[default]
     Local,
+    /// In a shared Redis: every gateway instance sees the same counters.
+    /// See [`Rule::global`].
+    Global(RedisBackend),
+}
+
+impl Scope {
+    /// `local` or `global`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Local => "local",
+            Self::Global(_) => "global",
+        }
+    }
+}
+
+/// How a global rule survives a failing Redis: the mode, the time one
+/// decision may wait for Redis, and the circuit breaker.
+///
+/// ```
+/// use std::time::Duration;
+/// use keyed_rate_limit::backend::failure::FailureMode;
+/// use keyed_rate_limit::rule::FailurePolicy;
+///
+/// let p = FailurePolicy::default();
+/// assert_eq!(p.mode, FailureMode::LocalFallback);
+/// assert_eq!(p.timeout, Duration::from_millis(20));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailurePolicy {
+    /// What to decide without Redis.
+    pub mode: FailureMode,
+    /// How long one decision waits for Redis (default 20 ms).
+    pub timeout: Duration,
+    /// When to stop asking Redis, and when to try again.
+    pub breaker: BreakerConfig,
+}
+
+impl Default for FailurePolicy {
+    fn default() -> Self {
+        Self {
+            mode: FailureMode::default(),
+            // A few ms above a healthy Redis round trip, far below a client's patience.
+            timeout: Duration::from_millis(20),
+            breaker: BreakerConfig::default(),
+        }
+    }
 }
 
 /// One limit: a name, a key, a quota, a cost, an algorithm and a scope.
@@ -92,6 +141,7 @@ pub struct Rule {
     pub(crate) on_missing: OnMissingKey,
     pub(crate) shadow: bool,
     pub(crate) split_across_instances: bool,
+    pub(crate) failure: FailurePolicy,
 }
 
 impl Rule {
@@ -107,7 +157,72 @@ impl Rule {
             on_missing: OnMissingKey::default(),
             shadow: false,
             split_across_instances: false,
+            failure: FailurePolicy::default(),
         }
+    }
+
+    /// Counts in a shared Redis, so all gateway instances enforce one limit.
+    /// Every algorithm is available; decisions use Redis server time.
+    ///
+    /// ```no_run
+    /// use keyed_rate_limit::{Algorithm, Quota, Rule, backend::redis::RedisBackend, key::KeyExtractor};
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let redis = RedisBackend::builder("redis://127.0.0.1:6379").build().await?;
+    /// let rule = Rule::new("api", KeyExtractor::header("x-api-key"), Quota::per_minute(600))
+    ///     .global(redis)
+    ///     .algorithm(Algorithm::SlidingWindow);
+    /// # Ok(()) }
+    /// ```
+    pub fn global(mut self, redis: RedisBackend) -> Self {
+        self.scope = Scope::Global(redis);
+        self
+    }
+
+    /// What a global rule decides when Redis fails (default
+    /// [`FailureMode::LocalFallback`]).
+    ///
+    /// ```
+    /// # use keyed_rate_limit::{Quota, Rule, key::KeyExtractor, backend::failure::FailureMode};
+    /// let r = Rule::new("pay", KeyExtractor::global(), Quota::per_second(10)).on_redis_failure(FailureMode::FailClosed);
+    /// # let _ = r;
+    /// ```
+    pub fn on_redis_failure(mut self, mode: FailureMode) -> Self {
+        self.failure.mode = mode;
+        self
+    }
+
+    /// How long one decision waits for Redis before the failure mode
+    /// decides (default 20 ms).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use keyed_rate_limit::{Quota, Rule, key::KeyExtractor};
+    /// let r = Rule::new("r", KeyExtractor::global(), Quota::per_second(10)).redis_timeout(Duration::from_millis(5));
+    /// # let _ = r;
+    /// ```
+    pub fn redis_timeout(mut self, timeout: Duration) -> Self {
+        self.failure.timeout = timeout;
+        self
+    }
+
+    /// The circuit breaker in front of Redis (default: open after 5
+    /// consecutive failures, probe after 1 s).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use keyed_rate_limit::{Quota, Rule, key::KeyExtractor, backend::failure::BreakerConfig};
+    /// let r = Rule::new("r", KeyExtractor::global(), Quota::per_second(10))
+    ///     .circuit_breaker(BreakerConfig::default().failure_threshold(3));
+    /// # let _ = r;
+    /// ```
+    pub fn circuit_breaker(mut self, breaker: BreakerConfig) -> Self {
+        self.failure.breaker = breaker;
+        self
+    }
+
+    /// The failure policy (used by global rules only).
+    pub fn failure_policy(&self) -> &FailurePolicy {
+        &self.failure
     }
 
     /// Computes the quota per request, e.g. from a plan an auth layer put in
@@ -261,6 +376,7 @@ impl fmt::Debug for Rule {
             .field("algorithm", &self.algorithm)
             .field("scope", &self.scope)
             .field("shadow", &self.shadow)
+            .field("failure", &self.failure)
             .finish_non_exhaustive()
     }
 }

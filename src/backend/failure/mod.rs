@@ -14,6 +14,7 @@ pub use breaker::{BreakerConfig, BreakerState};
 pub(crate) use breaker::{Admit, CircuitBreaker};
 
 use crate::backend::local::LocalStore;
+use crate::rule::FailurePolicy;
 use crate::{Decision, Key, Quota, Source};
 
 /// What a global rule decides when Redis errors, times out, or its circuit
@@ -98,29 +99,28 @@ impl fmt::Display for Cause {
 /// A global rule's failure handling: the mode, the per-decision timeout,
 /// the breaker, and the local store the fallback counts in.
 pub(crate) struct Guard {
-    pub(crate) mode: FailureMode,
-    pub(crate) timeout: Duration,
+    mode: FailureMode,
+    timeout: Duration,
     breaker: CircuitBreaker,
     fallback: LocalStore,
     instances: u32,
 }
 
 impl Guard {
-    pub(crate) fn new(
-        mode: FailureMode,
-        timeout: Duration,
-        breaker: BreakerConfig,
-        instances: u32,
-        cleanup_every: Duration,
-    ) -> Self {
+    pub(crate) fn new(policy: FailurePolicy, instances: u32) -> Self {
+        // A probe is lost once its own timeout has long passed.
+        let probe_deadline = policy.timeout.saturating_mul(4).max(Duration::from_millis(50));
         Self {
-            mode,
-            timeout,
-            // A probe is lost once its own timeout has long passed.
-            breaker: CircuitBreaker::new(breaker, timeout.saturating_mul(4).max(Duration::from_millis(50))),
-            fallback: LocalStore::new(None, cleanup_every),
+            mode: policy.mode,
+            timeout: policy.timeout,
+            breaker: CircuitBreaker::new(policy.breaker, probe_deadline),
+            fallback: LocalStore::new(None),
             instances,
         }
+    }
+
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     pub(crate) fn admit(&self) -> Admit {
