@@ -27,18 +27,26 @@ fn huge() -> Quota {
 }
 
 fn key_values() -> Vec<HeaderValue> {
-    (0..KEYS).map(|i| HeaderValue::from_str(&format!("key-{i}")).unwrap()).collect()
+    (0..KEYS)
+        .map(|i| HeaderValue::from_str(&format!("key-{i}")).unwrap())
+        .collect()
 }
 
 fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group(GROUP);
-    g.measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
+    g.measurement_time(Duration::from_secs(3))
+        .warm_up_time(Duration::from_secs(1));
     let values = key_values();
-    let keys: Vec<Key> = values.iter().map(|v| Key::new(Bytes::copy_from_slice(v.as_bytes()))).collect();
+    let keys: Vec<Key> = values
+        .iter()
+        .map(|v| Key::new(Bytes::copy_from_slice(v.as_bytes())))
+        .collect();
 
     let gq = GQuota::per_second(NonZeroU32::new(1_000_000_000).unwrap());
     let raw = RateLimiter::keyed(gq);
-    g.bench_function("governor_hot", |b| b.iter(|| black_box(raw.check_key(&keys[0]).is_ok())));
+    g.bench_function("governor_hot", |b| {
+        b.iter(|| black_box(raw.check_key(&keys[0]).is_ok()))
+    });
     let raw = RateLimiter::keyed(gq);
     let mut i = 0;
     g.bench_function("governor_100k", |b| {
@@ -53,11 +61,18 @@ fn bench(c: &mut Criterion) {
     });
     let make = || {
         RateLimitLayer::builder()
-            .rule(Rule::new("bench", KeyExtractor::header("x-api-key"), huge()))
+            .rule(Rule::new(
+                "bench",
+                KeyExtractor::header("x-api-key"),
+                huge(),
+            ))
             .build()
             .unwrap()
     };
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let request = |v: &HeaderValue| {
         let mut r = Request::new(Full::<Bytes>::default());
         r.headers_mut().insert("x-api-key", v.clone());
@@ -67,7 +82,13 @@ fn bench(c: &mut Criterion) {
     // that shows what the layer itself adds.
     let mut bare = inner;
     g.bench_function("bare_service", |b| {
-        b.iter(|| black_box(rt.block_on(bare.call(request(&values[0]))).unwrap().status()))
+        b.iter(|| {
+            black_box(
+                rt.block_on(bare.call(request(&values[0])))
+                    .unwrap()
+                    .status(),
+            )
+        })
     });
     let mut svc = make().layer(inner);
     g.bench_function("layer_hot", |b| {
@@ -88,7 +109,9 @@ criterion_group!(benches, bench);
 
 fn main() {
     benches();
-    criterion::Criterion::default().configure_from_args().final_summary();
+    criterion::Criterion::default()
+        .configure_from_args()
+        .final_summary();
     support::print_ratios(
         GROUP,
         &[

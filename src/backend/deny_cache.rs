@@ -83,13 +83,24 @@ mod tests {
         let key = Key::from("k");
         let two = NonZeroU32::new(2).unwrap();
         assert!(c.get(&key, q, two).is_none());
-        let d = Decision::denied(10, q.window(), Duration::from_millis(80), Duration::from_secs(6));
+        let d = Decision::denied(
+            10,
+            q.window(),
+            Duration::from_millis(80),
+            Duration::from_secs(6),
+        );
         c.put(key.clone(), q, two, &d);
         let hit = c.get(&key, q, two).unwrap();
         assert!(!hit.is_allowed());
         assert!(hit.retry_after().unwrap() <= Duration::from_millis(80));
-        assert!(c.get(&key, q, NonZeroU32::MIN).is_none(), "a cheaper request asks Redis");
-        assert!(c.get(&key, Quota::per_minute(20), two).is_none(), "another quota asks Redis");
+        assert!(
+            c.get(&key, q, NonZeroU32::MIN).is_none(),
+            "a cheaper request asks Redis"
+        );
+        assert!(
+            c.get(&key, Quota::per_minute(20), two).is_none(),
+            "another quota asks Redis"
+        );
         std::thread::sleep(Duration::from_millis(100));
         assert!(c.get(&key, q, two).is_none());
         assert_eq!(c.len(), 0, "an expired entry is dropped on read");
@@ -99,7 +110,12 @@ mod tests {
     fn never_caches_a_deny_without_a_wait() {
         let c = DenyCache::default();
         let q = Quota::per_minute(1);
-        c.put(Key::from("k"), q, NonZeroU32::MIN, &Decision::never(1, q.window()));
+        c.put(
+            Key::from("k"),
+            q,
+            NonZeroU32::MIN,
+            &Decision::never(1, q.window()),
+        );
         assert_eq!(c.len(), 0);
     }
 }

@@ -96,9 +96,9 @@ impl Chain {
                 return Err(BuildError::DuplicateRule(rule.name.to_string()));
             }
             let backend = match &rule.scope {
-                Scope::Local => {
-                    Backend::Local(LocalStore::new(rule.static_quota().map(|q| share(&rule, q, cfg.instances))))
-                }
+                Scope::Local => Backend::Local(LocalStore::new(
+                    rule.static_quota().map(|q| share(&rule, q, cfg.instances)),
+                )),
                 Scope::Global(redis) => Backend::Global(Global {
                     redis: redis.clone(),
                     guard: Guard::new(rule.failure, cfg.instances),
@@ -254,7 +254,9 @@ fn validate(rule: &Rule) -> Result<(), BuildError> {
             return Err(BuildError::InvalidSetting("redis_timeout must be positive"));
         }
         if rule.failure.breaker.threshold() == 0 {
-            return Err(BuildError::InvalidSetting("failure_threshold must be at least 1"));
+            return Err(BuildError::InvalidSetting(
+                "failure_threshold must be at least 1",
+            ));
         }
     }
     if matches!(rule.scope, Scope::Local) && !rule.algorithm.runs_locally() {
@@ -331,7 +333,11 @@ impl CompiledRule {
                 Step::Pending(Box::pin(async move {
                     match (f.await, fallback) {
                         (Some(k), _) => this.decide(k, quota, cost).resolve().await,
-                        (None, Some(fb)) => this.decide_or_skip(fb.resolve().await, quota, cost).resolve().await,
+                        (None, Some(fb)) => {
+                            this.decide_or_skip(fb.resolve().await, quota, cost)
+                                .resolve()
+                                .await
+                        }
                         (None, None) => this.missing(),
                     }
                 }))
@@ -371,7 +377,9 @@ impl CompiledRule {
                     return Step::Done(self.outcome(&key, d, Source::Global));
                 }
                 if let Admit::Skip(_) = g.guard.admit() {
-                    let (d, source) = g.guard.fail(&self.rule.name, &bounded, quota, cost, Cause::CircuitOpen);
+                    let (d, source) =
+                        g.guard
+                            .fail(&self.rule.name, &bounded, quota, cost, Cause::CircuitOpen);
                     return Step::Done(self.outcome(&key, d, source));
                 }
                 let this = self.clone();
@@ -396,7 +404,9 @@ impl CompiledRule {
             unreachable!("only global rules ask redis")
         };
         let name = &self.rule.name;
-        let check = g.redis.check(name, key, self.rule.algorithm, &quota, cost.get());
+        let check = g
+            .redis
+            .check(name, key, self.rule.algorithm, &quota, cost.get());
         match tokio::time::timeout(g.guard.timeout(), check).await {
             Ok(Ok(d)) => {
                 g.guard.succeeded();
@@ -405,8 +415,12 @@ impl CompiledRule {
                 }
                 (d, Source::Global)
             }
-            Ok(Err(e)) => g.guard.fail(name, key, quota, cost, Cause::Error(e.to_string())),
-            Err(_) => g.guard.fail(name, key, quota, cost, Cause::Timeout(g.guard.timeout())),
+            Ok(Err(e)) => g
+                .guard
+                .fail(name, key, quota, cost, Cause::Error(e.to_string())),
+            Err(_) => g
+                .guard
+                .fail(name, key, quota, cost, Cause::Timeout(g.guard.timeout())),
         }
     }
 

@@ -1,6 +1,8 @@
 //! Shared test harness: real axum servers on ephemeral ports.
 #![allow(dead_code)]
 
+pub mod metrics;
+
 use std::net::SocketAddr;
 
 use axum::Router;

@@ -189,7 +189,10 @@ mod tests {
         assert!(!b.failure_at(t));
         assert!(b.failure_at(t));
         assert_eq!(b.state(), BreakerState::Open);
-        assert_eq!(b.admit_at(t + Duration::from_millis(400)), Admit::Skip(Duration::from_millis(600)));
+        assert_eq!(
+            b.admit_at(t + Duration::from_millis(400)),
+            Admit::Skip(Duration::from_millis(600))
+        );
     }
 
     #[test]
@@ -205,7 +208,10 @@ mod tests {
         assert!(matches!(b.admit_at(later), Admit::Skip(_)));
         // A failed probe reopens immediately.
         assert!(b.failure_at(later));
-        assert!(matches!(b.admit_at(later + Duration::from_millis(10)), Admit::Skip(_)));
+        assert!(matches!(
+            b.admit_at(later + Duration::from_millis(10)),
+            Admit::Skip(_)
+        ));
         // The next probe succeeds and closes it.
         assert_eq!(b.admit_at(later + Duration::from_secs(1)), Admit::Call);
         b.success();
@@ -223,7 +229,10 @@ mod tests {
         let probe = t + Duration::from_secs(1);
         assert_eq!(b.admit_at(probe), Admit::Call);
         // The probe's future was dropped: after the deadline another caller probes.
-        assert!(matches!(b.admit_at(probe + Duration::from_millis(50)), Admit::Skip(_)));
+        assert!(matches!(
+            b.admit_at(probe + Duration::from_millis(50)),
+            Admit::Skip(_)
+        ));
         assert_eq!(b.admit_at(probe + Duration::from_millis(150)), Admit::Call);
     }
 }

@@ -10,8 +10,8 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use breaker::{BreakerConfig, BreakerState};
 pub(crate) use breaker::{Admit, CircuitBreaker};
+pub use breaker::{BreakerConfig, BreakerState};
 
 use crate::backend::local::LocalStore;
 use crate::rule::FailurePolicy;
@@ -109,7 +109,10 @@ pub(crate) struct Guard {
 impl Guard {
     pub(crate) fn new(policy: FailurePolicy, instances: u32) -> Self {
         // A probe is lost once its own timeout has long passed.
-        let probe_deadline = policy.timeout.saturating_mul(4).max(Duration::from_millis(50));
+        let probe_deadline = policy
+            .timeout
+            .saturating_mul(4)
+            .max(Duration::from_millis(50));
         Self {
             mode: policy.mode,
             timeout: policy.timeout,
@@ -154,10 +157,13 @@ impl Guard {
     ) -> (Decision, Source) {
         if !matches!(cause, Cause::CircuitOpen) && self.breaker.failure() {
             tracing::warn!(target: "keyed_rate_limit", rule = %rule, "redis circuit breaker opened");
-            metrics::counter!("rate_limit_breaker_opened_total", "rule" => rule.clone()).increment(1);
+            metrics::counter!("rate_limit_breaker_opened_total", "rule" => rule.clone())
+                .increment(1);
         }
         let decision = match self.mode {
-            FailureMode::FailOpen => Decision::allowed(quota.limit(), quota.window(), quota.burst(), Duration::ZERO),
+            FailureMode::FailOpen => {
+                Decision::allowed(quota.limit(), quota.window(), quota.burst(), Duration::ZERO)
+            }
             FailureMode::FailClosed => {
                 let retry = match self.breaker.open_remaining() {
                     Some(wait) if !wait.is_zero() => wait,

@@ -1,0 +1,369 @@
+//! Global rules through the layer, over HTTP, against real `redis-server`
+//! processes that the tests kill, restart and pause.
+
+mod common;
+mod support;
+
+use std::time::Duration;
+
+use axum::{Extension, Router, routing::get};
+use common::metrics::{counter, counter_with, snapshotter};
+use common::{client, header, serve};
+use keyed_rate_limit::backend::failure::{BreakerConfig, BreakerState, FailureMode};
+use keyed_rate_limit::backend::redis::RedisBackend;
+use keyed_rate_limit::{
+    Algorithm, Quota, RateLimitDecision, RateLimitLayer, Rule, key::KeyExtractor,
+};
+use support::redis_server::RedisServer;
+
+/// Generous: a loaded 2-core CI box must not turn a healthy Redis into a failure.
+const HEALTHY_TIMEOUT: Duration = Duration::from_millis(500);
+
+async fn redis(server: &RedisServer, prefix: &str) -> RedisBackend {
+    RedisBackend::builder(server.url())
+        .prefix(prefix)
+        .build()
+        .await
+        .unwrap()
+}
+
+/// `GET /` answers with the source of the first rule's decision.
+fn app(layer: RateLimitLayer) -> Router {
+    Router::new()
+        .route(
+            "/",
+            get(|Extension(d): Extension<RateLimitDecision>| async move {
+                d.rules
+                    .first()
+                    .map_or("none", |r| r.source.as_str())
+                    .to_owned()
+            }),
+        )
+        .layer(layer)
+}
+
+/// Sends one request: (status, body).
+async fn hit(c: &reqwest::Client, url: &str) -> (u16, String) {
+    let res = c.get(url).send().await.unwrap();
+    (res.status().as_u16(), res.text().await.unwrap())
+}
+
+/// Polls until the rule decides through Redis again.
+async fn until_global(c: &reqwest::Client, url: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        if hit(c, url).await == (200, "global".to_owned()) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "redis never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn separate_gateways_sharing_redis_admit_the_quota_exactly() {
+    let server = RedisServer::start();
+    for algo in [
+        Algorithm::Gcra,
+        Algorithm::TokenBucket,
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+    ] {
+        let prefix = format!("exact-{algo}");
+        let mut urls = Vec::new();
+        for _ in 0..3 {
+            let layer = RateLimitLayer::builder()
+                .rule(
+                    Rule::new("shared", KeyExtractor::global(), Quota::per_hour(20))
+                        .global(redis(&server, &prefix).await)
+                        .algorithm(algo)
+                        .redis_timeout(HEALTHY_TIMEOUT),
+                )
+                .build()
+                .unwrap();
+            urls.push(serve(app(layer)).await);
+        }
+        let c = client();
+        let mut tasks = Vec::new();
+        for i in 0..60 {
+            let (c, url) = (c.clone(), urls[i % 3].clone());
+            tasks.push(tokio::spawn(async move { hit(&c, &url).await }));
+        }
+        let mut admitted = 0;
+        for t in tasks {
+            let (status, body) = t.await.unwrap();
+            if status == 200 {
+                assert_eq!(body, "global");
+                admitted += 1;
+            } else {
+                assert_eq!(status, 429);
+            }
+        }
+        assert_eq!(
+            admitted, 20,
+            "{algo}: 3 gateways together admit the quota, no more"
+        );
+    }
+}
+
+#[tokio::test]
+async fn headers_come_from_the_script() {
+    let server = RedisServer::start();
+    let layer = RateLimitLayer::builder()
+        .rule(
+            Rule::new(
+                "api",
+                KeyExtractor::header("x-api-key"),
+                Quota::new(5, Duration::from_secs(10)),
+            )
+            .global(redis(&server, "hdr").await)
+            .redis_timeout(HEALTHY_TIMEOUT),
+        )
+        .build()
+        .unwrap();
+    let url = serve(app(layer)).await;
+    let c = client();
+    for left in (0..5).rev() {
+        let res = c.get(&url).header("x-api-key", "k").send().await.unwrap();
+        assert_eq!(res.status(), 200);
+        assert_eq!(
+            header(&res, "ratelimit-policy").unwrap(),
+            r#""api";q=5;w=10"#
+        );
+        assert_eq!(
+            header(&res, "ratelimit").unwrap(),
+            format!(r#""api";r={left};t={}"#, 2 * (5 - left))
+        );
+    }
+    let res = c.get(&url).header("x-api-key", "k").send().await.unwrap();
+    assert_eq!(res.status(), 429);
+    assert_eq!(header(&res, "retry-after").unwrap(), "2");
+}
+
+fn layer_with(
+    server_backend: RedisBackend,
+    rule: &str,
+    mode: FailureMode,
+    quota: Quota,
+) -> RateLimitLayer {
+    RateLimitLayer::builder()
+        .rule(
+            Rule::new(rule, KeyExtractor::global(), quota)
+                .global(server_backend)
+                .on_redis_failure(mode)
+                .redis_timeout(HEALTHY_TIMEOUT)
+                .circuit_breaker(BreakerConfig::default().open_for(Duration::from_millis(200))),
+        )
+        .instances(2)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn killed_redis_fails_open_loudly() {
+    snapshotter(); // installed before anything is counted
+    let mut server = RedisServer::start();
+    let url = serve(app(layer_with(
+        redis(&server, "open").await,
+        "kill-open",
+        FailureMode::FailOpen,
+        Quota::per_hour(2),
+    )))
+    .await;
+    let c = client();
+    assert_eq!(hit(&c, &url).await, (200, "global".into()));
+    server.kill();
+    for _ in 0..5 {
+        let res = c.get(&url).send().await.unwrap();
+        assert_eq!(res.status(), 200, "fail-open lets everything through");
+        assert!(
+            res.headers().get("ratelimit").is_none(),
+            "no made-up numbers"
+        );
+        assert_eq!(res.text().await.unwrap(), "fail_open");
+    }
+    assert_eq!(
+        counter("rate_limit_decisions_total", "kill-open", "fail_open"),
+        5
+    );
+    assert!(counter("rate_limit_breaker_opened_total", "kill-open", "") >= 1);
+}
+
+#[tokio::test]
+async fn killed_redis_fails_closed_with_429_not_503() {
+    snapshotter(); // installed before anything is counted
+    let mut server = RedisServer::start();
+    let url = serve(app(layer_with(
+        redis(&server, "closed").await,
+        "kill-closed",
+        FailureMode::FailClosed,
+        Quota::per_hour(100),
+    )))
+    .await;
+    let c = client();
+    assert_eq!(hit(&c, &url).await, (200, "global".into()));
+    server.kill();
+    for _ in 0..3 {
+        let res = c.get(&url).send().await.unwrap();
+        assert_eq!(res.status(), 429);
+        let wait: u64 = header(&res, "retry-after").unwrap().parse().unwrap();
+        assert!(wait >= 1);
+    }
+    assert_eq!(
+        counter("rate_limit_decisions_total", "kill-closed", "fail_closed"),
+        3
+    );
+}
+
+#[tokio::test]
+async fn killed_redis_falls_back_to_the_local_share() {
+    let mut server = RedisServer::start();
+    // 10 per hour over 2 instances: each may admit 5 on its own.
+    let url = serve(app(layer_with(
+        redis(&server, "fb").await,
+        "kill-fallback",
+        FailureMode::LocalFallback,
+        Quota::per_hour(10),
+    )))
+    .await;
+    let c = client();
+    assert_eq!(hit(&c, &url).await, (200, "global".into()));
+    server.kill();
+    let mut got = Vec::new();
+    for _ in 0..7 {
+        got.push(hit(&c, &url).await.0);
+    }
+    assert_eq!(got, [200, 200, 200, 200, 200, 429, 429]);
+    assert_eq!(
+        counter(
+            "rate_limit_decisions_total",
+            "kill-fallback",
+            "local_fallback"
+        ),
+        7
+    );
+}
+
+#[tokio::test]
+async fn restarted_redis_recovers_and_reloads_its_scripts() {
+    let mut server = RedisServer::start();
+    let layer = layer_with(
+        redis(&server, "restart").await,
+        "restart",
+        FailureMode::FailOpen,
+        Quota::per_hour(1000),
+    );
+    let url = serve(app(layer.clone())).await;
+    let c = client();
+    assert_eq!(hit(&c, &url).await, (200, "global".into()));
+    server.restart(); // empty: the scripts are gone
+    until_global(&c, &url).await;
+    assert_eq!(layer.breakers()[0].1, BreakerState::Closed);
+    let mut conn = server.connection().unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("restart:*")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(
+        keys.len(),
+        1,
+        "the new server holds the rule's state: {keys:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_stalled_redis_times_out_and_the_breaker_opens_then_closes() {
+    snapshotter();
+    let server = RedisServer::start();
+    let layer = RateLimitLayer::builder()
+        .rule(
+            Rule::new("stall", KeyExtractor::global(), Quota::per_hour(1000))
+                .global(redis(&server, "stall").await)
+                .on_redis_failure(FailureMode::FailOpen)
+                .redis_timeout(Duration::from_millis(100))
+                .circuit_breaker(
+                    BreakerConfig::default()
+                        .failure_threshold(3)
+                        .open_for(Duration::from_millis(300)),
+                ),
+        )
+        .build()
+        .unwrap();
+    let url = serve(app(layer.clone())).await;
+    let c = client();
+    assert_eq!(hit(&c, &url).await, (200, "global".into()));
+    assert_eq!(layer.breakers()[0].1, BreakerState::Closed);
+
+    server.pause(); // connections stay open, nothing answers
+    for _ in 0..3 {
+        assert_eq!(hit(&c, &url).await, (200, "fail_open".into()));
+    }
+    assert_eq!(
+        layer.breakers()[0].1,
+        BreakerState::Open,
+        "3 timeouts open the breaker"
+    );
+    // While open, requests skip Redis entirely.
+    assert_eq!(hit(&c, &url).await, (200, "fail_open".into()));
+    let snapshot_cause = |cause: &str| {
+        counter_with(
+            "rate_limit_decisions_total",
+            &[("rule", "stall"), ("cause", cause)],
+        )
+    };
+    assert_eq!(snapshot_cause("timeout"), 3);
+    assert!(snapshot_cause("circuit_open") >= 1);
+
+    server.resume();
+    until_global(&c, &url).await;
+    assert_eq!(
+        layer.breakers()[0].1,
+        BreakerState::Closed,
+        "a successful probe closes it"
+    );
+}
+
+#[tokio::test]
+async fn an_abusive_key_is_answered_from_the_deny_cache() {
+    let server = RedisServer::start();
+    let layer = RateLimitLayer::builder()
+        .rule(
+            Rule::new("abuse", KeyExtractor::global(), Quota::per_hour(5))
+                .global(redis(&server, "abuse").await)
+                .redis_timeout(HEALTHY_TIMEOUT),
+        )
+        .build()
+        .unwrap();
+    let url = serve(app(layer)).await;
+    let c = client();
+    let calls = || -> u64 {
+        let mut conn = server.connection().unwrap();
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut conn)
+            .unwrap();
+        info.lines()
+            .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+            .filter_map(|l| {
+                l.split("calls=")
+                    .nth(1)?
+                    .split(',')
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum()
+    };
+    // The first call loads the script (a NOSCRIPT round trip); count after it.
+    let mut statuses = vec![hit(&c, &url).await.0];
+    let before = calls();
+    for _ in 0..99 {
+        statuses.push(hit(&c, &url).await.0);
+    }
+    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 5);
+    // 4 more admits and the first deny asked Redis; the other 94 denies did not.
+    assert_eq!(calls() - before, 5);
+}
