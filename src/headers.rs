@@ -87,14 +87,12 @@ impl HeaderStyle {
                 let name = sf_string(&d.rule);
                 let dec = &d.decision;
                 use std::fmt::Write;
-                let _ = write!(
-                    policy,
-                    "{name};q={};w={}",
-                    dec.limit(),
-                    ceil_secs(dec.window()).max(1)
-                );
+                let _ = write!(policy, "{name};q={}", dec.limit());
                 if d.concurrency {
+                    // A count of requests in flight has no window, and `w` is optional.
                     policy.push_str(";qu=\"concurrent-requests\"");
+                } else {
+                    let _ = write!(policy, ";w={}", ceil_secs(dec.window()).max(1));
                 }
                 let _ = write!(
                     state,
