@@ -215,6 +215,19 @@ mod tests {
     }
 
     #[test]
+    fn concurrency_policy_has_a_unit_and_no_window() {
+        let mut d = rd(
+            "exports",
+            Decision::allowed(2, Duration::from_secs(1), 1, Duration::ZERO),
+        );
+        d.concurrency = true;
+        let mut out = Vec::new();
+        HeaderStyle::Draft.render(&[d], &mut out);
+        assert_eq!(out[0].1, r#""exports";q=2;qu="concurrent-requests""#);
+        assert_eq!(out[1].1, r#""exports";r=1;t=0"#);
+    }
+
+    #[test]
     fn nothing_for_none_or_only_shadow() {
         let w = Duration::from_secs(1);
         let mut out = Vec::new();

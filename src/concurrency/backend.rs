@@ -8,7 +8,9 @@ use crate::Key;
 
 /// The store of in-flight counts. An enum rather than a trait object so the
 /// hot path is a plain match; a Redis lease backend (`lease.lua`) becomes a
-/// second variant whose acquire is async, like the rule chain's pending steps.
+/// second variant whose acquire is async (sorted-set leases with a TTL on
+/// Redis TIME, see `lease.lua` beside this file), like the rule chain's
+/// pending steps.
 #[derive(Clone)]
 pub(crate) enum Backend {
     Local(Arc<LocalSlots>),
