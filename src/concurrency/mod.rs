@@ -360,7 +360,7 @@ impl ConcurrencyLimitBuilder {
     }
 
     /// Builds the body of HTTP refusals (default:
-    /// [`problem_json`](crate::response::problem_json)); see
+    /// [`problem_json`]); see
     /// [`RateLimitBuilder::deny_response`](crate::RateLimitBuilder::deny_response).
     ///
     /// ```
