@@ -92,14 +92,12 @@ impl HeaderStyle {
                 let name = sf_string(&d.rule);
                 let dec = &d.decision;
                 use std::fmt::Write;
-                let _ = write!(
-                    policy,
-                    "{name};q={};w={}",
-                    dec.limit(),
-                    ceil_secs(dec.window()).max(1)
-                );
+                let _ = write!(policy, "{name};q={}", dec.limit());
                 if d.concurrency {
+                    // A count of requests in flight has no window, and `w` is optional.
                     policy.push_str(";qu=\"concurrent-requests\"");
+                } else {
+                    let _ = write!(policy, ";w={}", ceil_secs(dec.window()).max(1));
                 }
                 let _ = write!(
                     state,
@@ -219,6 +217,19 @@ mod tests {
         assert_eq!(get(&X_RATELIMIT_REMAINING), "9");
         assert_eq!(get(&X_RATELIMIT_LIMIT), "10");
         assert_eq!(get(&X_RATELIMIT_RESET), "0");
+    }
+
+    #[test]
+    fn concurrency_policy_has_a_unit_and_no_window() {
+        let mut d = rd(
+            "exports",
+            Decision::allowed(2, Duration::from_secs(1), 1, Duration::ZERO),
+        );
+        d.concurrency = true;
+        let mut out = Vec::new();
+        HeaderStyle::Draft.render(&[d], &mut out);
+        assert_eq!(out[0].1, r#""exports";q=2;qu="concurrent-requests""#);
+        assert_eq!(out[1].1, r#""exports";r=1;t=0"#);
     }
 
     #[test]

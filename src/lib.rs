@@ -3,6 +3,7 @@
 
 pub mod algorithm;
 pub mod backend;
+pub mod concurrency;
 pub mod decision;
 pub mod error;
 pub mod headers;
@@ -12,6 +13,7 @@ pub mod response;
 pub mod rule;
 
 pub use algorithm::Algorithm;
+pub use concurrency::{ConcurrencyLimitLayer, ConcurrencyLimitService};
 pub use decision::{Decision, RateLimitDecision, RuleDecision, Source};
 pub use headers::HeaderStyle;
 pub use key::Key;

@@ -240,9 +240,14 @@ fn fold(rule: &Rule, decisions: &mut Vec<RuleDecision>, outcome: Outcome) -> Opt
     }
 }
 
+/// Names are sent in headers: non-empty printable ASCII.
+pub(crate) fn valid_name(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| (0x20..0x7f).contains(&b))
+}
+
 fn validate(rule: &Rule) -> Result<(), BuildError> {
     let name = &rule.name;
-    if name.is_empty() || !name.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+    if !valid_name(name) {
         return Err(BuildError::InvalidRuleName(name.to_string()));
     }
     let rule_err = || name.to_string();

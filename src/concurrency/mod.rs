@@ -1,0 +1,470 @@
+//! Per-key concurrency limits: at most N requests in flight per key, e.g.
+//! two concurrent exports per account (Stripe's "concurrent requests
+//! limiter", next to the rate limiter).
+//!
+//! A request holds its slot from admission until its response body ends or
+//! is dropped (client gone, connection reset), not merely until the headers
+//! are sent, so a long download counts as in flight. A refusal is a 429 with
+//! `Retry-After` (gRPC: `RESOURCE_EXHAUSTED` with `grpc-retry-pushback-ms`),
+//! the same shape as the rate limiter's, and `RateLimit-Policy` carries
+//! `qu="concurrent-requests"`.
+//!
+//! ```
+//! use axum::{routing::post, Router};
+//! use keyed_rate_limit::{concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
+//!
+//! let exports = ConcurrencyLimitLayer::builder("exports", KeyExtractor::header("x-account"), 2).build()?;
+//! let app: Router = Router::new()
+//!     .route("/exports", post(|| async { "started" }))
+//!     .layer(exports);
+//! # Ok::<(), keyed_rate_limit::error::BuildError>(())
+//! ```
+
+mod backend;
+mod body;
+mod future;
+mod service;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
+use http::header::{HeaderName, HeaderValue};
+use http::request::Parts;
+use http::{Response, StatusCode};
+use http_body_util::Full;
+use tower::Layer;
+
+pub use body::ResponseBody;
+pub use future::ResponseFuture;
+pub use service::ConcurrencyLimitService;
+
+use crate::error::BuildError;
+use crate::headers::HeaderStyle;
+use crate::key::{Extracted, KeyExtractor};
+use crate::response::{Denied, DenyFn, problem_json, refusal};
+use crate::rule::OnMissingKey;
+use crate::rule::chain::{record_deny, valid_name};
+use crate::{Decision, Key, RateLimitDecision, RuleDecision, Source};
+use backend::{Backend, Permit};
+
+type Headers = Vec<(HeaderName, HeaderValue)>;
+
+/// Limits how many requests per key are in flight at once.
+///
+/// Built with [`ConcurrencyLimitLayer::builder`]; cheap to clone, and every
+/// service it makes shares the same counts. Combine it with a
+/// [`RateLimitLayer`](crate::RateLimitLayer) to bound both the rate and the
+/// parallelism of expensive endpoints.
+///
+/// ```
+/// use std::time::Duration;
+/// use keyed_rate_limit::{Key, concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
+///
+/// let layer = ConcurrencyLimitLayer::builder("exports", KeyExtractor::header("x-account"), 2)
+///     .retry_after(Duration::from_secs(5))
+///     .build()?;
+/// assert_eq!(layer.max_in_flight(), 2);
+/// assert_eq!(layer.in_flight(&Key::from("acct_1")), 0);
+/// # Ok::<(), keyed_rate_limit::error::BuildError>(())
+/// ```
+#[derive(Clone)]
+pub struct ConcurrencyLimitLayer {
+    shared: Arc<Shared>,
+}
+
+pub(crate) struct Shared {
+    name: Arc<str>,
+    key: KeyExtractor,
+    limit: u32,
+    on_missing: OnMissingKey,
+    retry_after: Duration,
+    max_key_len: usize,
+    headers: HeaderStyle,
+    deny: Arc<DenyFn>,
+    backend: Backend,
+}
+
+/// The key a request counts against, once extractors have run.
+pub(crate) enum Found {
+    Key(Key),
+    /// The primary extractor found nothing and there is no fallback.
+    Missing,
+    /// The fallback found nothing either: the limit does not apply.
+    Skip,
+}
+
+pub(crate) enum Lookup {
+    Ready(Found),
+    Pending(BoxFuture<'static, Found>),
+}
+
+/// What happens next to a request.
+pub(crate) enum Admission {
+    Go(Headers, Option<Permit>),
+    Stop(Response<Full<Bytes>>),
+}
+
+impl Shared {
+    pub(crate) fn lookup(&self, parts: &Parts) -> Lookup {
+        let fallback = match &self.on_missing {
+            OnMissingKey::Fallback(k) => Some(k),
+            _ => None,
+        };
+        let found = |key: Option<Key>, fell_back: bool| match key {
+            Some(k) => Found::Key(k),
+            None if fell_back => Found::Skip,
+            None => Found::Missing,
+        };
+        match self.key.extract(parts) {
+            Extracted::Ready(Some(k)) => Lookup::Ready(Found::Key(k)),
+            Extracted::Ready(None) => match fallback.map(|f| f.extract(parts)) {
+                None => Lookup::Ready(Found::Missing),
+                Some(Extracted::Ready(k)) => Lookup::Ready(found(k, true)),
+                Some(Extracted::Pending(f)) => {
+                    Lookup::Pending(Box::pin(async move { found(f.await, true) }))
+                }
+            },
+            Extracted::Pending(f) => {
+                let fallback = fallback.map(|k| k.extract(parts));
+                Lookup::Pending(Box::pin(async move {
+                    match (f.await, fallback) {
+                        (Some(k), _) => Found::Key(k),
+                        (None, Some(fb)) => found(fb.resolve().await, true),
+                        (None, None) => Found::Missing,
+                    }
+                }))
+            }
+        }
+    }
+
+    /// Takes a slot or builds the refusal; an admitted request's decision
+    /// joins the rate limiter's in the extensions.
+    pub(crate) fn admit(&self, parts: &mut Parts, found: Found, grpc: bool) -> Admission {
+        let key = match found {
+            Found::Key(k) => k,
+            Found::Skip => return Admission::Go(Vec::new(), None),
+            Found::Missing => match self.on_missing {
+                OnMissingKey::Reject(status) => {
+                    let denied = Denied {
+                        rule: self.name.clone(),
+                        retry_after: None,
+                        status,
+                    };
+                    return Admission::Stop(refusal(&*self.deny, &denied, grpc, Vec::new()));
+                }
+                _ => return Admission::Go(Vec::new(), None),
+            },
+        };
+        let mut headers = Vec::new();
+        let bounded = key.clone().bounded(self.max_key_len);
+        match self.backend.try_acquire(bounded, self.limit) {
+            Ok((permit, held)) => {
+                let decision = Decision::allowed(
+                    self.limit,
+                    self.retry_after,
+                    self.limit - held,
+                    Duration::ZERO,
+                );
+                let rule = self.rule_decision(decision);
+                self.headers
+                    .render(std::slice::from_ref(&rule), &mut headers);
+                match parts.extensions.get_mut::<RateLimitDecision>() {
+                    Some(d) => d.rules.push(rule),
+                    None => {
+                        parts
+                            .extensions
+                            .insert(RateLimitDecision { rules: vec![rule] });
+                    }
+                }
+                Admission::Go(headers, Some(permit))
+            }
+            Err(_held) => {
+                let decision = Decision::denied(
+                    self.limit,
+                    self.retry_after,
+                    self.retry_after,
+                    self.retry_after,
+                );
+                record_deny(&self.name, &key, &decision, false);
+                self.headers
+                    .render(&[self.rule_decision(decision)], &mut headers);
+                let denied = Denied {
+                    rule: self.name.clone(),
+                    retry_after: Some(self.retry_after),
+                    status: StatusCode::TOO_MANY_REQUESTS,
+                };
+                Admission::Stop(refusal(&*self.deny, &denied, grpc, headers))
+            }
+        }
+    }
+
+    fn rule_decision(&self, decision: Decision) -> RuleDecision {
+        RuleDecision {
+            rule: self.name.clone(),
+            decision,
+            source: Source::Local,
+            shadow: false,
+            concurrency: true,
+        }
+    }
+}
+
+impl ConcurrencyLimitLayer {
+    /// Starts a builder for a limit named `name` (it labels headers, logs and
+    /// metrics) of `max_in_flight` requests per key found by `key`.
+    ///
+    /// ```
+    /// use keyed_rate_limit::{concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
+    /// let err = ConcurrencyLimitLayer::builder("exports", KeyExtractor::global(), 0).build();
+    /// assert!(err.is_err(), "a limit of zero admits nothing");
+    /// ```
+    pub fn builder(
+        name: impl Into<Arc<str>>,
+        key: KeyExtractor,
+        max_in_flight: u32,
+    ) -> ConcurrencyLimitBuilder {
+        ConcurrencyLimitBuilder {
+            name: name.into(),
+            key,
+            limit: max_in_flight,
+            on_missing: OnMissingKey::default(),
+            retry_after: Duration::from_secs(1),
+            max_key_len: 256,
+            headers: HeaderStyle::default(),
+            deny: Arc::new(problem_json),
+        }
+    }
+
+    /// The limit's name.
+    ///
+    /// ```
+    /// # use keyed_rate_limit::{concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
+    /// let l = ConcurrencyLimitLayer::builder("exports", KeyExtractor::global(), 1).build().unwrap();
+    /// assert_eq!(l.name(), "exports");
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// The most requests one key may have in flight.
+    ///
+    /// ```
+    /// # use keyed_rate_limit::{concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
+    /// let l = ConcurrencyLimitLayer::builder("exports", KeyExtractor::global(), 3).build().unwrap();
+    /// assert_eq!(l.max_in_flight(), 3);
+    /// ```
+    pub fn max_in_flight(&self) -> u32 {
+        self.shared.limit
+    }
+
+    /// How many requests `key` has in flight now (keys longer than
+    /// [`max_key_len`](ConcurrencyLimitBuilder::max_key_len) are looked up
+    /// by their hash, as the layer stores them).
+    ///
+    /// ```
+    /// # use keyed_rate_limit::{Key, concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
+    /// let l = ConcurrencyLimitLayer::builder("exports", KeyExtractor::global(), 3).build().unwrap();
+    /// assert_eq!(l.in_flight(&Key::from("*")), 0);
+    /// ```
+    pub fn in_flight(&self, key: &Key) -> u32 {
+        let key = key.clone().bounded(self.shared.max_key_len);
+        self.shared.backend.in_flight(&key)
+    }
+
+    /// How many keys the local backend holds now: only keys with a request
+    /// in flight are kept, so this is a gauge for memory.
+    ///
+    /// ```
+    /// # use keyed_rate_limit::{concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
+    /// let l = ConcurrencyLimitLayer::builder("exports", KeyExtractor::global(), 3).build().unwrap();
+    /// assert_eq!(l.local_keys(), 0);
+    /// ```
+    pub fn local_keys(&self) -> usize {
+        self.shared.backend.keys()
+    }
+}
+
+impl<S> Layer<S> for ConcurrencyLimitLayer {
+    type Service = ConcurrencyLimitService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        ConcurrencyLimitService::new(inner, self.shared.clone())
+    }
+}
+
+impl std::fmt::Debug for ConcurrencyLimitLayer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConcurrencyLimitLayer")
+            .field("name", &self.shared.name)
+            .field("key", &self.shared.key)
+            .field("max_in_flight", &self.shared.limit)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Configures a [`ConcurrencyLimitLayer`]; [`build`](Self::build) checks everything.
+///
+/// ```
+/// use std::time::Duration;
+/// use http::StatusCode;
+/// use keyed_rate_limit::{HeaderStyle, concurrency::ConcurrencyLimitLayer, key::KeyExtractor, rule::OnMissingKey};
+///
+/// let layer = ConcurrencyLimitLayer::builder("exports", KeyExtractor::header("x-account"), 2)
+///     .on_missing_key(OnMissingKey::Reject(StatusCode::UNAUTHORIZED))
+///     .retry_after(Duration::from_secs(10))
+///     .headers(HeaderStyle::Both)
+///     .max_key_len(128)
+///     .build()?;
+/// # Ok::<(), keyed_rate_limit::error::BuildError>(())
+/// ```
+pub struct ConcurrencyLimitBuilder {
+    name: Arc<str>,
+    key: KeyExtractor,
+    limit: u32,
+    on_missing: OnMissingKey,
+    retry_after: Duration,
+    max_key_len: usize,
+    headers: HeaderStyle,
+    deny: Arc<DenyFn>,
+}
+
+impl ConcurrencyLimitBuilder {
+    /// What to do when the key extractor finds no key (default: the limit
+    /// does not apply).
+    pub fn on_missing_key(mut self, policy: OnMissingKey) -> Self {
+        self.on_missing = policy;
+        self
+    }
+
+    /// The wait a refused client is told to observe before retrying
+    /// (default 1 s): nobody knows when an in-flight request will end, so
+    /// this is a hint, sent as `Retry-After` and `grpc-retry-pushback-ms`.
+    pub fn retry_after(mut self, wait: Duration) -> Self {
+        self.retry_after = wait;
+        self
+    }
+
+    /// Longest key kept as is (default 256 bytes); longer keys are replaced
+    /// by their SHA-256.
+    pub fn max_key_len(mut self, bytes: usize) -> Self {
+        self.max_key_len = bytes;
+        self
+    }
+
+    /// Which rate-limit headers to send (default [`HeaderStyle::Draft`]).
+    pub fn headers(mut self, style: HeaderStyle) -> Self {
+        self.headers = style;
+        self
+    }
+
+    /// Builds the body of HTTP refusals (default:
+    /// [`problem_json`]); see
+    /// [`RateLimitBuilder::deny_response`](crate::RateLimitBuilder::deny_response).
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use keyed_rate_limit::{concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
+    ///
+    /// let layer = ConcurrencyLimitLayer::builder("exports", KeyExtractor::global(), 1)
+    ///     .deny_response(|d| http::Response::new(Bytes::from(format!("busy: {}", d.rule()))))
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = layer;
+    /// ```
+    pub fn deny_response<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&Denied) -> Response<Bytes> + Send + Sync + 'static,
+    {
+        self.deny = Arc::new(f);
+        self
+    }
+
+    /// Checks the configuration and builds the layer.
+    ///
+    /// # Errors
+    ///
+    /// An invalid name, a limit of zero, a zero `retry_after` or a
+    /// `max_key_len` below 16; see [`BuildError`].
+    pub fn build(self) -> Result<ConcurrencyLimitLayer, BuildError> {
+        if !valid_name(&self.name) {
+            return Err(BuildError::InvalidRuleName(self.name.to_string()));
+        }
+        if self.limit == 0 {
+            return Err(BuildError::InvalidSetting(
+                "max_in_flight must be at least 1",
+            ));
+        }
+        if self.retry_after.is_zero() {
+            return Err(BuildError::InvalidSetting("retry_after must be positive"));
+        }
+        if self.max_key_len < 16 {
+            return Err(BuildError::InvalidSetting(
+                "max_key_len must be at least 16 bytes",
+            ));
+        }
+        Ok(ConcurrencyLimitLayer {
+            shared: Arc::new(Shared {
+                name: self.name,
+                key: self.key,
+                limit: self.limit,
+                on_missing: self.on_missing,
+                retry_after: self.retry_after,
+                max_key_len: self.max_key_len,
+                headers: self.headers,
+                deny: self.deny,
+                backend: Backend::local(),
+            }),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::Empty;
+    use tower::{Service, ServiceExt};
+
+    #[tokio::test]
+    async fn grpc_refusal_is_resource_exhausted_with_pushback() {
+        let layer = ConcurrencyLimitLayer::builder("streams", KeyExtractor::global(), 1)
+            .retry_after(Duration::from_millis(2500))
+            .build()
+            .unwrap();
+        let mut svc = layer.layer(tower::service_fn(|_req: http::Request<()>| async {
+            Ok::<_, std::convert::Infallible>(Response::new(Empty::<Bytes>::new()))
+        }));
+        let grpc = || {
+            http::Request::builder()
+                .header("content-type", "application/grpc")
+                .body(())
+                .unwrap()
+        };
+        // The first response's body is kept unread: it holds the slot.
+        let held = svc.ready().await.unwrap().call(grpc()).await.unwrap();
+        let res = svc.ready().await.unwrap().call(grpc()).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(res.headers()["grpc-status"], "8");
+        assert_eq!(res.headers()["grpc-retry-pushback-ms"], "2500");
+        assert_eq!(res.headers()["retry-after"], "3");
+        assert_eq!(
+            res.headers()["grpc-message"],
+            "rate limit \"streams\" exceeded"
+        );
+        drop(held);
+        assert_eq!(layer.in_flight(&Key::from("*")), 0);
+    }
+
+    #[test]
+    fn build_checks_settings() {
+        let b = || ConcurrencyLimitLayer::builder("x", KeyExtractor::global(), 1);
+        assert!(matches!(
+            ConcurrencyLimitLayer::builder("", KeyExtractor::global(), 1).build(),
+            Err(BuildError::InvalidRuleName(_))
+        ));
+        assert!(b().retry_after(Duration::ZERO).build().is_err());
+        assert!(b().max_key_len(8).build().is_err());
+        assert!(b().build().is_ok());
+    }
+}

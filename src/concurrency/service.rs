@@ -1,0 +1,108 @@
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{Request, Response};
+use tower::Service;
+
+use super::body::ResponseBody;
+use super::future::ResponseFuture;
+use super::{Admission, Lookup, Shared};
+use crate::response::is_grpc;
+
+/// The middleware [`ConcurrencyLimitLayer`](super::ConcurrencyLimitLayer)
+/// wraps a service with.
+///
+/// ```
+/// use keyed_rate_limit::{concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
+/// use tower::Layer;
+///
+/// let layer = ConcurrencyLimitLayer::builder("exports", KeyExtractor::global(), 2).build()?;
+/// let svc = layer.layer(tower::service_fn(|_req: http::Request<()>| async {
+///     Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Empty::<bytes::Bytes>::new()))
+/// }));
+/// let _clone = svc.clone(); // clones share the same counts
+/// # Ok::<(), keyed_rate_limit::error::BuildError>(())
+/// ```
+pub struct ConcurrencyLimitService<S> {
+    inner: S,
+    shared: Arc<Shared>,
+}
+
+impl<S> ConcurrencyLimitService<S> {
+    pub(crate) fn new(inner: S, shared: Arc<Shared>) -> Self {
+        Self { inner, shared }
+    }
+
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The wrapped service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: Clone> Clone for ConcurrencyLimitService<S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<S: std::fmt::Debug> std::fmt::Debug for ConcurrencyLimitService<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConcurrencyLimitService")
+            .field("inner", &self.inner)
+            .field("rule", &self.shared.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for ConcurrencyLimitService<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    ReqBody: Send + 'static,
+{
+    type Response = Response<ResponseBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, ReqBody>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // No slot is taken here: a slot held across an unready inner
+        // service would block the key for requests never sent.
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        let (mut parts, body) = req.into_parts();
+        let grpc = is_grpc(&parts.headers);
+        match self.shared.lookup(&parts) {
+            Lookup::Ready(found) => match self.shared.admit(&mut parts, found, grpc) {
+                Admission::Go(headers, permit) => {
+                    let fut = self.inner.call(Request::from_parts(parts, body));
+                    ResponseFuture::calling(fut, headers, permit)
+                }
+                Admission::Stop(res) => ResponseFuture::refused(res),
+            },
+            Lookup::Pending(find) => {
+                // Take the readied service and leave a clone, as tower prescribes.
+                let clone = self.inner.clone();
+                let inner = std::mem::replace(&mut self.inner, clone);
+                let find = Box::pin(async move {
+                    let found = find.await;
+                    (parts, found)
+                });
+                ResponseFuture::finding(find, inner, body, self.shared.clone(), grpc)
+            }
+        }
+    }
+}

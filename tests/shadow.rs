@@ -1,0 +1,152 @@
+//! Shadow rules over a real server: evaluated, logged and counted, never
+//! enforced nor shown. The metrics recorder and tracing subscriber are
+//! global, so this file holds a single test.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use axum::routing::get;
+use axum::{Extension, Router};
+use keyed_rate_limit::{Key, Quota, RateLimitDecision, RateLimitLayer, Rule, key::KeyExtractor};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+use tracing::field::{Field, Visit};
+use tracing_subscriber::layer::{Context, SubscriberExt};
+
+const API_KEY: &str = "secret-key-123";
+
+type Events = Arc<Mutex<Vec<HashMap<String, String>>>>;
+
+/// Keeps every event of this crate as its fields, rendered.
+struct Capture(Events);
+
+struct Fields<'a>(&'a mut HashMap<String, String>);
+
+impl Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(field.name().to_owned(), format!("{value:?}"));
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Capture {
+    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+        if event.metadata().target() != "keyed_rate_limit" {
+            return;
+        }
+        let mut fields = HashMap::new();
+        event.record(&mut Fields(&mut fields));
+        self.0.lock().unwrap().push(fields);
+    }
+}
+
+/// The handler reports what the shadow rule decided.
+async fn handler(Extension(d): Extension<RateLimitDecision>) -> String {
+    let trial = d.rules.iter().find(|r| &*r.rule == "trial").unwrap();
+    format!(
+        "shadow={} allowed={}",
+        trial.shadow,
+        trial.decision.is_allowed()
+    )
+}
+
+#[tokio::test]
+async fn shadow_rules_let_everything_through_and_are_recorded() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    recorder.install().unwrap();
+    let events: Events = Arc::default();
+    tracing::subscriber::set_global_default(
+        tracing_subscriber::registry().with(Capture(events.clone())),
+    )
+    .unwrap();
+
+    let layer = RateLimitLayer::builder()
+        .rule(Rule::new(
+            "visible",
+            KeyExtractor::header("x-api-key"),
+            Quota::per_minute(100),
+        ))
+        .rule(
+            Rule::new(
+                "trial",
+                KeyExtractor::header("x-api-key"),
+                Quota::per_minute(2),
+            )
+            .shadow(true),
+        )
+        .build()
+        .unwrap();
+    let app = Router::new().route("/", get(handler)).layer(layer);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let client = reqwest::Client::new();
+    for i in 1..=5u32 {
+        let res = client
+            .get(format!("http://{addr}/"))
+            .header("x-api-key", API_KEY)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), reqwest::StatusCode::OK, "request {i}");
+        assert!(res.headers().get("retry-after").is_none());
+        // Only the enforced rule is shown to clients.
+        let policies: Vec<_> = res.headers().get_all("ratelimit-policy").iter().collect();
+        assert_eq!(policies, ["\"visible\";q=100;w=60"]);
+        let state = res.headers()["ratelimit"].to_str().unwrap().to_owned();
+        assert!(
+            state.starts_with(&format!("\"visible\";r={};", 100 - i)),
+            "{state}"
+        );
+        assert!(!state.contains("trial"));
+        let body = res.text().await.unwrap();
+        assert_eq!(body, format!("shadow=true allowed={}", i <= 2));
+    }
+
+    // Requests 3 to 5 would have been denied: counted as shadow denies only.
+    let counters: HashMap<(String, String), u64> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(k, ..)| k.key().name() == "rate_limit_decisions_total")
+        .filter_map(|(k, _, _, v)| {
+            let label = |name: &str| {
+                k.key()
+                    .labels()
+                    .find(|l| l.key() == name)
+                    .map(|l| l.value().to_owned())
+                    .unwrap()
+            };
+            match v {
+                DebugValue::Counter(n) => Some(((label("rule"), label("outcome")), n)),
+                _ => None,
+            }
+        })
+        .collect();
+    assert_eq!(
+        counters,
+        HashMap::from([(("trial".to_owned(), "shadow_deny".to_owned()), 3)])
+    );
+
+    let events = events.lock().unwrap();
+    let shadow: Vec<_> = events
+        .iter()
+        .filter(|e| e.get("message").map(String::as_str) == Some("shadow rule would deny"))
+        .collect();
+    assert_eq!(shadow.len(), 3, "{events:?}");
+    let fingerprint = Key::from(API_KEY).fingerprint();
+    for e in &shadow {
+        assert_eq!(e["rule"], "trial");
+        assert_eq!(e["key"], fingerprint);
+        assert!(
+            e.values().all(|v| !v.contains(API_KEY)),
+            "raw key logged: {e:?}"
+        );
+    }
+    assert!(
+        events
+            .iter()
+            .all(|e| e.get("message").map(String::as_str) != Some("rate limited")),
+        "nothing was enforced"
+    );
+}
