@@ -45,7 +45,12 @@ impl Decision {
     }
 
     /// The request is over the limit; it could succeed after `retry_after`.
-    pub const fn denied(limit: u32, window: Duration, retry_after: Duration, reset: Duration) -> Self {
+    pub const fn denied(
+        limit: u32,
+        window: Duration,
+        retry_after: Duration,
+        reset: Duration,
+    ) -> Self {
         Self {
             allowed: false,
             limit,
@@ -168,8 +173,11 @@ pub struct RateLimitDecision {
 impl RateLimitDecision {
     /// The applied rule with the fewest units left (the first on a tie).
     pub fn most_restrictive(&self) -> Option<&RuleDecision> {
-        self.rules
-            .iter()
-            .min_by_key(|r| (r.decision.remaining(), std::cmp::Reverse(r.decision.reset())))
+        self.rules.iter().min_by_key(|r| {
+            (
+                r.decision.remaining(),
+                std::cmp::Reverse(r.decision.reset()),
+            )
+        })
     }
 }

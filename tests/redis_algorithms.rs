@@ -78,7 +78,10 @@ async fn exact_admit_counts_and_headers() {
                 Algorithm::FixedWindow => assert_eq!(reset, 60_000),
                 _ => assert!((60_000..=120_000).contains(&reset)),
             }
-            assert_eq!((first.limit(), first.window()), (10, Duration::from_secs(60)));
+            assert_eq!(
+                (first.limit(), first.window()),
+                (10, Duration::from_secs(60))
+            );
         }
     }
 }
@@ -115,12 +118,18 @@ async fn cost_weighting_and_never() {
         assert!(d.is_allowed(), "{algo}");
         assert_eq!(d.remaining(), 0);
 
-        let d = b.check("r", &Key::from("never"), algo, &q, 11).await.unwrap();
+        let d = b
+            .check("r", &Key::from("never"), algo, &q, 11)
+            .await
+            .unwrap();
         assert_eq!(d, Decision::never(10, Duration::from_secs(3600)));
     }
     // Above the burst is never for burst algorithms even when under the limit.
     let small = Quota::per_hour(10).with_burst(2);
-    let d = b.check("r", &Key::from("b"), Algorithm::Gcra, &small, 3).await.unwrap();
+    let d = b
+        .check("r", &Key::from("b"), Algorithm::Gcra, &small, 3)
+        .await
+        .unwrap();
     assert_eq!(d.retry_after(), None);
     assert!(!d.is_allowed());
     // "never" decisions did not reach Redis.
@@ -174,7 +183,12 @@ async fn concurrent_backends_share_one_limit() {
     for algo in ALL {
         let prefix = format!("conc-{algo}");
         let mut backends = Vec::new();
-        for mode in [ConnectionMode::Multiplexed, POOL, ConnectionMode::Multiplexed, POOL] {
+        for mode in [
+            ConnectionMode::Multiplexed,
+            POOL,
+            ConnectionMode::Multiplexed,
+            POOL,
+        ] {
             backends.push(backend(&server, &prefix, mode).await);
         }
         let mut tasks = Vec::new();
@@ -182,7 +196,9 @@ async fn concurrent_backends_share_one_limit() {
             for _ in 0..50 {
                 let b = b.clone();
                 tasks.push(tokio::spawn(async move {
-                    b.check("r", &Key::from("shared"), algo, &q, 1).await.unwrap()
+                    b.check("r", &Key::from("shared"), algo, &q, 1)
+                        .await
+                        .unwrap()
                 }));
             }
         }
@@ -234,7 +250,9 @@ async fn scripts_reload_after_flush_and_restart() {
         assert!(d.expect("reconnected").is_allowed());
         for algo in ALL {
             // Empty data and no scripts; all state is fresh.
-            let d = b.check("r", &Key::from(format!("{b:?}")), algo, &q, 1).await;
+            let d = b
+                .check("r", &Key::from(format!("{b:?}")), algo, &q, 1)
+                .await;
             assert_eq!(d.unwrap().remaining(), 4, "{algo}");
         }
     }
@@ -265,11 +283,17 @@ async fn eviction_policy_warning() {
     let _guard = tracing::subscriber::set_default(subscriber);
 
     let b = backend(&server, "evict", ConnectionMode::Multiplexed).await;
-    assert_eq!(b.eviction_policy_warning().await.as_deref(), Some("noeviction"));
+    assert_eq!(
+        b.eviction_policy_warning().await.as_deref(),
+        Some("noeviction")
+    );
     assert!(logs.0.lock().unwrap().is_empty());
 
     server.set_config("maxmemory-policy", "allkeys-lru");
-    assert_eq!(b.eviction_policy_warning().await.as_deref(), Some("allkeys-lru"));
+    assert_eq!(
+        b.eviction_policy_warning().await.as_deref(),
+        Some("allkeys-lru")
+    );
     let _ = backend(&server, "evict", POOL).await;
     let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
     assert_eq!(text.matches("WARN").count(), 2, "{text}");
@@ -317,15 +341,36 @@ async fn binary_and_long_keys() {
     }
     let stored = server.keys("keys:*");
     assert!(stored.iter().all(|k| k.len() < 100), "long keys are hashed");
-    assert!(stored.iter().any(|k| k.starts_with(b"keys:{r:\xff\x00}{\xfe}")));
+    assert!(
+        stored
+            .iter()
+            .any(|k| k.starts_with(b"keys:{r:\xff\x00}{\xfe}"))
+    );
 }
 
 #[tokio::test]
 async fn braces_are_rejected() {
     let server = RedisServer::start();
-    let err = RedisBackend::builder(server.url()).prefix("a{b").build().await;
-    assert!(matches!(err, Err(RedisBackendError::InvalidName { what: "prefix", .. })));
+    let err = RedisBackend::builder(server.url())
+        .prefix("a{b")
+        .build()
+        .await;
+    assert!(matches!(
+        err,
+        Err(RedisBackendError::InvalidName { what: "prefix", .. })
+    ));
     let b = backend(&server, "braces", ConnectionMode::Multiplexed).await;
-    let err = b.check("r}", &Key::from("k"), Algorithm::Gcra, &Quota::per_hour(1), 1).await;
-    assert!(matches!(err, Err(RedisBackendError::InvalidName { what: "rule", .. })));
+    let err = b
+        .check(
+            "r}",
+            &Key::from("k"),
+            Algorithm::Gcra,
+            &Quota::per_hour(1),
+            1,
+        )
+        .await;
+    assert!(matches!(
+        err,
+        Err(RedisBackendError::InvalidName { what: "rule", .. })
+    ));
 }

@@ -60,7 +60,10 @@ impl RedisServer {
             if ok.is_ok() {
                 return;
             }
-            assert!(Instant::now() < deadline, "redis-server did not start: {ok:?}");
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not start: {ok:?}"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -112,7 +115,9 @@ impl RedisServer {
         let pid = self.child.as_ref().map(|c| c.id()).ok_or_else(|| {
             std::io::Error::new(std::io::ErrorKind::NotFound, "redis-server not running")
         })?;
-        let status = Command::new("kill").args([sig, &pid.to_string()]).status()?;
+        let status = Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()?;
         if status.success() {
             Ok(())
         } else {

@@ -61,7 +61,13 @@ mod tests {
 
     #[test]
     fn layout_keeps_the_tag_and_binary_keys() {
-        let k = redis_key("rl", "api", &Key::from(vec![0xff, 0, b'x']), 128, Algorithm::Gcra);
+        let k = redis_key(
+            "rl",
+            "api",
+            &Key::from(vec![0xff, 0, b'x']),
+            128,
+            Algorithm::Gcra,
+        );
         assert_eq!(k, b"rl:{api:\xff\x00x}:gcra");
         let k = redis_key("", "api", &Key::from("a"), 128, Algorithm::SlidingWindow);
         assert_eq!(k, b"{api:a}:sw");

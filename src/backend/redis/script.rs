@@ -52,7 +52,12 @@ pub(crate) fn decision(quota: &Quota, reply: Reply) -> Decision {
         let remaining = u32::try_from(remaining.max(0)).unwrap_or(u32::MAX);
         Decision::allowed(quota.limit(), quota.window(), remaining, ms(reset_ms))
     } else {
-        Decision::denied(quota.limit(), quota.window(), ms(retry_after_ms.max(1)), ms(reset_ms))
+        Decision::denied(
+            quota.limit(),
+            quota.window(),
+            ms(retry_after_ms.max(1)),
+            ms(reset_ms),
+        )
     }
 }
 
