@@ -98,15 +98,19 @@ impl RedisBackendBuilder {
         let conn = match self.mode {
             ConnectionMode::Multiplexed => {
                 let client = redis::Client::open(self.url.as_str())?;
-                let config = ConnectionManagerConfig::new();
+                // Few retries so a bad URL fails the build fast; after a drop,
+                // every later call starts a new reconnect attempt anyway.
+                let config = ConnectionManagerConfig::new().set_number_of_retries(2);
                 Conn::Multiplexed(ConnectionManager::new_with_config(client, config).await?)
             }
             ConnectionMode::Pool { max_size } => {
                 let manager = RedisConnectionManager::new(self.url.as_str())?;
-                // The first connection is made here so a bad URL fails the build.
+                // The first connection is made here so a bad URL fails the build,
+                // at once rather than after bb8's 30 s of retries.
                 let pool = bb8::Pool::builder()
                     .max_size(max_size.max(1))
                     .min_idle(Some(1))
+                    .retry_connection(false)
                     .build(manager)
                     .await?;
                 Conn::Pool(pool)
