@@ -1,2 +1,3 @@
 //! Shared helpers for integration tests.
+pub mod redis_cluster;
 pub mod redis_server;

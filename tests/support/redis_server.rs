@@ -159,7 +159,7 @@ impl Drop for RedisServer {
 }
 
 /// Binds port 0 and releases it; the kernel does not hand it out again soon.
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
     listener.local_addr().expect("local_addr").port()
 }

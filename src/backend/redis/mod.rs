@@ -33,6 +33,8 @@ use std::sync::Arc;
 
 use bb8_redis::{RedisConnectionManager, bb8};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
 
 pub use error::RedisBackendError;
 
@@ -57,12 +59,16 @@ pub enum ConnectionMode {
         /// The most connections the pool opens.
         max_size: u32,
     },
+    /// A Redis Cluster: one multiplexed connection per node, commands routed
+    /// by key slot, `MOVED`/`ASK` redirections and failovers followed by the
+    /// client. Set by [`RedisBackend::cluster_builder`].
+    Cluster,
 }
 
 /// Configures and connects a [`RedisBackend`]; see [`RedisBackend::builder`].
 #[derive(Debug, Clone)]
 pub struct RedisBackendBuilder {
-    url: String,
+    urls: Vec<String>,
     prefix: String,
     mode: ConnectionMode,
     max_key_len: usize,
@@ -95,16 +101,17 @@ impl RedisBackendBuilder {
     /// `redis://:password@host:6379/0` or `redis://user:password@host`.
     pub async fn build(self) -> Result<RedisBackend, RedisBackendError> {
         keys::validate_name("prefix", &self.prefix)?;
+        let url = self.urls.first().map_or("", String::as_str);
         let conn = match self.mode {
             ConnectionMode::Multiplexed => {
-                let client = redis::Client::open(self.url.as_str())?;
+                let client = redis::Client::open(url)?;
                 // Few retries so a bad URL fails the build fast; after a drop,
                 // every later call starts a new reconnect attempt anyway.
                 let config = ConnectionManagerConfig::new().set_number_of_retries(2);
                 Conn::Multiplexed(ConnectionManager::new_with_config(client, config).await?)
             }
             ConnectionMode::Pool { max_size } => {
-                let manager = RedisConnectionManager::new(self.url.as_str())?;
+                let manager = RedisConnectionManager::new(url)?;
                 // The first connection is made here so a bad URL fails the build,
                 // at once rather than after bb8's 30 s of retries.
                 let pool = bb8::Pool::builder()
@@ -114,6 +121,10 @@ impl RedisBackendBuilder {
                     .build(manager)
                     .await?;
                 Conn::Pool(pool)
+            }
+            ConnectionMode::Cluster => {
+                let client = ClusterClient::new(self.urls.iter().map(String::as_str))?;
+                Conn::Cluster(client.get_async_connection().await?)
             }
         };
         let backend = RedisBackend {
@@ -144,6 +155,7 @@ struct Inner {
 enum Conn {
     Multiplexed(ConnectionManager),
     Pool(bb8::Pool<RedisConnectionManager>),
+    Cluster(ClusterConnection),
 }
 
 impl fmt::Debug for RedisBackend {
@@ -151,6 +163,7 @@ impl fmt::Debug for RedisBackend {
         let mode = match &self.inner.conn {
             Conn::Multiplexed(_) => "multiplexed",
             Conn::Pool(_) => "pool",
+            Conn::Cluster(_) => "cluster",
         };
         f.debug_struct("RedisBackend")
             .field("prefix", &self.inner.prefix)
@@ -170,11 +183,31 @@ impl RedisBackend {
     /// ```
     pub fn builder(url: impl Into<String>) -> RedisBackendBuilder {
         RedisBackendBuilder {
-            url: url.into(),
+            urls: vec![url.into()],
             prefix: "krl".to_owned(),
             mode: ConnectionMode::default(),
             max_key_len: 128,
         }
+    }
+
+    /// Starts configuring a backend for a Redis Cluster reachable through any
+    /// of `nodes` (the client discovers the rest). Every key one script
+    /// touches shares a hash tag, so scripts never cross slots.
+    ///
+    /// ```
+    /// use keyed_rate_limit::backend::redis::RedisBackend;
+    /// let builder = RedisBackend::cluster_builder(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])
+    ///     .prefix("gateway-rl");
+    /// ```
+    pub fn cluster_builder<I, S>(nodes: I) -> RedisBackendBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let mut b = Self::builder(String::new());
+        b.urls = nodes.into_iter().map(Into::into).collect();
+        b.mode = ConnectionMode::Cluster;
+        b
     }
 
     /// Whether a rule name can be used with this backend: it must not contain
@@ -218,6 +251,7 @@ impl RedisBackend {
         let reply: script::Reply = match &inner.conn {
             Conn::Multiplexed(conn) => invocation.invoke_async(&mut conn.clone()).await?,
             Conn::Pool(pool) => invocation.invoke_async(&mut *pool.get().await?).await?,
+            Conn::Cluster(conn) => invocation.invoke_async(&mut conn.clone()).await?,
         };
         Ok(script::decision(quota, reply))
     }
@@ -234,6 +268,7 @@ impl RedisBackend {
         cmd.arg("GET").arg("maxmemory-policy");
         let reply: Result<Vec<String>, RedisBackendError> = match &self.inner.conn {
             Conn::Multiplexed(conn) => query(&mut conn.clone(), &cmd).await,
+            Conn::Cluster(conn) => query(&mut conn.clone(), &cmd).await,
             Conn::Pool(pool) => match pool.get().await {
                 Ok(mut conn) => query(&mut *conn, &cmd).await,
                 Err(e) => Err(e.into()),

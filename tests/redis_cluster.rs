@@ -1,0 +1,163 @@
+//! The global backend on a real 3-master Redis Cluster started by the test.
+
+mod common;
+mod support;
+
+use std::collections::{HashMap, HashSet};
+
+use axum::{Router, routing::get};
+use common::{client, serve, statuses};
+use keyed_rate_limit::backend::redis::RedisBackend;
+use keyed_rate_limit::{Algorithm, Key, Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use support::redis_cluster::RedisCluster;
+
+const ALL: [Algorithm; 4] = [
+    Algorithm::Gcra,
+    Algorithm::TokenBucket,
+    Algorithm::FixedWindow,
+    Algorithm::SlidingWindow,
+];
+
+async fn backend(cluster: &RedisCluster, prefix: &str) -> RedisBackend {
+    RedisBackend::cluster_builder(cluster.urls())
+        .prefix(prefix)
+        .build()
+        .await
+        .unwrap()
+}
+
+/// The hash tag of a key: the bytes between the first `{` and the next `}`.
+fn tag(key: &[u8]) -> Vec<u8> {
+    let open = key.iter().position(|b| *b == b'{').unwrap();
+    let close = open + key[open..].iter().position(|b| *b == b'}').unwrap();
+    key[open + 1..close].to_vec()
+}
+
+#[tokio::test]
+async fn every_algorithm_is_exact_and_stays_on_one_slot_across_nodes() {
+    let cluster = RedisCluster::start();
+    let a = backend(&cluster, "exact").await;
+    let b = backend(&cluster, "exact").await;
+    let q = Quota::per_hour(3);
+    for algo in ALL {
+        let mut tasks = Vec::new();
+        for k in 0..60u64 {
+            for i in 0..5 {
+                let be = if i % 2 == 0 { a.clone() } else { b.clone() };
+                tasks.push(tokio::spawn(async move {
+                    let d = be.check("r", &Key::from(k), algo, &q, 1).await.unwrap();
+                    (k, d.is_allowed())
+                }));
+            }
+        }
+        let mut admitted: HashMap<u64, usize> = HashMap::new();
+        for t in tasks {
+            let (k, ok) = t.await.unwrap();
+            *admitted.entry(k).or_default() += usize::from(ok);
+        }
+        assert!(admitted.values().all(|n| *n == 3), "{algo}: {admitted:?}");
+    }
+    let keys = cluster.keys();
+    let nodes: HashSet<usize> = keys.iter().map(|(n, _)| *n).collect();
+    assert_eq!(nodes.len(), 3, "60 keys spread over all three masters");
+    // Every limit's keys (the sliding window writes two) sit on one node,
+    // and no script hit CROSSSLOT.
+    let mut node_of_tag: HashMap<Vec<u8>, usize> = HashMap::new();
+    for (node, key) in &keys {
+        let prev = node_of_tag.insert(tag(key), *node);
+        assert!(
+            prev.is_none_or(|p| p == *node),
+            "tag split across nodes: {}",
+            String::from_utf8_lossy(key)
+        );
+    }
+    let sliding = keys
+        .iter()
+        .filter(|(_, k)| k.windows(4).any(|w| w == b":sw:"))
+        .count();
+    assert!(
+        sliding >= 60,
+        "sliding window keeps two windows per limit: {sliding}"
+    );
+}
+
+#[tokio::test]
+async fn limits_stay_exact_while_slots_move_between_nodes() {
+    let cluster = RedisCluster::start();
+    let be = backend(&cluster, "moved").await;
+    let q = Quota::per_hour(3);
+    let keys: Vec<Key> = (0..40u64).map(Key::from).collect();
+    for k in &keys {
+        for _ in 0..2 {
+            assert!(
+                be.check("r", k, Algorithm::Gcra, &q, 1)
+                    .await
+                    .unwrap()
+                    .is_allowed()
+            );
+        }
+    }
+    // Node 0's slots move to node 1: the client's slot map is stale and
+    // must follow MOVED; the migrated state must still count.
+    cluster.reshard(0, 1, 5461);
+    for k in &keys {
+        assert!(
+            be.check("r", k, Algorithm::Gcra, &q, 1)
+                .await
+                .unwrap()
+                .is_allowed(),
+            "third unit of {k:?}"
+        );
+        assert!(
+            !be.check("r", k, Algorithm::Gcra, &q, 1)
+                .await
+                .unwrap()
+                .is_allowed(),
+            "fourth unit of {k:?}"
+        );
+    }
+    let nodes: HashSet<usize> = cluster.keys().iter().map(|(n, _)| *n).collect();
+    assert!(!nodes.contains(&0), "node 0 holds no slots any more");
+}
+
+#[tokio::test]
+async fn the_layer_runs_global_rules_on_the_cluster() {
+    let cluster = RedisCluster::start();
+    let layer = RateLimitLayer::builder()
+        .rule(
+            Rule::new(
+                "cluster",
+                KeyExtractor::header("x-api-key"),
+                Quota::per_hour(4),
+            )
+            .global(backend(&cluster, "layer").await)
+            .algorithm(Algorithm::SlidingWindow)
+            .redis_timeout(std::time::Duration::from_millis(500)),
+        )
+        .build()
+        .unwrap();
+    let url = serve(
+        Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(layer),
+    )
+    .await;
+    let c = client();
+    for key in ["a", "b", "c"] {
+        let mut got = Vec::new();
+        for _ in 0..6 {
+            got.push(
+                c.get(&url)
+                    .header("x-api-key", key)
+                    .send()
+                    .await
+                    .unwrap()
+                    .status()
+                    .as_u16(),
+            );
+        }
+        assert_eq!(got, [200, 200, 200, 200, 429, 429], "{key}");
+    }
+    // Keys without the header skip the rule.
+    assert_eq!(statuses(&c, &url, 2).await, [200, 200]);
+}

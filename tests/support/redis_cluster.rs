@@ -1,0 +1,122 @@
+//! A private 3-master Redis Cluster on free ports, torn down on drop.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use super::redis_server::{RedisServer, free_port};
+
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+    dir: PathBuf,
+}
+
+impl RedisCluster {
+    /// Starts 3 cluster-enabled servers and joins them with `redis-cli --cluster create`.
+    pub fn start() -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "krl-cluster-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|i| {
+                let conf = dir.join(format!("nodes-{i}.conf"));
+                // An explicit bus port: the default (port + 10000) may not be free.
+                let bus = free_port().to_string();
+                RedisServer::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    conf.to_str().unwrap(),
+                    "--cluster-port",
+                    &bus,
+                    "--dir",
+                    dir.to_str().unwrap(),
+                ])
+            })
+            .collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port()))
+            .collect();
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli must be installed");
+        assert!(
+            out.status.success(),
+            "cluster create: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let cluster = Self { nodes, dir };
+        cluster.wait_ok();
+        cluster
+    }
+
+    fn wait_ok(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for n in &self.nodes {
+            loop {
+                let mut c = n.connection().unwrap();
+                let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut c).unwrap();
+                if info.contains("cluster_state:ok") {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "cluster never became ok: {info}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// `CLUSTER MYID` of node `i`.
+    pub fn node_id(&self, i: usize) -> String {
+        let mut c = self.nodes[i].connection().unwrap();
+        redis::cmd("CLUSTER").arg("MYID").query(&mut c).unwrap()
+    }
+
+    /// Moves `slots` slots from node `from` to node `to`, keys included.
+    pub fn reshard(&self, from: usize, to: usize, slots: u32) {
+        let out = Command::new("redis-cli")
+            .args([
+                "--cluster",
+                "reshard",
+                &format!("127.0.0.1:{}", self.nodes[0].port()),
+            ])
+            .args(["--cluster-from", &self.node_id(from)])
+            .args(["--cluster-to", &self.node_id(to)])
+            .args(["--cluster-slots", &slots.to_string(), "--cluster-yes"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "reshard: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.wait_ok();
+    }
+
+    /// Every key on every node, with the index of the node that holds it.
+    pub fn keys(&self) -> Vec<(usize, Vec<u8>)> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .flat_map(|(i, n)| n.keys("*").into_iter().map(move |k| (i, k)))
+            .collect()
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        self.nodes.clear();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
