@@ -175,11 +175,18 @@ pub struct RateLimitDecision {
 impl RateLimitDecision {
     /// The applied rule with the fewest units left (the first on a tie).
     pub fn most_restrictive(&self) -> Option<&RuleDecision> {
-        self.rules.iter().min_by_key(|r| {
-            (
-                r.decision.remaining(),
-                std::cmp::Reverse(r.decision.reset()),
-            )
-        })
+        tightest(self.rules.iter())
     }
+}
+
+/// Fewest units left, then the longest reset; the first on a tie.
+pub(crate) fn tightest<'a>(
+    rules: impl Iterator<Item = &'a RuleDecision>,
+) -> Option<&'a RuleDecision> {
+    rules.min_by_key(|r| {
+        (
+            r.decision.remaining(),
+            std::cmp::Reverse(r.decision.reset()),
+        )
+    })
 }

@@ -89,36 +89,24 @@ impl HeaderStyle {
                     policy.push_str(", ");
                     state.push_str(", ");
                 }
-                let name = sf_string(&d.rule);
                 let dec = &d.decision;
                 use std::fmt::Write;
-                let _ = write!(policy, "{name};q={}", dec.limit());
+                push_sf_string(&mut policy, &d.rule);
+                let _ = write!(policy, ";q={}", dec.limit());
                 if d.concurrency {
                     // A count of requests in flight has no window, and `w` is optional.
                     policy.push_str(";qu=\"concurrent-requests\"");
                 } else {
                     let _ = write!(policy, ";w={}", ceil_secs(dec.window()).max(1));
                 }
-                let _ = write!(
-                    state,
-                    "{name};r={};t={}",
-                    dec.remaining(),
-                    ceil_secs(dec.reset())
-                );
+                push_sf_string(&mut state, &d.rule);
+                let _ = write!(state, ";r={};t={}", dec.remaining(), ceil_secs(dec.reset()));
             }
             push(out, RATELIMIT_POLICY, policy);
             push(out, RATELIMIT, state);
         }
         if matches!(self, Self::Legacy | Self::Both) {
-            let tightest = visible()
-                .min_by_key(|d| {
-                    (
-                        d.decision.remaining(),
-                        std::cmp::Reverse(d.decision.reset()),
-                    )
-                })
-                .map(|d| d.decision);
-            if let Some(d) = tightest {
+            if let Some(d) = crate::decision::tightest(visible()).map(|d| d.decision) {
                 out.push((X_RATELIMIT_LIMIT, HeaderValue::from(d.limit())));
                 out.push((X_RATELIMIT_REMAINING, HeaderValue::from(d.remaining())));
                 out.push((X_RATELIMIT_RESET, HeaderValue::from(ceil_secs(d.reset()))));
@@ -134,9 +122,8 @@ fn push(out: &mut Vec<(HeaderName, HeaderValue)>, name: HeaderName, value: Strin
     }
 }
 
-/// A structured-field string (RFC 8941 §3.3.3): quoted, `"` and `\` escaped.
-fn sf_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
+/// Appends a structured-field string (RFC 8941 §3.3.3): quoted, `"` and `\` escaped.
+fn push_sf_string(out: &mut String, s: &str) {
     out.push('"');
     for c in s.chars() {
         if c == '"' || c == '\\' {
@@ -145,7 +132,6 @@ fn sf_string(s: &str) -> String {
         out.push(c);
     }
     out.push('"');
-    out
 }
 
 /// Appends the headers: lists may span several lines, so an outer layer's
