@@ -367,3 +367,30 @@ async fn an_abusive_key_is_answered_from_the_deny_cache() {
     // 4 more admits and the first deny asked Redis; the other 94 denies did not.
     assert_eq!(calls() - before, 5);
 }
+
+#[tokio::test]
+async fn a_gateway_starts_while_redis_is_down_and_picks_it_up_later() {
+    let mut server = RedisServer::start();
+    server.kill();
+    let lazy = RedisBackend::builder(server.url())
+        .prefix("lazy")
+        .connect_lazily()
+        .build()
+        .await
+        .expect("no connection is made at build");
+    let url = serve(app(layer_with(
+        lazy,
+        "lazy",
+        FailureMode::FailClosed,
+        Quota::per_hour(100),
+    )))
+    .await;
+    let c = client();
+    assert_eq!(
+        hit(&c, &url).await.0,
+        429,
+        "fail-closed while Redis is down"
+    );
+    server.restart();
+    until_global(&c, &url).await;
+}

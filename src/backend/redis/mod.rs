@@ -72,9 +72,24 @@ pub struct RedisBackendBuilder {
     prefix: String,
     mode: ConnectionMode,
     max_key_len: usize,
+    lazy: bool,
 }
 
 impl RedisBackendBuilder {
+    /// With [`ConnectionMode::Multiplexed`]: don't connect in `build`, but
+    /// on the first decision. A gateway then starts while Redis is down, and
+    /// its global rules follow their failure modes until Redis answers. The
+    /// eviction-policy check is skipped (it has no server to ask).
+    ///
+    /// ```
+    /// # use keyed_rate_limit::backend::redis::RedisBackend;
+    /// let builder = RedisBackend::builder("redis://redis.internal:6379").connect_lazily();
+    /// ```
+    pub fn connect_lazily(mut self) -> Self {
+        self.lazy = true;
+        self
+    }
+
     /// Prepended to every Redis key (default `krl`); must not contain braces.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
@@ -108,7 +123,11 @@ impl RedisBackendBuilder {
                 // Few retries so a bad URL fails the build fast; after a drop,
                 // every later call starts a new reconnect attempt anyway.
                 let config = ConnectionManagerConfig::new().set_number_of_retries(2);
-                Conn::Multiplexed(ConnectionManager::new_with_config(client, config).await?)
+                Conn::Multiplexed(if self.lazy {
+                    ConnectionManager::new_lazy_with_config(client, config)?
+                } else {
+                    ConnectionManager::new_with_config(client, config).await?
+                })
             }
             ConnectionMode::Pool { max_size } => {
                 let manager = RedisConnectionManager::new(url)?;
@@ -134,7 +153,9 @@ impl RedisBackendBuilder {
                 conn,
             }),
         };
-        backend.eviction_policy_warning().await;
+        if !(self.lazy && self.mode == ConnectionMode::Multiplexed) {
+            backend.eviction_policy_warning().await;
+        }
         Ok(backend)
     }
 }
@@ -187,6 +208,7 @@ impl RedisBackend {
             prefix: "krl".to_owned(),
             mode: ConnectionMode::default(),
             max_key_len: 128,
+            lazy: false,
         }
     }
 
