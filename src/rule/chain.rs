@@ -34,13 +34,45 @@ pub(crate) struct CompiledRule {
 
 enum Backend {
     Local(LocalStore),
-    Global(Global),
+    Global(Arc<Global>),
 }
 
 struct Global {
     redis: RedisBackend,
     guard: Guard,
     denies: DenyCache,
+}
+
+impl Global {
+    /// One Redis decision under the rule's timeout; failures go to the failure mode.
+    async fn ask(
+        &self,
+        rule: &Rule,
+        key: &Key,
+        quota: Quota,
+        cost: NonZeroU32,
+    ) -> (Decision, Source) {
+        let name = &rule.name;
+        let check = self
+            .redis
+            .check(name, key, rule.algorithm, &quota, cost.get());
+        match tokio::time::timeout(self.guard.timeout(), check).await {
+            Ok(Ok(d)) => {
+                self.guard.succeeded();
+                if !d.is_allowed() {
+                    self.denies.put(key.clone(), quota, cost, &d);
+                }
+                (d, Source::Global)
+            }
+            Ok(Err(e)) => self
+                .guard
+                .fail(name, key, quota, cost, Cause::Error(e.to_string())),
+            Err(_) => {
+                let cause = Cause::Timeout(self.guard.timeout());
+                self.guard.fail(name, key, quota, cost, cause)
+            }
+        }
+    }
 }
 
 /// One rule's contribution.
@@ -99,11 +131,11 @@ impl Chain {
                 Scope::Local => Backend::Local(LocalStore::new(
                     rule.static_quota().map(|q| share(&rule, q, cfg.instances)),
                 )),
-                Scope::Global(redis) => Backend::Global(Global {
+                Scope::Global(redis) => Backend::Global(Arc::new(Global {
                     redis: redis.clone(),
                     guard: Guard::new(rule.failure, cfg.instances),
                     denies: DenyCache::default(),
-                }),
+                })),
             };
             out.push(Arc::new(CompiledRule {
                 backend,
@@ -387,9 +419,9 @@ impl CompiledRule {
                             .fail(&self.rule.name, &bounded, quota, cost, Cause::CircuitOpen);
                     return Step::Done(self.outcome(&key, d, source));
                 }
-                let this = self.clone();
+                let (this, g) = (self.clone(), g.clone());
                 Step::Pending(Box::pin(async move {
-                    let (d, source) = this.ask_redis(&bounded, quota, cost).await;
+                    let (d, source) = g.ask(&this.rule, &bounded, quota, cost).await;
                     this.outcome(&key, d, source)
                 }))
             }
@@ -400,32 +432,6 @@ impl CompiledRule {
         match self.backend {
             Backend::Local(_) => Source::Local,
             Backend::Global(_) => Source::Global,
-        }
-    }
-
-    /// One Redis decision under the rule's timeout; failures go to the failure mode.
-    async fn ask_redis(&self, key: &Key, quota: Quota, cost: NonZeroU32) -> (Decision, Source) {
-        let Backend::Global(g) = &self.backend else {
-            unreachable!("only global rules ask redis")
-        };
-        let name = &self.rule.name;
-        let check = g
-            .redis
-            .check(name, key, self.rule.algorithm, &quota, cost.get());
-        match tokio::time::timeout(g.guard.timeout(), check).await {
-            Ok(Ok(d)) => {
-                g.guard.succeeded();
-                if !d.is_allowed() {
-                    g.denies.put(key.clone(), quota, cost, &d);
-                }
-                (d, Source::Global)
-            }
-            Ok(Err(e)) => g
-                .guard
-                .fail(name, key, quota, cost, Cause::Error(e.to_string())),
-            Err(_) => g
-                .guard
-                .fail(name, key, quota, cost, Cause::Timeout(g.guard.timeout())),
         }
     }
 
