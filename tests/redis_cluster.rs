@@ -161,3 +161,60 @@ async fn the_layer_runs_global_rules_on_the_cluster() {
     // Keys without the header skip the rule.
     assert_eq!(statuses(&c, &url, 2).await, [200, 200]);
 }
+
+#[tokio::test]
+async fn a_master_failover_keeps_the_limits() {
+    let mut cluster = RedisCluster::start_with_replicas(1);
+    let be = backend(&cluster, "failover").await;
+    let q = Quota::per_hour(3);
+    for k in 0..30u64 {
+        for _ in 0..2 {
+            assert!(
+                be.check("r", &Key::from(k), Algorithm::Gcra, &q, 1)
+                    .await
+                    .unwrap()
+                    .is_allowed()
+            );
+        }
+    }
+    // The keys one master holds, replicated before it dies.
+    let master = cluster.a_master();
+    let on_master0: Vec<u64> = cluster.nodes[master]
+        .keys("*")
+        .iter()
+        .map(|k| {
+            let t = tag(k);
+            let key = &t[t.iter().position(|b| *b == b':').unwrap() + 1..];
+            std::str::from_utf8(key).unwrap().parse().unwrap()
+        })
+        .collect();
+    assert!(!on_master0.is_empty());
+    let mut c = cluster.nodes[master].connection().unwrap();
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(2000).query(&mut c).unwrap();
+    assert_eq!(acked, 1, "the replica has the writes");
+    cluster.nodes[master].kill();
+
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    let k = Key::from(on_master0[0]);
+    let third = loop {
+        match be.check("r", &k, Algorithm::Gcra, &q, 1).await {
+            Ok(d) => break d,
+            Err(_) => {
+                assert!(tokio::time::Instant::now() < deadline, "no failover");
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+        }
+    };
+    assert!(third.is_allowed(), "the promoted replica kept 2 of 3 spent");
+    for key in &on_master0 {
+        let d = be
+            .check("r", &Key::from(*key), Algorithm::Gcra, &q, 1)
+            .await
+            .unwrap();
+        if *key == on_master0[0] {
+            assert!(!d.is_allowed(), "fourth unit of {key}");
+        } else {
+            assert!(d.is_allowed() && d.remaining() == 0, "third unit of {key}");
+        }
+    }
+}

@@ -15,13 +15,18 @@ pub struct RedisCluster {
 impl RedisCluster {
     /// Starts 3 cluster-enabled servers and joins them with `redis-cli --cluster create`.
     pub fn start() -> Self {
+        Self::start_with_replicas(0)
+    }
+
+    /// 3 masters with `replicas` replicas each; nodes `0..3` are the masters.
+    pub fn start_with_replicas(replicas: usize) -> Self {
         let dir = std::env::temp_dir().join(format!(
             "krl-cluster-{}-{}",
             std::process::id(),
             free_port()
         ));
         std::fs::create_dir_all(&dir).unwrap();
-        let nodes: Vec<RedisServer> = (0..3)
+        let nodes: Vec<RedisServer> = (0..3 * (1 + replicas))
             .map(|i| {
                 let conf = dir.join(format!("nodes-{i}.conf"));
                 // An explicit bus port: the default (port + 10000) may not be free.
@@ -35,6 +40,9 @@ impl RedisCluster {
                     &bus,
                     "--dir",
                     dir.to_str().unwrap(),
+                    // Fail over within about a second of a master dying.
+                    "--cluster-node-timeout",
+                    "1000",
                 ])
             })
             .collect();
@@ -45,7 +53,7 @@ impl RedisCluster {
         let out = Command::new("redis-cli")
             .args(["--cluster", "create"])
             .args(&addrs)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .output()
             .expect("redis-cli must be installed");
         assert!(
@@ -55,12 +63,53 @@ impl RedisCluster {
         );
         let cluster = Self { nodes, dir };
         cluster.wait_ok();
+        cluster.wait_replicas(replicas);
         cluster
     }
 
-    fn wait_ok(&self) {
-        let deadline = Instant::now() + Duration::from_secs(20);
+    /// Waits until every master's replicas are online, so writes can reach them.
+    fn wait_replicas(&self, replicas: usize) {
+        if replicas == 0 {
+            return;
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
         for n in &self.nodes {
+            let mut c = n.connection().unwrap();
+            loop {
+                let info: String = redis::cmd("INFO").arg("replication").query(&mut c).unwrap();
+                if info.contains("role:slave") {
+                    break;
+                }
+                let online = info
+                    .lines()
+                    .filter(|l| l.starts_with("slave") && l.contains("state=online"))
+                    .count();
+                if online == replicas {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "replicas never came online: {info}"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+
+    /// The index of a node that is a master.
+    pub fn a_master(&self) -> usize {
+        (0..self.nodes.len())
+            .find(|i| {
+                let mut c = self.nodes[*i].connection().unwrap();
+                let info: String = redis::cmd("INFO").arg("replication").query(&mut c).unwrap();
+                info.contains("role:master")
+            })
+            .expect("a master")
+    }
+
+    pub fn wait_ok(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for n in self.nodes.iter().filter(|n| n.is_running()) {
             loop {
                 let mut c = n.connection().unwrap();
                 let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut c).unwrap();

@@ -68,6 +68,11 @@ impl RedisServer {
         }
     }
 
+    /// Whether the process is up (not killed).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
     /// The port the server listens on.
     pub fn port(&self) -> u16 {
         self.port
