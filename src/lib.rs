@@ -4,6 +4,8 @@
 pub mod algorithm;
 pub mod backend;
 pub mod concurrency;
+#[cfg(feature = "config")]
+pub mod config;
 pub mod decision;
 pub mod error;
 pub mod headers;
