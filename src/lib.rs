@@ -7,6 +7,7 @@ pub mod concurrency;
 #[cfg(feature = "config")]
 pub mod config;
 pub mod decision;
+pub mod describe;
 pub mod error;
 pub mod headers;
 pub mod key;
