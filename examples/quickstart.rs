@@ -6,6 +6,7 @@
 //! for i in $(seq 6); do curl -si localhost:3000/ | head -1; done
 //! ```
 //! The 6th request gets `429 Too Many Requests` with `Retry-After: 2`.
+//! At start it prints its limits as a Markdown table (`RateLimitLayer::describe`).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -39,6 +40,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .on_missing_key(OnMissingKey::Fallback(KeyExtractor::peer_ip())),
         )
         .build()?;
+    // The limits, as the layer enforces them.
+    println!("{}", limit.describe().markdown());
 
     let app = Router::new().route("/", get(hello)).layer(limit);
 

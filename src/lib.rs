@@ -4,7 +4,10 @@
 pub mod algorithm;
 pub mod backend;
 pub mod concurrency;
+#[cfg(feature = "config")]
+pub mod config;
 pub mod decision;
+pub mod describe;
 pub mod error;
 pub mod headers;
 pub mod key;

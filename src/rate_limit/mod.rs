@@ -108,6 +108,21 @@ impl RateLimitLayer {
         self.shared.chain.rules()
     }
 
+    /// What the layer enforces, as a Markdown table or a Mermaid flowchart:
+    /// documentation that can't drift from the code.
+    ///
+    /// ```
+    /// # use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+    /// let layer = RateLimitLayer::builder()
+    ///     .rule(Rule::new("api", KeyExtractor::header("x-api-key"), Quota::per_minute(100)))
+    ///     .build().unwrap();
+    /// println!("{}", layer.describe().markdown());
+    /// assert!(layer.describe().mermaid().contains("1. api"));
+    /// ```
+    pub fn describe(&self) -> crate::describe::Description {
+        crate::describe::Description::new(self.rules())
+    }
+
     /// How many keys the local backend holds now, across rules: a gauge
     /// for memory. Keys whose buckets are full again are swept in the
     /// background (see [`RateLimitBuilder::cleanup_interval`]).

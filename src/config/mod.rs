@@ -1,0 +1,682 @@
+//! Rules from a TOML or YAML file (feature `config`, on by default).
+//!
+//! The file names each rule's key, quota, algorithm, scope and failure
+//! handling; what only code can supply (extension key extractors, quota and
+//! cost closures, the Redis backend of global rules) comes from a
+//! [`Registry`] and is referenced by name. See `docs/config.md` for the
+//! format.
+//!
+//! ```
+//! use keyed_rate_limit::config::{Registry, RulesConfig};
+//!
+//! let config = RulesConfig::from_toml_str(r#"
+//!     headers = "both"
+//!
+//!     [[rules]]
+//!     name = "per-key"
+//!     key = "header:x-api-key|peer_ip"
+//!     quota = "100/min"
+//!     burst = 20
+//! "#)?;
+//! let layer = config.into_layer(&Registry::new())?;
+//! assert_eq!(layer.rules().next().unwrap().key().name(), "header:x-api-key|peer_ip");
+//! # Ok::<(), keyed_rate_limit::config::ConfigError>(())
+//! ```
+
+mod parse;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+
+use http::request::Parts;
+use serde::Deserialize;
+
+use crate::backend::failure::{BreakerConfig, FailureMode};
+use crate::backend::redis::RedisBackend;
+use crate::error::BuildError;
+use crate::key::{KeyExtractor, TrustedProxies};
+use crate::rule::OnMissingKey;
+use crate::{Algorithm, HeaderStyle, Quota, RateLimitBuilder, RateLimitLayer, Rule};
+use parse::{DurationSpec, KeyAtom, KeySpec, MissingSpec, QuotaSpec};
+
+type QuotaFn = dyn Fn(&Parts) -> Quota + Send + Sync;
+type CostFn = dyn Fn(&Parts) -> u32 + Send + Sync;
+
+/// A rate-limit configuration read from a file: layer settings and rules, in
+/// evaluation order. Turn it into a layer with [`into_builder`](Self::into_builder)
+/// or [`into_layer`](Self::into_layer).
+///
+/// ```
+/// use keyed_rate_limit::config::RulesConfig;
+///
+/// let config = RulesConfig::from_yaml_str("
+/// rules:
+///   - name: per-ip
+///     key: peer_ip
+///     quota: 10/5s
+/// ")?;
+/// assert_eq!(config.rule_names().collect::<Vec<_>>(), ["per-ip"]);
+/// # Ok::<(), keyed_rate_limit::config::ConfigError>(())
+/// ```
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RulesConfig {
+    #[serde(default)]
+    headers: HeadersSpec,
+    instances: Option<u32>,
+    max_key_len: Option<usize>,
+    rules: Vec<RuleConfig>,
+}
+
+#[derive(Debug, Default, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum HeadersSpec {
+    #[default]
+    Draft,
+    Legacy,
+    Both,
+    None,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum AlgorithmSpec {
+    #[default]
+    Gcra,
+    TokenBucket,
+    FixedWindow,
+    SlidingWindow,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum ScopeSpec {
+    #[default]
+    Local,
+    Global,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum FailureSpec {
+    FailOpen,
+    FailClosed,
+    LocalFallback,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BreakerSpec {
+    failure_threshold: Option<u32>,
+    open_for: Option<DurationSpec>,
+}
+
+/// One rule as written; checked as a whole by [`RuleConfig::try_from`].
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRule {
+    name: String,
+    key: KeySpec,
+    trusted_proxies: Option<Vec<String>>,
+    quota: Option<QuotaSpec>,
+    quota_fn: Option<String>,
+    burst: Option<u32>,
+    cost: Option<u32>,
+    cost_fn: Option<String>,
+    #[serde(default)]
+    algorithm: AlgorithmSpec,
+    #[serde(default)]
+    scope: ScopeSpec,
+    failure_mode: Option<FailureSpec>,
+    timeout: Option<DurationSpec>,
+    breaker: Option<BreakerSpec>,
+    #[serde(default)]
+    shadow: bool,
+    #[serde(default)]
+    split_across_instances: bool,
+    on_missing_key: Option<MissingSpec>,
+}
+
+/// A rule whose fields agree with each other. The checks run while
+/// deserializing, so their errors carry the rule's line and column.
+#[derive(Debug, Deserialize)]
+#[serde(try_from = "RawRule")]
+struct RuleConfig {
+    raw: RawRule,
+    proxies: Option<TrustedProxies>,
+}
+
+impl TryFrom<RawRule> for RuleConfig {
+    type Error = String;
+
+    fn try_from(raw: RawRule) -> Result<Self, String> {
+        let name = &raw.name;
+        let err = |msg: String| Err(format!("rule {name:?}: {msg}"));
+        match (&raw.quota, &raw.quota_fn) {
+            (Some(_), Some(_)) => return err("set `quota` or `quota_fn`, not both".into()),
+            (None, None) => return err("missing field `quota` (or `quota_fn`)".into()),
+            (None, Some(_)) if raw.burst.is_some() => {
+                return err("`burst` needs a static `quota`; a `quota_fn` sets its own".into());
+            }
+            (Some(q), _) => {
+                let q = raw.burst.map_or(q.0, |b| q.0.with_burst(b));
+                if let Err(e) = q.validate() {
+                    return err(format!("invalid `quota`/`burst`: {e}"));
+                }
+            }
+            _ => {}
+        }
+        if raw.cost.is_some() && raw.cost_fn.is_some() {
+            return err("set `cost` or `cost_fn`, not both".into());
+        }
+        if raw.scope == ScopeSpec::Local {
+            for (set, field) in [
+                (raw.failure_mode.is_some(), "failure_mode"),
+                (raw.timeout.is_some(), "timeout"),
+                (raw.breaker.is_some(), "breaker"),
+            ] {
+                if set {
+                    return err(format!("`{field}` only applies to `scope = \"global\"`"));
+                }
+            }
+        }
+        let uses_client_ip = raw.key.uses_client_ip()
+            || matches!(&raw.on_missing_key, Some(MissingSpec::Fallback(k)) if k.uses_client_ip());
+        let proxies = match (&raw.trusted_proxies, uses_client_ip) {
+            (Some(p), true) => Some(
+                TrustedProxies::new(p)
+                    .map_err(|e| format!("rule {name:?}: `trusted_proxies`: {e}"))?,
+            ),
+            (None, true) => return err("a `client_ip` key needs `trusted_proxies`".into()),
+            (Some(_), false) => return err("`trusted_proxies` needs a `client_ip` key".into()),
+            (None, false) => None,
+        };
+        Ok(Self { raw, proxies })
+    }
+}
+
+/// What code supplies to a configuration: named key extractors (for
+/// `extension:<name>` keys), named quota and cost closures (for `quota_fn`
+/// and `cost_fn`), and the Redis backend of global rules.
+///
+/// ```
+/// use keyed_rate_limit::{Key, Quota, config::Registry, key::KeyExtractor};
+///
+/// #[derive(Clone)]
+/// struct User { id: u64 }
+///
+/// let registry = Registry::new()
+///     .key("user", KeyExtractor::extension::<User>(|u| Key::from(u.id)))
+///     .quota_fn("plan", |parts| match parts.headers.get("x-plan") {
+///         Some(v) if v == "pro" => Quota::per_minute(1000),
+///         _ => Quota::per_minute(100),
+///     })
+///     .cost_fn("size", |parts| if parts.method == http::Method::POST { 5 } else { 1 });
+/// # let _ = registry;
+/// ```
+#[derive(Clone, Default)]
+pub struct Registry {
+    keys: HashMap<String, KeyExtractor>,
+    quotas: HashMap<String, Arc<QuotaFn>>,
+    costs: HashMap<String, Arc<CostFn>>,
+    redis: Option<RedisBackend>,
+}
+
+impl Registry {
+    /// An empty registry: enough for files that use only built-in keys,
+    /// static quotas and local rules.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The extractor that `key = "extension:<name>"` refers to.
+    pub fn key(mut self, name: impl Into<String>, extractor: KeyExtractor) -> Self {
+        self.keys.insert(name.into(), extractor);
+        self
+    }
+
+    /// The per-request quota that `quota_fn = "<name>"` refers to (see
+    /// [`Rule::quota_fn`]).
+    pub fn quota_fn<F>(mut self, name: impl Into<String>, f: F) -> Self
+    where
+        F: Fn(&Parts) -> Quota + Send + Sync + 'static,
+    {
+        self.quotas.insert(name.into(), Arc::new(f));
+        self
+    }
+
+    /// The per-request cost that `cost_fn = "<name>"` refers to (see
+    /// [`Rule::cost_fn`]).
+    pub fn cost_fn<F>(mut self, name: impl Into<String>, f: F) -> Self
+    where
+        F: Fn(&Parts) -> u32 + Send + Sync + 'static,
+    {
+        self.costs.insert(name.into(), Arc::new(f));
+        self
+    }
+
+    /// The backend of every `scope = "global"` rule.
+    pub fn redis(mut self, backend: RedisBackend) -> Self {
+        self.redis = Some(backend);
+        self
+    }
+}
+
+impl fmt::Debug for Registry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names = |m: Vec<&String>| {
+            let mut v: Vec<_> = m.into_iter().cloned().collect();
+            v.sort();
+            v
+        };
+        f.debug_struct("Registry")
+            .field("keys", &names(self.keys.keys().collect()))
+            .field("quota_fns", &names(self.quotas.keys().collect()))
+            .field("cost_fns", &names(self.costs.keys().collect()))
+            .field("redis", &self.redis)
+            .finish()
+    }
+}
+
+/// Why a configuration could not be read or turned into a layer.
+///
+/// Syntax and value errors carry the 1-based line and column they were
+/// found at; the message names the field.
+///
+/// ```
+/// use keyed_rate_limit::config::RulesConfig;
+///
+/// let err = RulesConfig::from_toml_str("[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"100/fortnight\"\n")
+///     .unwrap_err();
+/// assert_eq!((err.line(), err.column()), (Some(4), Some(9)));
+/// assert!(err.to_string().starts_with("line 4, column 9: invalid quota \"100/fortnight\""));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    message: String,
+    line: Option<usize>,
+    column: Option<usize>,
+}
+
+impl ConfigError {
+    /// What is wrong.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The 1-based line of the offending value, when known.
+    pub fn line(&self) -> Option<usize> {
+        self.line
+    }
+
+    /// The 1-based column of the offending value, when known.
+    pub fn column(&self) -> Option<usize> {
+        self.column
+    }
+
+    fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            line: None,
+            column: None,
+        }
+    }
+
+    fn at(message: impl Into<String>, src: &str, line: usize, column: usize) -> Self {
+        let mut message = message.into();
+        // Quote the line, so the field is named whatever the message says.
+        if let Some(text) = src.lines().nth(line.wrapping_sub(1)) {
+            message = format!("{message}\n  {line} | {}", text.trim_end());
+        }
+        Self {
+            message,
+            line: Some(line),
+            column: Some(column),
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.line, self.column) {
+            (Some(l), Some(c)) => write!(f, "line {l}, column {c}: {}", self.message),
+            _ => f.write_str(&self.message),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl From<BuildError> for ConfigError {
+    fn from(e: BuildError) -> Self {
+        Self::new(e.to_string())
+    }
+}
+
+impl RulesConfig {
+    /// Reads a TOML configuration.
+    ///
+    /// # Errors
+    ///
+    /// Invalid TOML, unknown fields, or a bad value, with its line and column.
+    pub fn from_toml_str(src: &str) -> Result<Self, ConfigError> {
+        toml::from_str(src).map_err(|e| {
+            let Some(span) = e.span() else {
+                return ConfigError::new(e.message());
+            };
+            let before = &src[..span.start.min(src.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            ConfigError::at(e.message().trim_end(), src, line, column)
+        })
+    }
+
+    /// Reads a YAML configuration.
+    ///
+    /// # Errors
+    ///
+    /// Invalid YAML, unknown fields, or a bad value, with its line and column.
+    pub fn from_yaml_str(src: &str) -> Result<Self, ConfigError> {
+        serde_norway::from_str(src).map_err(|e| {
+            let text = e.to_string();
+            match e.location() {
+                Some(loc) => {
+                    // The message already names the path; drop its own " at line …".
+                    let msg = text.rsplit_once(" at line ").map_or(&*text, |(m, _)| m);
+                    ConfigError::at(msg, src, loc.line(), loc.column())
+                }
+                None => ConfigError::new(text),
+            }
+        })
+    }
+
+    /// Reads a file: YAML when it ends in `.yaml` or `.yml`, TOML otherwise.
+    ///
+    /// # Errors
+    ///
+    /// The file can't be read, or [`from_toml_str`](Self::from_toml_str) /
+    /// [`from_yaml_str`](Self::from_yaml_str) fails; the message starts with the path.
+    pub fn from_path(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
+        let path = path.as_ref();
+        let src = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::new(format!("{}: {e}", path.display())))?;
+        let yaml = matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("yaml" | "yml")
+        );
+        let parsed = if yaml {
+            Self::from_yaml_str(&src)
+        } else {
+            Self::from_toml_str(&src)
+        };
+        parsed.map_err(|mut e| {
+            e.message = format!("{}: {}", path.display(), e.message);
+            e
+        })
+    }
+
+    /// The rules' names, in evaluation order.
+    pub fn rule_names(&self) -> impl Iterator<Item = &str> {
+        self.rules.iter().map(|r| r.raw.name.as_str())
+    }
+
+    /// A builder with the file's rules and settings, to add more (e.g. a
+    /// [`deny_response`](RateLimitBuilder::deny_response)) before building.
+    ///
+    /// ```
+    /// use keyed_rate_limit::{Quota, Rule, config::{Registry, RulesConfig}, key::KeyExtractor};
+    ///
+    /// let config = RulesConfig::from_toml_str("[[rules]]\nname = \"ip\"\nkey = \"peer_ip\"\nquota = \"10/s\"\n")?;
+    /// let layer = config
+    ///     .into_builder(&Registry::new())?
+    ///     .rule(Rule::new("everyone", KeyExtractor::global(), Quota::per_second(1000)))
+    ///     .build()?;
+    /// assert_eq!(layer.rules().count(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// A name the registry doesn't hold, or a global rule without
+    /// [`Registry::redis`].
+    pub fn into_builder(self, registry: &Registry) -> Result<RateLimitBuilder, ConfigError> {
+        let mut builder = RateLimitLayer::builder().headers(match self.headers {
+            HeadersSpec::Draft => HeaderStyle::Draft,
+            HeadersSpec::Legacy => HeaderStyle::Legacy,
+            HeadersSpec::Both => HeaderStyle::Both,
+            HeadersSpec::None => HeaderStyle::None,
+        });
+        if let Some(n) = self.instances {
+            builder = builder.instances(n);
+        }
+        if let Some(n) = self.max_key_len {
+            builder = builder.max_key_len(n);
+        }
+        for rule in self.rules {
+            let name = rule.raw.name.clone();
+            let rule = rule
+                .into_rule(registry)
+                .map_err(|e| ConfigError::new(format!("rule {name:?}: {e}")))?;
+            builder = builder.rule(rule);
+        }
+        Ok(builder)
+    }
+
+    /// [`into_builder`](Self::into_builder), then
+    /// [`build`](RateLimitBuilder::build).
+    ///
+    /// # Errors
+    ///
+    /// As [`into_builder`](Self::into_builder), and any [`BuildError`].
+    pub fn into_layer(self, registry: &Registry) -> Result<RateLimitLayer, ConfigError> {
+        Ok(self.into_builder(registry)?.build()?)
+    }
+}
+
+impl RuleConfig {
+    fn into_rule(self, reg: &Registry) -> Result<Rule, String> {
+        let Self { raw, proxies } = self;
+        let key = key_extractor(&raw.key, proxies.as_ref(), reg)?;
+        let quota = raw.quota.map_or(Quota::per_second(1), |q| {
+            raw.burst.map_or(q.0, |b| q.0.with_burst(b))
+        });
+        let mut rule = Rule::new(raw.name, key, quota)
+            .algorithm(match raw.algorithm {
+                AlgorithmSpec::Gcra => Algorithm::Gcra,
+                AlgorithmSpec::TokenBucket => Algorithm::TokenBucket,
+                AlgorithmSpec::FixedWindow => Algorithm::FixedWindow,
+                AlgorithmSpec::SlidingWindow => Algorithm::SlidingWindow,
+            })
+            .shadow(raw.shadow)
+            .split_across_instances(raw.split_across_instances);
+        if let Some(name) = raw.quota_fn {
+            let f = lookup(&reg.quotas, "quota_fn", &name)?.clone();
+            rule = rule.quota_fn(move |p| f(p));
+        }
+        if let Some(cost) = raw.cost {
+            rule = rule.cost(cost);
+        }
+        if let Some(name) = raw.cost_fn {
+            let f = lookup(&reg.costs, "cost_fn", &name)?.clone();
+            rule = rule.cost_fn(move |p| f(p));
+        }
+        if let Some(m) = raw.on_missing_key {
+            rule = rule.on_missing_key(match m {
+                MissingSpec::Skip => OnMissingKey::Skip,
+                MissingSpec::Reject(status) => OnMissingKey::Reject(status),
+                MissingSpec::Fallback(k) => {
+                    OnMissingKey::Fallback(key_extractor(&k, proxies.as_ref(), reg)?)
+                }
+            });
+        }
+        if raw.scope == ScopeSpec::Global {
+            let redis = reg.redis.clone().ok_or(
+                "`scope = \"global\"` needs a Redis backend: pass one with `Registry::redis`",
+            )?;
+            rule = rule.global(redis);
+            if let Some(mode) = raw.failure_mode {
+                rule = rule.on_redis_failure(match mode {
+                    FailureSpec::FailOpen => FailureMode::FailOpen,
+                    FailureSpec::FailClosed => FailureMode::FailClosed,
+                    FailureSpec::LocalFallback => FailureMode::LocalFallback,
+                });
+            }
+            if let Some(t) = raw.timeout {
+                rule = rule.redis_timeout(t.0);
+            }
+            if let Some(b) = raw.breaker {
+                let mut cfg = BreakerConfig::default();
+                if let Some(n) = b.failure_threshold {
+                    cfg = cfg.failure_threshold(n);
+                }
+                if let Some(d) = b.open_for {
+                    cfg = cfg.open_for(d.0);
+                }
+                rule = rule.circuit_breaker(cfg);
+            }
+        }
+        Ok(rule)
+    }
+}
+
+fn lookup<'a, T>(map: &'a HashMap<String, T>, field: &str, name: &str) -> Result<&'a T, String> {
+    map.get(name).ok_or_else(|| {
+        let mut known: Vec<_> = map.keys().map(String::as_str).collect();
+        known.sort_unstable();
+        format!(
+            "`{field}`: the registry has no {name:?} (it has: {})",
+            if known.is_empty() {
+                "none".to_owned()
+            } else {
+                known.join(", ")
+            }
+        )
+    })
+}
+
+/// Builds the extractor a key spec names: alternatives joined with
+/// [`KeyExtractor::or`], parts with [`KeyExtractor::and`].
+fn key_extractor(
+    spec: &KeySpec,
+    proxies: Option<&TrustedProxies>,
+    reg: &Registry,
+) -> Result<KeyExtractor, String> {
+    let atom = |a: &KeyAtom| -> Result<KeyExtractor, String> {
+        Ok(match a {
+            KeyAtom::Header(h) => KeyExtractor::header(h.as_str()),
+            KeyAtom::Extension(name) => lookup(&reg.keys, "key", name)?.clone(),
+            KeyAtom::PeerIp => KeyExtractor::peer_ip(),
+            // The rule checked that `client_ip` comes with proxies.
+            KeyAtom::ClientIp => KeyExtractor::client_ip(proxies.cloned().unwrap_or_else(|| {
+                TrustedProxies::new::<_, &str>([]).expect("no proxies is valid")
+            })),
+            KeyAtom::MatchedRoute => KeyExtractor::matched_route(),
+            KeyAtom::Global => KeyExtractor::global(),
+        })
+    };
+    let join = |parts: &[KeyAtom], f: fn(KeyExtractor, KeyExtractor) -> KeyExtractor| {
+        parts.iter().map(atom).try_fold(None, |acc, k| {
+            let k = k?;
+            Ok::<_, String>(Some(match acc {
+                None => k,
+                Some(a) => f(a, k),
+            }))
+        })
+    };
+    let mut out: Option<KeyExtractor> = None;
+    for alt in &spec.0 {
+        let k = join(alt, KeyExtractor::and)?.ok_or("empty key")?;
+        out = Some(match out {
+            None => k,
+            Some(a) => a.or(k),
+        });
+    }
+    out.ok_or_else(|| "empty key".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn toml_err(src: &str) -> ConfigError {
+        RulesConfig::from_toml_str(src).unwrap_err()
+    }
+
+    #[test]
+    fn toml_positions() {
+        let e =
+            toml_err("[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"5/min\"\nbrust = 3\n");
+        assert_eq!((e.line(), e.column()), (Some(5), Some(1)));
+        assert!(e.message().contains("unknown field `brust`"), "{e}");
+        let e = toml_err("[[rules]]\nname = \"a\"\nkey = \"ip\"\nquota = \"5/min\"\n");
+        assert_eq!((e.line(), e.column()), (Some(3), Some(7)));
+    }
+
+    #[test]
+    fn yaml_positions() {
+        let e = RulesConfig::from_yaml_str(
+            "rules:\n  - name: a\n    key: global\n    quota: 5/fortnight\n",
+        )
+        .unwrap_err();
+        assert_eq!((e.line(), e.column()), (Some(4), Some(12)));
+        assert!(
+            e.message().starts_with("rules[0].quota: invalid quota"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn rule_checks() {
+        let base = "[[rules]]\nname = \"a\"\nkey = \"global\"\n";
+        let cases = [
+            ("", "missing field `quota` (or `quota_fn`)"),
+            ("quota = \"1/s\"\nquota_fn = \"p\"\n", "not both"),
+            (
+                "quota_fn = \"p\"\nburst = 3\n",
+                "`burst` needs a static `quota`",
+            ),
+            ("quota = \"1/s\"\nburst = 0\n", "the burst is zero"),
+            (
+                "quota = \"1/s\"\ntimeout = \"5ms\"\n",
+                "`timeout` only applies",
+            ),
+            (
+                "quota = \"1/s\"\ntrusted_proxies = [\"10.0.0.0/8\"]\n",
+                "needs a `client_ip` key",
+            ),
+        ];
+        for (extra, want) in cases {
+            let e = toml_err(&format!("{base}{extra}"));
+            assert!(e.message().contains(want), "{want}: {e}");
+            assert!(e.message().contains("rule \"a\""), "{e}");
+            assert!(e.line().is_some(), "{e}");
+        }
+        let e = toml_err("[[rules]]\nname = \"a\"\nkey = \"client_ip\"\nquota = \"1/s\"\n");
+        assert!(e.message().contains("needs `trusted_proxies`"), "{e}");
+    }
+
+    #[test]
+    fn registry_errors() {
+        let cfg = |s: &str| RulesConfig::from_toml_str(s).unwrap();
+        let e = cfg("[[rules]]\nname = \"a\"\nkey = \"extension:user\"\nquota = \"1/s\"\n")
+            .into_builder(&Registry::new().key("tenant", KeyExtractor::global()))
+            .err()
+            .unwrap();
+        assert_eq!(
+            e.to_string(),
+            "rule \"a\": `key`: the registry has no \"user\" (it has: tenant)"
+        );
+        let e =
+            cfg("[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"1/s\"\nscope = \"global\"\n")
+                .into_builder(&Registry::new())
+                .err()
+                .unwrap();
+        assert!(e.to_string().contains("needs a Redis backend"), "{e}");
+        let e = cfg("[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"1/s\"\nalgorithm = \"fixed_window\"\n")
+            .into_layer(&Registry::new())
+            .unwrap_err();
+        assert!(e.to_string().contains("fixed_window needs a global"), "{e}");
+    }
+}

@@ -1,0 +1,249 @@
+//! The rule chain as documentation: a Markdown table and a Mermaid
+//! flowchart, rendered from the layer itself so they can't drift from it.
+
+use std::fmt::Write;
+use std::time::Duration;
+
+use crate::Rule;
+use crate::rule::{Cost, OnMissingKey, QuotaSource, Scope};
+
+/// What a [`RateLimitLayer`](crate::RateLimitLayer) enforces, rule by rule
+/// in evaluation order; from [`RateLimitLayer::describe`](crate::RateLimitLayer::describe).
+///
+/// ```
+/// use std::time::Duration;
+/// use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+///
+/// let layer = RateLimitLayer::builder()
+///     .rule(Rule::new("per-ip", KeyExtractor::peer_ip(), Quota::new(10, Duration::from_secs(5))))
+///     .build()?;
+/// let d = layer.describe();
+/// assert_eq!(d.rules()[0].quota, "10/5s");
+/// assert!(d.markdown().contains("| per-ip | `peer_ip` | 10/5s | gcra | local | n/a | 429 + Retry-After; missing key: skip |"));
+/// assert!(d.mermaid().starts_with("flowchart TD\n"));
+/// # Ok::<(), keyed_rate_limit::error::BuildError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Description {
+    rules: Vec<DescribedRule>,
+}
+
+/// One rule, as text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DescribedRule {
+    /// The rule's name.
+    pub name: String,
+    /// The key extractor's name, e.g. `header:x-api-key|peer_ip`.
+    pub key: String,
+    /// The quota in config syntax (`100/min, burst 20`), the cost when it is
+    /// not 1, or `per request (quota_fn)`.
+    pub quota: String,
+    /// `gcra`, `token_bucket`, `fixed_window` or `sliding_window`.
+    pub algorithm: String,
+    /// `local` or `global`.
+    pub scope: String,
+    /// A global rule's failure mode and Redis timeout, e.g. `fail_closed, 20ms timeout`.
+    pub failure_mode: Option<String>,
+    /// The answer to a request over quota: `429 + Retry-After`, or
+    /// `log only (shadow)`.
+    pub on_deny: String,
+    /// What a request without a key gets: `skip`, a status like `401`, or
+    /// `fallback: peer_ip`.
+    pub on_missing_key: String,
+    reject: Option<u16>,
+    shadow: bool,
+}
+
+impl DescribedRule {
+    fn new(rule: &Rule) -> Self {
+        let mut quota = match &rule.quota {
+            QuotaSource::Static(q) => {
+                let mut s = format!("{}/{}", q.limit(), window(q.window()));
+                if q.burst() != q.limit() {
+                    let _ = write!(s, ", burst {}", q.burst());
+                }
+                s
+            }
+            QuotaSource::Dynamic(_) => "per request (quota_fn)".to_owned(),
+        };
+        match rule.cost {
+            Cost::Fixed(1) => {}
+            Cost::Fixed(n) => {
+                let _ = write!(quota, ", cost {n}");
+            }
+            Cost::Dynamic(_) => quota.push_str(", cost per request (cost_fn)"),
+        }
+        let (on_missing_key, reject) = match &rule.on_missing {
+            OnMissingKey::Skip => ("skip".to_owned(), None),
+            OnMissingKey::Reject(s) => (s.as_u16().to_string(), Some(s.as_u16())),
+            OnMissingKey::Fallback(k) => (format!("fallback: {}", k.name()), None),
+        };
+        Self {
+            name: rule.name().to_owned(),
+            key: rule.key().name().to_owned(),
+            quota,
+            algorithm: rule.algorithm.as_str().to_owned(),
+            scope: rule.scope.as_str().to_owned(),
+            failure_mode: match rule.scope {
+                Scope::Local => None,
+                Scope::Global(_) => Some(format!(
+                    "{}, {} timeout",
+                    rule.failure.mode,
+                    duration(rule.failure.timeout)
+                )),
+            },
+            on_deny: if rule.shadow {
+                "log only (shadow)".to_owned()
+            } else {
+                "429 + Retry-After".to_owned()
+            },
+            on_missing_key,
+            reject,
+            shadow: rule.shadow,
+        }
+    }
+}
+
+/// A window in the quota syntax of config files: `s`, `min`, `10s`, `2h`.
+fn window(d: Duration) -> String {
+    const UNITS: [(u64, &str); 4] = [(86_400, "day"), (3600, "h"), (60, "min"), (1, "s")];
+    if d.subsec_nanos() == 0 && d.as_secs() > 0 {
+        let secs = d.as_secs();
+        for (unit, name) in UNITS {
+            if secs % unit == 0 {
+                return match secs / unit {
+                    1 => name.to_owned(),
+                    n => format!("{n}{name}"),
+                };
+            }
+        }
+    }
+    duration(d)
+}
+
+/// `20ms`, `1.5s`: what `Debug` prints, which is also what config files accept.
+fn duration(d: Duration) -> String {
+    format!("{d:?}")
+}
+
+/// Table cells: a `|` would end the cell.
+fn cell(s: &str) -> String {
+    s.replace('|', "\\|")
+}
+
+/// Mermaid labels are quoted; quotes inside them are entities.
+fn label(s: &str) -> String {
+    s.replace('"', "#quot;")
+}
+
+impl Description {
+    pub(crate) fn new<'a>(rules: impl Iterator<Item = &'a Rule>) -> Self {
+        Self {
+            rules: rules.map(DescribedRule::new).collect(),
+        }
+    }
+
+    /// The rules, in evaluation order.
+    pub fn rules(&self) -> &[DescribedRule] {
+        &self.rules
+    }
+
+    /// A Markdown table, one row per rule in evaluation order.
+    pub fn markdown(&self) -> String {
+        let mut out = String::from(
+            "| # | rule | key | quota | algorithm | scope | failure mode | on deny |\n\
+             |---|---|---|---|---|---|---|---|\n",
+        );
+        for (i, r) in self.rules.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "| {} | {} | `{}` | {} | {} | {} | {} | {}; missing key: {} |",
+                i + 1,
+                cell(&r.name),
+                cell(&r.key),
+                cell(&r.quota),
+                r.algorithm,
+                r.scope,
+                r.failure_mode.as_deref().unwrap_or("n/a"),
+                r.on_deny,
+                cell(&r.on_missing_key),
+            );
+        }
+        out
+    }
+
+    /// A Mermaid flowchart: the client, the gateway, each rule in order with
+    /// its store and decision, the 429 (gRPC `RESOURCE_EXHAUSTED`) path, the
+    /// path to the service, and metrics as dashed edges.
+    pub fn mermaid(&self) -> String {
+        let mut out = String::from(
+            "flowchart TD\n    client([client]) --> gateway[\"gateway: RateLimitLayer\"]\n",
+        );
+        for (i, r) in self.rules.iter().enumerate() {
+            let n = i + 1;
+            let store = match r.failure_mode.as_deref() {
+                None => "local store (governor)".to_owned(),
+                Some(f) => format!("Redis<br/>on failure: {f}"),
+            };
+            let _ = writeln!(
+                out,
+                "    {}r{n}[\"{n}. {}<br/>key: {}<br/>{} ({})\"]\n    \
+                 r{n} --> s{n}[(\"{}\")]\n    s{n} --> d{n}{{within quota?}}",
+                // Later rules are reached by the previous rule's "yes" edge.
+                if n == 1 { "gateway --> " } else { "" },
+                label(&r.name),
+                label(&r.key),
+                label(&r.quota),
+                r.algorithm,
+                label(&store),
+            );
+            if let Some(status) = r.reject {
+                let _ = writeln!(out, "    r{n} -->|missing key| m{n}[\"{status}\"]");
+            }
+            let next = if n == self.rules.len() {
+                "service[service]".to_owned()
+            } else {
+                format!("r{}", n + 1)
+            };
+            if r.shadow {
+                let _ = writeln!(
+                    out,
+                    "    d{n} -.->|\"no: shadow_deny\"| metrics\n    d{n} -->|\"yes, or no: log only (shadow)\"| {next}",
+                );
+            } else {
+                let _ = writeln!(out, "    d{n} -->|no| deny");
+                let _ = writeln!(out, "    d{n} -->|yes| {next}");
+            }
+        }
+        out.push_str(
+            "    deny[\"429 Too Many Requests + Retry-After<br/>gRPC: RESOURCE_EXHAUSTED + grpc-retry-pushback-ms\"]\n    \
+             deny -.-> metrics[(\"metrics: rate_limit_decisions_total\")]\n",
+        );
+        out
+    }
+}
+
+impl std::fmt::Display for Description {
+    /// The Markdown table.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.markdown())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows() {
+        assert_eq!(window(Duration::from_secs(1)), "s");
+        assert_eq!(window(Duration::from_secs(10)), "10s");
+        assert_eq!(window(Duration::from_secs(60)), "min");
+        assert_eq!(window(Duration::from_secs(900)), "15min");
+        assert_eq!(window(Duration::from_secs(7200)), "2h");
+        assert_eq!(window(Duration::from_secs(86_400)), "day");
+        assert_eq!(window(Duration::from_millis(500)), "500ms");
+        assert_eq!(cell("a|b"), "a\\|b");
+    }
+}
