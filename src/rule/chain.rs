@@ -8,7 +8,7 @@ use futures_util::future::BoxFuture;
 use http::StatusCode;
 use http::request::Parts;
 
-use super::{Cost, OnMissingKey, QuotaSource, Rule, Scope};
+use super::{Cost, FailurePolicy, OnMissingKey, QuotaSource, Rule, Scope};
 use crate::backend::deny_cache::DenyCache;
 use crate::backend::failure::{Admit, BreakerState, Cause, Guard};
 use crate::backend::local::LocalStore;
@@ -252,17 +252,7 @@ fn validate(rule: &Rule) -> Result<(), BuildError> {
     }
     let rule_err = || name.to_string();
     if let Scope::Global(_) = rule.scope {
-        if RedisBackend::validate_rule_name(name).is_err() {
-            return Err(BuildError::InvalidRuleName(name.to_string()));
-        }
-        if rule.failure.timeout.is_zero() {
-            return Err(BuildError::InvalidSetting("redis_timeout must be positive"));
-        }
-        if rule.failure.breaker.threshold() == 0 {
-            return Err(BuildError::InvalidSetting(
-                "failure_threshold must be at least 1",
-            ));
-        }
+        validate_global(name, &rule.failure)?;
     }
     if matches!(rule.scope, Scope::Local) && !rule.algorithm.runs_locally() {
         return Err(BuildError::AlgorithmNotLocal {
@@ -290,6 +280,23 @@ fn validate(rule: &Rule) -> Result<(), BuildError> {
                 capacity: q.burst(),
             });
         }
+    }
+    Ok(())
+}
+
+/// What a limit on Redis needs: a name that keeps the hash tag, a timeout
+/// and a breaker that can trip.
+pub(crate) fn validate_global(name: &str, failure: &FailurePolicy) -> Result<(), BuildError> {
+    if RedisBackend::validate_rule_name(name).is_err() {
+        return Err(BuildError::InvalidRuleName(name.to_string()));
+    }
+    if failure.timeout.is_zero() {
+        return Err(BuildError::InvalidSetting("redis_timeout must be positive"));
+    }
+    if failure.breaker.threshold() == 0 {
+        return Err(BuildError::InvalidSetting(
+            "failure_threshold must be at least 1",
+        ));
     }
     Ok(())
 }
@@ -412,20 +419,14 @@ impl CompiledRule {
         let check = g
             .redis
             .check(name, key, self.rule.algorithm, &quota, cost.get());
-        match tokio::time::timeout(g.guard.timeout(), check).await {
-            Ok(Ok(d)) => {
-                g.guard.succeeded();
+        match g.guard.call(check).await {
+            Ok(d) => {
                 if !d.is_allowed() {
                     g.denies.put(key.clone(), quota, cost, &d);
                 }
                 (d, Source::Global)
             }
-            Ok(Err(e)) => g
-                .guard
-                .fail(name, key, quota, cost, Cause::Error(e.to_string())),
-            Err(_) => g
-                .guard
-                .fail(name, key, quota, cost, Cause::Timeout(g.guard.timeout())),
+            Err(cause) => g.guard.fail(name, key, quota, cost, cause),
         }
     }
 

@@ -35,6 +35,7 @@ use bb8_redis::{RedisConnectionManager, bb8};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 
 pub use error::RedisBackendError;
+pub(crate) use script::{LeaseOp, LeaseReply};
 
 use crate::{Algorithm, Decision, Key, Quota};
 
@@ -211,11 +212,33 @@ impl RedisBackend {
             .arg(script::window_us(quota))
             .arg(quota.burst())
             .arg(cost);
-        let reply: script::Reply = match &inner.conn {
+        let reply: script::Reply = self.invoke(&invocation).await?;
+        Ok(script::decision(quota, reply))
+    }
+
+    /// Runs `lease.lua` on the lease set of `key` under the concurrency
+    /// limit `limit`; see [`ConcurrencyLimitBuilder::global`](crate::concurrency::ConcurrencyLimitBuilder::global).
+    pub(crate) async fn lease(
+        &self,
+        limit: &str,
+        key: &Key,
+        op: LeaseOp<'_>,
+    ) -> Result<LeaseReply, RedisBackendError> {
+        let inner = &*self.inner;
+        let redis_key = keys::tagged_key(&inner.prefix, limit, key, inner.max_key_len, keys::LEASE);
+        let reply = self.invoke(&script::lease(redis_key, op)).await?;
+        Ok(script::lease_reply(reply))
+    }
+
+    /// The one path every script takes: `EVALSHA`, and `SCRIPT LOAD` after `NOSCRIPT`.
+    async fn invoke<T: redis::FromRedisValue>(
+        &self,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<T, RedisBackendError> {
+        Ok(match &self.inner.conn {
             Conn::Multiplexed(conn) => invocation.invoke_async(&mut conn.clone()).await?,
             Conn::Pool(pool) => invocation.invoke_async(&mut *pool.get().await?).await?,
-        };
-        Ok(script::decision(quota, reply))
+        })
     }
 
     /// Reads `maxmemory-policy` and warns (`tracing::warn!`) when Redis may evict
