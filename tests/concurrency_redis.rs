@@ -355,3 +355,34 @@ async fn local_fallback_limits_each_instance_to_n() {
     assert_eq!(slow.await.unwrap(), StatusCode::OK);
     assert_eq!(get(g.addr, "/fast", "acme").await.status(), StatusCode::OK);
 }
+
+#[tokio::test]
+async fn build_checks_global_settings() {
+    let server = RedisServer::start();
+    let r = redis(&server, "t8").await;
+    let global = |name: &str| {
+        ConcurrencyLimitLayer::builder(name, KeyExtractor::global(), 1).global(r.clone())
+    };
+    assert!(
+        global("ex{ports}").build().is_err(),
+        "braces break the hash tag"
+    );
+    assert!(
+        global("exports")
+            .lease_ttl(Duration::from_millis(1))
+            .build()
+            .is_err()
+    );
+    assert!(
+        global("exports")
+            .redis_timeout(Duration::ZERO)
+            .build()
+            .is_err()
+    );
+    assert!(
+        global("exports")
+            .lease_ttl(Duration::from_millis(10))
+            .build()
+            .is_ok()
+    );
+}

@@ -9,6 +9,11 @@
 //! the same shape as the rate limiter's, and `RateLimit-Policy` carries
 //! `qu="concurrent-requests"`.
 //!
+//! Counts live in this process by default. With
+//! [`ConcurrencyLimitBuilder::global`] they are leases in a shared Redis,
+//! so all gateways together admit N; a lease carries a TTL, renewed while
+//! the request lives, so a crashed gateway's slots free themselves.
+//!
 //! ```
 //! use axum::{routing::post, Router};
 //! use keyed_rate_limit::{concurrency::ConcurrencyLimitLayer, key::KeyExtractor};

@@ -4,7 +4,9 @@
 //! after `NOSCRIPT`, e.g. when Redis restarted). Scripts read the time with
 //! `TIME`, so gateways with skewed clocks still agree. Every key a script
 //! touches shares one hash tag, so the backend also works against a cluster
-//! proxy that routes by slot.
+//! proxy that routes by slot. Global concurrency limits
+//! ([`ConcurrencyLimitBuilder::global`](crate::concurrency::ConcurrencyLimitBuilder::global))
+//! keep their leases here too, through the same script path.
 //!
 //! ```no_run
 //! use keyed_rate_limit::backend::redis::{ConnectionMode, RedisBackend};

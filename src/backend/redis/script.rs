@@ -138,6 +138,15 @@ mod tests {
     }
 
     #[test]
+    fn lease_replies_and_args() {
+        let r = lease_reply((0, 2, 250));
+        assert_eq!((r.ok, r.in_flight), (false, 2));
+        assert_eq!(r.retry_after, Duration::from_millis(250));
+        assert!(lease_reply((1, 1, 0)).ok);
+        assert_eq!(ms(Duration::from_micros(10)), 1, "never a zero TTL");
+    }
+
+    #[test]
     fn max_cost_depends_on_burst() {
         let q = Quota::per_minute(10).with_burst(3);
         assert_eq!(max_cost(Algorithm::Gcra, &q), 3);
