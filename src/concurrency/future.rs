@@ -1,6 +1,5 @@
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
@@ -12,7 +11,7 @@ use tower::Service;
 
 use super::backend::Permit;
 use super::body::ResponseBody;
-use super::{Admission, Found, Headers, Shared};
+use super::{Admission, Headers};
 
 pin_project_lite::pin_project! {
     /// Response future of [`ConcurrencyLimitService`](super::ConcurrencyLimitService).
@@ -28,13 +27,11 @@ pin_project_lite::pin_project! {
 pin_project_lite::pin_project! {
     #[project = StateProj]
     enum State<S, ReqBody, F> {
-        // An async key extractor is still looking for the key.
-        Finding {
-            find: BoxFuture<'static, (Parts, Found)>,
+        // An async key extractor or Redis is still deciding.
+        Admitting {
+            admit: BoxFuture<'static, (Parts, Admission)>,
             inner: Option<S>,
             body: Option<ReqBody>,
-            shared: Arc<Shared>,
-            grpc: bool,
         },
         Calling {
             #[pin]
@@ -69,20 +66,16 @@ where
         }
     }
 
-    pub(crate) fn finding(
-        find: BoxFuture<'static, (Parts, Found)>,
+    pub(crate) fn admitting(
+        admit: BoxFuture<'static, (Parts, Admission)>,
         inner: S,
         body: ReqBody,
-        shared: Arc<Shared>,
-        grpc: bool,
     ) -> Self {
         Self {
-            state: State::Finding {
-                find,
+            state: State::Admitting {
+                admit,
                 inner: Some(inner),
                 body: Some(body),
-                shared,
-                grpc,
             },
         }
     }
@@ -98,15 +91,9 @@ where
         let mut state = self.project().state;
         loop {
             match state.as_mut().project() {
-                StateProj::Finding {
-                    find,
-                    inner,
-                    body,
-                    shared,
-                    grpc,
-                } => {
-                    let (mut parts, found) = ready!(find.as_mut().poll(cx));
-                    let next = match shared.admit(&mut parts, found, *grpc) {
+                StateProj::Admitting { admit, inner, body } => {
+                    let (parts, admission) = ready!(admit.as_mut().poll(cx));
+                    let next = match admission {
                         Admission::Go(headers, permit) => {
                             let body = body.take().expect("polled after completion");
                             let mut svc = inner.take().expect("polled after completion");

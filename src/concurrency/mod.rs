@@ -9,6 +9,11 @@
 //! the same shape as the rate limiter's, and `RateLimit-Policy` carries
 //! `qu="concurrent-requests"`.
 //!
+//! Counts live in this process by default. With
+//! [`ConcurrencyLimitBuilder::global`] they are leases in a shared Redis,
+//! so all gateways together admit N; a lease carries a TTL, renewed while
+//! the request lives, so a crashed gateway's slots free themselves.
+//!
 //! ```
 //! use axum::{routing::post, Router};
 //! use keyed_rate_limit::{concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
@@ -40,14 +45,17 @@ pub use body::ResponseBody;
 pub use future::ResponseFuture;
 pub use service::ConcurrencyLimitService;
 
+use crate::backend::failure::{BreakerConfig, FailureMode, Guard};
+use crate::backend::redis::RedisBackend;
 use crate::error::BuildError;
 use crate::headers::HeaderStyle;
 use crate::key::{Extracted, KeyExtractor};
 use crate::response::{Denied, DenyFn, problem_json, refusal};
+use crate::rule::FailurePolicy;
 use crate::rule::OnMissingKey;
-use crate::rule::chain::{record_deny, valid_name};
+use crate::rule::chain::{record_deny, valid_name, validate_global};
 use crate::{Decision, Key, RateLimitDecision, RuleDecision, Source};
-use backend::{Backend, Permit};
+use backend::{Acquire, Backend, Outcome, Permit};
 
 type Headers = Vec<(HeaderName, HeaderValue)>;
 
@@ -100,6 +108,28 @@ pub(crate) enum Lookup {
     Pending(BoxFuture<'static, Found>),
 }
 
+/// A found key with its slot or refusal.
+enum Ready {
+    Key(Key, Outcome),
+    Missing,
+    Skip,
+}
+
+enum Taken {
+    Ready(Ready),
+    /// Redis is deciding.
+    Pending(Key, BoxFuture<'static, Outcome>),
+}
+
+impl Taken {
+    async fn resolve(self) -> Ready {
+        match self {
+            Self::Ready(r) => r,
+            Self::Pending(key, fut) => Ready::Key(key, fut.await),
+        }
+    }
+}
+
 /// What happens next to a request.
 pub(crate) enum Admission {
     Go(Headers, Option<Permit>),
@@ -139,13 +169,64 @@ impl Shared {
         }
     }
 
-    /// Takes a slot or builds the refusal; an admitted request's decision
-    /// joins the rate limiter's in the extensions.
-    pub(crate) fn admit(&self, parts: &mut Parts, found: Found, grpc: bool) -> Admission {
+    /// Finds the key and takes a slot without awaiting when it can (a
+    /// sync key extractor and the local backend), else returns the future
+    /// that does.
+    pub(crate) fn start(
+        self: &Arc<Self>,
+        mut parts: Parts,
+        grpc: bool,
+    ) -> Result<(Parts, Admission), BoxFuture<'static, (Parts, Admission)>> {
+        let found = match self.lookup(&parts) {
+            Lookup::Ready(found) => found,
+            Lookup::Pending(find) => {
+                let this = self.clone();
+                return Err(Box::pin(async move {
+                    let taken = this.take(find.await).resolve().await;
+                    let admission = this.admit(&mut parts, taken, grpc);
+                    (parts, admission)
+                }));
+            }
+        };
+        match self.take(found) {
+            Taken::Ready(t) => {
+                let admission = self.admit(&mut parts, t, grpc);
+                Ok((parts, admission))
+            }
+            pending => {
+                let this = self.clone();
+                Err(Box::pin(async move {
+                    let taken = pending.resolve().await;
+                    let admission = this.admit(&mut parts, taken, grpc);
+                    (parts, admission)
+                }))
+            }
+        }
+    }
+
+    fn take(&self, found: Found) -> Taken {
         let key = match found {
             Found::Key(k) => k,
-            Found::Skip => return Admission::Go(Vec::new(), None),
-            Found::Missing => match self.on_missing {
+            Found::Skip => return Taken::Ready(Ready::Skip),
+            Found::Missing => return Taken::Ready(Ready::Missing),
+        };
+        let bounded = key.clone().bounded(self.max_key_len);
+        match self
+            .backend
+            .acquire(&self.name, bounded, self.limit, self.retry_after)
+        {
+            Acquire::Ready(outcome) => Taken::Ready(Ready::Key(key, outcome)),
+            Acquire::Pending(fut) => Taken::Pending(key, fut),
+        }
+    }
+
+    /// Builds the admission from a slot or a refusal; an admitted request's
+    /// decision joins the rate limiter's in the extensions.
+    fn admit(&self, parts: &mut Parts, taken: Ready, grpc: bool) -> Admission {
+        let (key, outcome) = match taken {
+            Ready::Key(key, outcome) => (key, outcome),
+            Ready::Skip => return Admission::Go(Vec::new(), None),
+            Ready::Missing => match self.on_missing {
                 OnMissingKey::Reject(status) => {
                     let denied = Denied {
                         rule: self.name.clone(),
@@ -158,16 +239,16 @@ impl Shared {
             },
         };
         let mut headers = Vec::new();
-        let bounded = key.clone().bounded(self.max_key_len);
-        match self.backend.try_acquire(bounded, self.limit) {
+        let source = outcome.source;
+        match outcome.verdict {
             Ok((permit, held)) => {
                 let decision = Decision::allowed(
                     self.limit,
                     self.retry_after,
-                    self.limit - held,
+                    self.limit.saturating_sub(held),
                     Duration::ZERO,
                 );
-                let rule = self.rule_decision(decision);
+                let rule = self.rule_decision(decision, source);
                 self.headers
                     .render(std::slice::from_ref(&rule), &mut headers);
                 match parts.extensions.get_mut::<RateLimitDecision>() {
@@ -180,19 +261,15 @@ impl Shared {
                 }
                 Admission::Go(headers, Some(permit))
             }
-            Err(_held) => {
-                let decision = Decision::denied(
-                    self.limit,
-                    self.retry_after,
-                    self.retry_after,
-                    self.retry_after,
-                );
+            Err(refused) => {
+                let wait = refused.retry_after.max(Duration::from_millis(1));
+                let decision = Decision::denied(self.limit, self.retry_after, wait, wait);
                 record_deny(&self.name, &key, &decision, false);
                 self.headers
-                    .render(&[self.rule_decision(decision)], &mut headers);
+                    .render(&[self.rule_decision(decision, source)], &mut headers);
                 let denied = Denied {
                     rule: self.name.clone(),
-                    retry_after: Some(self.retry_after),
+                    retry_after: Some(wait),
                     status: StatusCode::TOO_MANY_REQUESTS,
                 };
                 Admission::Stop(refusal(&*self.deny, &denied, grpc, headers))
@@ -200,11 +277,11 @@ impl Shared {
         }
     }
 
-    fn rule_decision(&self, decision: Decision) -> RuleDecision {
+    fn rule_decision(&self, decision: Decision, source: Source) -> RuleDecision {
         RuleDecision {
             rule: self.name.clone(),
             decision,
-            source: Source::Local,
+            source,
             shadow: false,
             concurrency: true,
         }
@@ -234,6 +311,9 @@ impl ConcurrencyLimitLayer {
             max_key_len: 256,
             headers: HeaderStyle::default(),
             deny: Arc::new(problem_json),
+            redis: None,
+            lease_ttl: Duration::from_secs(30),
+            failure: FailurePolicy::default(),
         }
     }
 
@@ -259,7 +339,9 @@ impl ConcurrencyLimitLayer {
         self.shared.limit
     }
 
-    /// How many requests `key` has in flight now (keys longer than
+    /// How many requests `key` has in flight now through this layer (for a
+    /// [`global`](ConcurrencyLimitBuilder::global) limit, this instance's
+    /// share of the total in Redis; keys longer than
     /// [`max_key_len`](ConcurrencyLimitBuilder::max_key_len) are looked up
     /// by their hash, as the layer stores them).
     ///
@@ -273,8 +355,8 @@ impl ConcurrencyLimitLayer {
         self.shared.backend.in_flight(&key)
     }
 
-    /// How many keys the local backend holds now: only keys with a request
-    /// in flight are kept, so this is a gauge for memory.
+    /// How many keys this instance holds now (for a global limit too): only
+    /// keys with a request in flight are kept, so this is a gauge for memory.
     ///
     /// ```
     /// # use keyed_rate_limit::{concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
@@ -328,9 +410,105 @@ pub struct ConcurrencyLimitBuilder {
     max_key_len: usize,
     headers: HeaderStyle,
     deny: Arc<DenyFn>,
+    redis: Option<RedisBackend>,
+    lease_ttl: Duration,
+    failure: FailurePolicy,
 }
 
 impl ConcurrencyLimitBuilder {
+    /// Counts in-flight requests in a shared Redis, so all gateway
+    /// instances together admit at most `max_in_flight` per key.
+    ///
+    /// Each admitted request holds a lease: a member of the sorted set
+    /// `prefix:{name:key}:lease` whose score is its expiry on Redis's
+    /// clock. The lease is released when the response body ends or is
+    /// dropped, renewed every [`lease_ttl`](Self::lease_ttl)` / 3` while it
+    /// lives, and expires on its own after the TTL if this gateway crashes.
+    /// A refusal's `Retry-After` is [`retry_after`](Self::retry_after), or
+    /// sooner when the earliest lease expires sooner.
+    /// [`in_flight`](ConcurrencyLimitLayer::in_flight) then reports this
+    /// instance's requests only.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use keyed_rate_limit::backend::{failure::FailureMode, redis::RedisBackend};
+    /// use keyed_rate_limit::{concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let redis = RedisBackend::builder("redis://127.0.0.1:6379").build().await?;
+    /// let exports = ConcurrencyLimitLayer::builder("exports", KeyExtractor::header("x-account"), 2)
+    ///     .global(redis)
+    ///     .lease_ttl(Duration::from_secs(10))
+    ///     .on_redis_failure(FailureMode::FailClosed)
+    ///     .build()?;
+    /// # let _ = exports;
+    /// # Ok(()) }
+    /// ```
+    pub fn global(mut self, redis: RedisBackend) -> Self {
+        self.redis = Some(redis);
+        self
+    }
+
+    /// How long a lease in Redis lasts without renewal (default 30 s, at
+    /// least 10 ms): the longest a crashed gateway's requests keep their
+    /// slots. Used by [`global`](Self::global) limits only.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use keyed_rate_limit::{concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
+    /// let b = ConcurrencyLimitLayer::builder("exports", KeyExtractor::global(), 2)
+    ///     .lease_ttl(Duration::from_secs(5));
+    /// # let _ = b;
+    /// ```
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = ttl;
+        self
+    }
+
+    /// What a [`global`](Self::global) limit decides when Redis fails
+    /// (default [`FailureMode::LocalFallback`]: at most `max_in_flight`
+    /// per key on this instance).
+    ///
+    /// ```
+    /// # use keyed_rate_limit::{backend::failure::FailureMode, concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
+    /// let b = ConcurrencyLimitLayer::builder("exports", KeyExtractor::global(), 2)
+    ///     .on_redis_failure(FailureMode::FailClosed);
+    /// # let _ = b;
+    /// ```
+    pub fn on_redis_failure(mut self, mode: FailureMode) -> Self {
+        self.failure.mode = mode;
+        self
+    }
+
+    /// How long acquiring, renewing or releasing a lease waits for Redis
+    /// (default 20 ms); an acquire that times out takes the failure mode.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use keyed_rate_limit::{concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
+    /// let b = ConcurrencyLimitLayer::builder("exports", KeyExtractor::global(), 2)
+    ///     .redis_timeout(Duration::from_millis(50));
+    /// # let _ = b;
+    /// ```
+    pub fn redis_timeout(mut self, timeout: Duration) -> Self {
+        self.failure.timeout = timeout;
+        self
+    }
+
+    /// The circuit breaker in front of Redis (default: open after 5
+    /// consecutive failures, probe after 1 s).
+    ///
+    /// ```
+    /// # use keyed_rate_limit::{backend::failure::BreakerConfig, concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
+    /// let b = ConcurrencyLimitLayer::builder("exports", KeyExtractor::global(), 2)
+    ///     .circuit_breaker(BreakerConfig::default().failure_threshold(3));
+    /// # let _ = b;
+    /// ```
+    pub fn circuit_breaker(mut self, breaker: BreakerConfig) -> Self {
+        self.failure.breaker = breaker;
+        self
+    }
+
     /// What to do when the key extractor finds no key (default: the limit
     /// does not apply).
     pub fn on_missing_key(mut self, policy: OnMissingKey) -> Self {
@@ -386,7 +564,9 @@ impl ConcurrencyLimitBuilder {
     /// # Errors
     ///
     /// An invalid name, a limit of zero, a zero `retry_after` or a
-    /// `max_key_len` below 16; see [`BuildError`].
+    /// `max_key_len` below 16; for a global limit also a name with braces,
+    /// a zero `redis_timeout` or failure threshold, or a `lease_ttl` below
+    /// 10 ms; see [`BuildError`].
     pub fn build(self) -> Result<ConcurrencyLimitLayer, BuildError> {
         if !valid_name(&self.name) {
             return Err(BuildError::InvalidRuleName(self.name.to_string()));
@@ -404,6 +584,20 @@ impl ConcurrencyLimitBuilder {
                 "max_key_len must be at least 16 bytes",
             ));
         }
+        let backend = match self.redis {
+            None => Backend::local(),
+            Some(redis) => {
+                validate_global(&self.name, &self.failure)?;
+                if self.lease_ttl < Duration::from_millis(10) {
+                    return Err(BuildError::InvalidSetting(
+                        "lease_ttl must be at least 10 ms",
+                    ));
+                }
+                // The fallback is the local backend's own count, not the
+                // guard's rate store; one instance is assumed.
+                Backend::redis(redis, Guard::new(self.failure, 1), self.lease_ttl)
+            }
+        };
         Ok(ConcurrencyLimitLayer {
             shared: Arc::new(Shared {
                 name: self.name,
@@ -414,7 +608,7 @@ impl ConcurrencyLimitBuilder {
                 max_key_len: self.max_key_len,
                 headers: self.headers,
                 deny: self.deny,
-                backend: Backend::local(),
+                backend,
             }),
         })
     }

@@ -6,7 +6,7 @@ use tower::Service;
 
 use super::body::ResponseBody;
 use super::future::ResponseFuture;
-use super::{Admission, Lookup, Shared};
+use super::{Admission, Shared};
 use crate::response::is_grpc;
 
 /// The middleware [`ConcurrencyLimitLayer`](super::ConcurrencyLimitLayer)
@@ -83,25 +83,19 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        let (mut parts, body) = req.into_parts();
+        let (parts, body) = req.into_parts();
         let grpc = is_grpc(&parts.headers);
-        match self.shared.lookup(&parts) {
-            Lookup::Ready(found) => match self.shared.admit(&mut parts, found, grpc) {
-                Admission::Go(headers, permit) => {
-                    let fut = self.inner.call(Request::from_parts(parts, body));
-                    ResponseFuture::calling(fut, headers, permit)
-                }
-                Admission::Stop(res) => ResponseFuture::refused(res),
-            },
-            Lookup::Pending(find) => {
+        match self.shared.start(parts, grpc) {
+            Ok((parts, Admission::Go(headers, permit))) => {
+                let fut = self.inner.call(Request::from_parts(parts, body));
+                ResponseFuture::calling(fut, headers, permit)
+            }
+            Ok((_, Admission::Stop(res))) => ResponseFuture::refused(res),
+            Err(admit) => {
                 // Take the readied service and leave a clone, as tower prescribes.
                 let clone = self.inner.clone();
                 let inner = std::mem::replace(&mut self.inner, clone);
-                let find = Box::pin(async move {
-                    let found = find.await;
-                    (parts, found)
-                });
-                ResponseFuture::finding(find, inner, body, self.shared.clone(), grpc)
+                ResponseFuture::admitting(admit, inner, body)
             }
         }
     }

@@ -8,7 +8,7 @@ use futures_util::future::BoxFuture;
 use http::StatusCode;
 use http::request::Parts;
 
-use super::{Cost, OnMissingKey, QuotaSource, Rule, Scope};
+use super::{Cost, FailurePolicy, OnMissingKey, QuotaSource, Rule, Scope};
 use crate::backend::deny_cache::DenyCache;
 use crate::backend::failure::{Admit, BreakerState, Cause, Guard};
 use crate::backend::local::LocalStore;
@@ -56,21 +56,14 @@ impl Global {
         let check = self
             .redis
             .check(name, key, rule.algorithm, &quota, cost.get());
-        match tokio::time::timeout(self.guard.timeout(), check).await {
-            Ok(Ok(d)) => {
-                self.guard.succeeded();
+        match self.guard.call(check).await {
+            Ok(d) => {
                 if !d.is_allowed() {
                     self.denies.put(key.clone(), quota, cost, &d);
                 }
                 (d, Source::Global)
             }
-            Ok(Err(e)) => self
-                .guard
-                .fail(name, key, quota, cost, Cause::Error(e.to_string())),
-            Err(_) => {
-                let cause = Cause::Timeout(self.guard.timeout());
-                self.guard.fail(name, key, quota, cost, cause)
-            }
+            Err(cause) => self.guard.fail(name, key, quota, cost, cause),
         }
     }
 }
@@ -284,17 +277,7 @@ fn validate(rule: &Rule) -> Result<(), BuildError> {
     }
     let rule_err = || name.to_string();
     if let Scope::Global(_) = rule.scope {
-        if RedisBackend::validate_rule_name(name).is_err() {
-            return Err(BuildError::InvalidRuleName(name.to_string()));
-        }
-        if rule.failure.timeout.is_zero() {
-            return Err(BuildError::InvalidSetting("redis_timeout must be positive"));
-        }
-        if rule.failure.breaker.threshold() == 0 {
-            return Err(BuildError::InvalidSetting(
-                "failure_threshold must be at least 1",
-            ));
-        }
+        validate_global(name, &rule.failure)?;
     }
     if matches!(rule.scope, Scope::Local) && !rule.algorithm.runs_locally() {
         return Err(BuildError::AlgorithmNotLocal {
@@ -322,6 +305,23 @@ fn validate(rule: &Rule) -> Result<(), BuildError> {
                 capacity: q.burst(),
             });
         }
+    }
+    Ok(())
+}
+
+/// What a limit on Redis needs: a name that keeps the hash tag, a timeout
+/// and a breaker that can trip.
+pub(crate) fn validate_global(name: &str, failure: &FailurePolicy) -> Result<(), BuildError> {
+    if RedisBackend::validate_rule_name(name).is_err() {
+        return Err(BuildError::InvalidRuleName(name.to_string()));
+    }
+    if failure.timeout.is_zero() {
+        return Err(BuildError::InvalidSetting("redis_timeout must be positive"));
+    }
+    if failure.breaker.threshold() == 0 {
+        return Err(BuildError::InvalidSetting(
+            "failure_threshold must be at least 1",
+        ));
     }
     Ok(())
 }

@@ -6,6 +6,7 @@
 mod breaker;
 
 use std::fmt;
+use std::future::Future;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
@@ -122,16 +123,8 @@ impl Guard {
         }
     }
 
-    pub(crate) fn timeout(&self) -> Duration {
-        self.timeout
-    }
-
     pub(crate) fn admit(&self) -> Admit {
         self.breaker.admit()
-    }
-
-    pub(crate) fn succeeded(&self) {
-        self.breaker.success();
     }
 
     pub(crate) fn breaker_state(&self) -> BreakerState {
@@ -146,7 +139,32 @@ impl Guard {
         self.fallback.cleanup();
     }
 
-    /// Decides without Redis, and says so loudly.
+    /// One guarded Redis call: under the timeout, and a success closes the
+    /// breaker. The caller checks [`admit`](Self::admit) first.
+    pub(crate) async fn call<T, E: fmt::Display>(
+        &self,
+        fut: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, Cause> {
+        match tokio::time::timeout(self.timeout, fut).await {
+            Ok(Ok(v)) => {
+                self.breaker.success();
+                Ok(v)
+            }
+            Ok(Err(e)) => Err(Cause::Error(e.to_string())),
+            Err(_) => Err(Cause::Timeout(self.timeout)),
+        }
+    }
+
+    /// The wait a fail-closed refusal asks for: until the breaker probes, or
+    /// at least a second.
+    pub(crate) fn closed_retry(&self) -> Duration {
+        match self.breaker.open_remaining() {
+            Some(wait) if !wait.is_zero() => wait,
+            _ => self.timeout.max(Duration::from_secs(1)),
+        }
+    }
+
+    /// Decides a rate rule without Redis, and says so loudly.
     pub(crate) fn fail(
         &self,
         rule: &Arc<str>,
@@ -155,28 +173,44 @@ impl Guard {
         cost: NonZeroU32,
         cause: Cause,
     ) -> (Decision, Source) {
+        self.fail_with(rule, key, cause, |mode| {
+            let decision = match mode {
+                FailureMode::FailOpen => {
+                    Decision::allowed(quota.limit(), quota.window(), quota.burst(), Duration::ZERO)
+                }
+                FailureMode::FailClosed => Decision::denied(
+                    quota.limit(),
+                    quota.window(),
+                    self.closed_retry(),
+                    quota.window(),
+                ),
+                FailureMode::LocalFallback => {
+                    let share = quota.divided_by(self.instances);
+                    let cost = cost.min(NonZeroU32::new(share.burst()).unwrap_or(NonZeroU32::MIN));
+                    self.fallback.check(key, share, cost)
+                }
+            };
+            let allowed = decision.is_allowed();
+            (decision, allowed)
+        })
+    }
+
+    /// What every decision without Redis shares, whatever it limits: the
+    /// breaker counts the failure, and a warning and a metric say which mode
+    /// decided. `decide` returns its result and whether it admits.
+    pub(crate) fn fail_with<T>(
+        &self,
+        rule: &Arc<str>,
+        key: &Key,
+        cause: Cause,
+        decide: impl FnOnce(FailureMode) -> (T, bool),
+    ) -> (T, Source) {
         if !matches!(cause, Cause::CircuitOpen) && self.breaker.failure() {
             tracing::warn!(target: "keyed_rate_limit", rule = %rule, "redis circuit breaker opened");
             metrics::counter!("rate_limit_breaker_opened_total", "rule" => rule.clone())
                 .increment(1);
         }
-        let decision = match self.mode {
-            FailureMode::FailOpen => {
-                Decision::allowed(quota.limit(), quota.window(), quota.burst(), Duration::ZERO)
-            }
-            FailureMode::FailClosed => {
-                let retry = match self.breaker.open_remaining() {
-                    Some(wait) if !wait.is_zero() => wait,
-                    _ => self.timeout.max(Duration::from_secs(1)),
-                };
-                Decision::denied(quota.limit(), quota.window(), retry, quota.window())
-            }
-            FailureMode::LocalFallback => {
-                let share = quota.divided_by(self.instances);
-                let cost = cost.min(NonZeroU32::new(share.burst()).unwrap_or(NonZeroU32::MIN));
-                self.fallback.check(key, share, cost)
-            }
-        };
+        let (out, allowed) = decide(self.mode);
         let mode = self.mode.as_str();
         tracing::warn!(
             target: "keyed_rate_limit",
@@ -184,7 +218,7 @@ impl Guard {
             key = %key.fingerprint(),
             %cause,
             mode,
-            allowed = decision.is_allowed(),
+            allowed,
             "redis unavailable; rule decided by its failure mode"
         );
         metrics::counter!(
@@ -194,6 +228,6 @@ impl Guard {
             "cause" => cause.kind(),
         )
         .increment(1);
-        (decision, self.mode.source())
+        (out, self.mode.source())
     }
 }

@@ -1,4 +1,5 @@
-//! Redis key layout: `prefix:{rule:key}:algo`.
+//! Redis key layout: `prefix:{rule:key}:algo`, and `prefix:{limit:key}:lease`
+//! for concurrency leases.
 //!
 //! Everything a script touches shares the `{rule:key}` hash tag, so it lands
 //! in one cluster slot; the sliding window's per-window suffix comes after the
@@ -29,6 +30,10 @@ const fn suffix(algorithm: Algorithm) -> &'static [u8] {
     }
 }
 
+/// The suffix of a concurrency limit's lease set: a sorted set, kept apart
+/// from a rate rule's state when both share a name.
+pub(crate) const LEASE: &[u8] = b"lease";
+
 /// The key bytes for one rule and key. `key` is hashed first when longer than
 /// `max_key_len`; its bytes need not be UTF-8. A `}` inside `key` ends the tag
 /// early, which is harmless: every key of one call still shares the tag.
@@ -39,8 +44,18 @@ pub(crate) fn redis_key(
     max_key_len: usize,
     algorithm: Algorithm,
 ) -> Vec<u8> {
+    tagged_key(prefix, rule, key, max_key_len, suffix(algorithm))
+}
+
+/// `prefix:{name:key}:suffix`, the layout every script's key shares.
+pub(crate) fn tagged_key(
+    prefix: &str,
+    rule: &str,
+    key: &Key,
+    max_key_len: usize,
+    suffix: &[u8],
+) -> Vec<u8> {
     let key = key.clone().bounded(max_key_len);
-    let suffix = suffix(algorithm);
     let mut out = Vec::with_capacity(prefix.len() + rule.len() + key.len() + suffix.len() + 5);
     if !prefix.is_empty() {
         out.extend_from_slice(prefix.as_bytes());
@@ -71,6 +86,8 @@ mod tests {
         assert_eq!(k, b"rl:{api:\xff\x00x}:gcra");
         let k = redis_key("", "api", &Key::from("a"), 128, Algorithm::SlidingWindow);
         assert_eq!(k, b"{api:a}:sw");
+        let k = tagged_key("rl", "exports", &Key::from("acct"), 128, LEASE);
+        assert_eq!(k, b"rl:{exports:acct}:lease");
     }
 
     #[test]

@@ -4,7 +4,9 @@
 //! after `NOSCRIPT`, e.g. when Redis restarted). Scripts read the time with
 //! `TIME`, so gateways with skewed clocks still agree. Every key a script
 //! touches shares one hash tag, so the backend also works against a cluster
-//! proxy that routes by slot.
+//! proxy that routes by slot. Global concurrency limits
+//! ([`ConcurrencyLimitBuilder::global`](crate::concurrency::ConcurrencyLimitBuilder::global))
+//! keep their leases here too, through the same script path.
 //!
 //! ```no_run
 //! use keyed_rate_limit::backend::redis::{ConnectionMode, RedisBackend};
@@ -37,6 +39,7 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 
 pub use error::RedisBackendError;
+pub(crate) use script::{LeaseOp, LeaseReply};
 
 use crate::{Algorithm, Decision, Key, Quota};
 
@@ -270,12 +273,34 @@ impl RedisBackend {
             .arg(script::window_us(quota))
             .arg(quota.burst())
             .arg(cost);
-        let reply: script::Reply = match &inner.conn {
+        let reply: script::Reply = self.invoke(&invocation).await?;
+        Ok(script::decision(quota, reply))
+    }
+
+    /// Runs `lease.lua` on the lease set of `key` under the concurrency
+    /// limit `limit`; see [`ConcurrencyLimitBuilder::global`](crate::concurrency::ConcurrencyLimitBuilder::global).
+    pub(crate) async fn lease(
+        &self,
+        limit: &str,
+        key: &Key,
+        op: LeaseOp<'_>,
+    ) -> Result<LeaseReply, RedisBackendError> {
+        let inner = &*self.inner;
+        let redis_key = keys::tagged_key(&inner.prefix, limit, key, inner.max_key_len, keys::LEASE);
+        let reply = self.invoke(&script::lease(redis_key, op)).await?;
+        Ok(script::lease_reply(reply))
+    }
+
+    /// The one path every script takes: `EVALSHA`, and `SCRIPT LOAD` after `NOSCRIPT`.
+    async fn invoke<T: redis::FromRedisValue>(
+        &self,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<T, RedisBackendError> {
+        Ok(match &self.inner.conn {
             Conn::Multiplexed(conn) => invocation.invoke_async(&mut conn.clone()).await?,
             Conn::Pool(pool) => invocation.invoke_async(&mut *pool.get().await?).await?,
             Conn::Cluster(conn) => invocation.invoke_async(&mut conn.clone()).await?,
-        };
-        Ok(script::decision(quota, reply))
+        })
     }
 
     /// Reads `maxmemory-policy` and warns (`tracing::warn!`) when Redis may evict

@@ -14,6 +14,7 @@ static FIXED_WINDOW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/fixed_window.lua")));
 static SLIDING_WINDOW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/sliding_window.lua")));
+static LEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/lease.lua")));
 
 /// The script for an algorithm; all take `ARGV = limit, window_us, burst, cost`.
 pub(crate) fn script(algorithm: Algorithm) -> &'static Script {
@@ -61,6 +62,67 @@ pub(crate) fn decision(quota: &Quota, reply: Reply) -> Decision {
     }
 }
 
+/// One call of `lease.lua`; durations are sent in whole milliseconds (at least 1).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum LeaseOp<'a> {
+    Acquire {
+        id: &'a str,
+        max_in_flight: u32,
+        ttl: Duration,
+        retry_hint: Duration,
+    },
+    Release {
+        id: &'a str,
+    },
+    Renew {
+        id: &'a str,
+        ttl: Duration,
+    },
+}
+
+/// `lease.lua` returns `{ok, in_flight, retry_after_ms}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LeaseReply {
+    /// Acquired, released or renewed: the lease is (or was) held.
+    pub(crate) ok: bool,
+    pub(crate) in_flight: u32,
+    /// When refused: how long until a retry may succeed.
+    pub(crate) retry_after: Duration,
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// The invocation of `lease.lua` for `op` on the lease set `key`.
+pub(crate) fn lease(key: Vec<u8>, op: LeaseOp<'_>) -> redis::ScriptInvocation<'static> {
+    let mut invocation = LEASE.key(key);
+    match op {
+        LeaseOp::Acquire {
+            id,
+            max_in_flight,
+            ttl,
+            retry_hint,
+        } => invocation
+            .arg("acquire")
+            .arg(id)
+            .arg(max_in_flight)
+            .arg(ms(ttl))
+            .arg(ms(retry_hint)),
+        LeaseOp::Release { id } => invocation.arg("release").arg(id),
+        LeaseOp::Renew { id, ttl } => invocation.arg("renew").arg(id).arg(0).arg(ms(ttl)),
+    };
+    invocation
+}
+
+pub(crate) fn lease_reply((ok, in_flight, retry_ms): (i64, i64, i64)) -> LeaseReply {
+    LeaseReply {
+        ok: ok == 1,
+        in_flight: u32::try_from(in_flight.max(0)).unwrap_or(u32::MAX),
+        retry_after: Duration::from_millis(u64::try_from(retry_ms).unwrap_or(0)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -73,6 +135,15 @@ mod tests {
         assert_eq!((d.remaining(), d.reset()), (9, Duration::from_secs(6)));
         let d = decision(&q, (0, 0, 1500, 60_000));
         assert_eq!(d.retry_after(), Some(Duration::from_millis(1500)));
+    }
+
+    #[test]
+    fn lease_replies_and_args() {
+        let r = lease_reply((0, 2, 250));
+        assert_eq!((r.ok, r.in_flight), (false, 2));
+        assert_eq!(r.retry_after, Duration::from_millis(250));
+        assert!(lease_reply((1, 1, 0)).ok);
+        assert_eq!(ms(Duration::from_micros(10)), 1, "never a zero TTL");
     }
 
     #[test]

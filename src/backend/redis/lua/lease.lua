@@ -1,0 +1,62 @@
+-- Concurrency leases for one key, for ConcurrencyLimitLayer's Redis backend.
+--
+-- KEYS[1]  sorted set of the key's leases: member = lease id, score = expiry (ms)
+-- ARGV[1]  "acquire" | "release" | "renew"
+-- ARGV[2]  lease id (unique per request, a 128-bit hex string)
+-- ARGV[3]  max in flight (acquire), integer >= 1
+-- ARGV[4]  lease TTL in ms (acquire, renew), integer >= 1
+-- ARGV[5]  retry hint in ms (acquire), integer >= 1
+--
+-- The clock is Redis TIME, never the caller's, so gateways with skewed clocks
+-- agree on expiry. A lease a crashed gateway never released stops counting
+-- once its TTL passes: expired members are removed before every count. A
+-- request that outlives its TTL must renew (the layer does every TTL/3 while
+-- the permit lives), or its slot may be given away.
+--
+-- Returns {ok, in_flight, retry_after_ms}:
+--   acquire: {1, in_flight_after, 0}       admitted, the lease is held
+--            {0, in_flight, retry_after_ms} refused; retry_after_ms is the hint,
+--                                           or sooner if the earliest lease
+--                                           expires sooner (a slot frees then
+--                                           at the latest)
+--   release: {1 if the lease was held else 0, in_flight_after, 0}
+--   renew:   {1 if the lease was held (and is extended) else 0, in_flight, 0}
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local key, op, id = KEYS[1], ARGV[1], ARGV[2]
+
+redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+
+-- The set lives as long as its longest lease: idle keys vanish on their own.
+local function expire_with_last_lease()
+  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if last[2] then redis.call('PEXPIREAT', key, math.floor(tonumber(last[2]))) end
+end
+
+if op == 'acquire' then
+  local limit, ttl, hint = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+  local held = redis.call('ZCARD', key)
+  if held >= limit then
+    local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    local wait = hint
+    if first[2] then wait = math.min(hint, tonumber(first[2]) - now) end
+    return {0, held, math.max(1, wait)}
+  end
+  redis.call('ZADD', key, now + ttl, id)
+  expire_with_last_lease()
+  return {1, held + 1, 0}
+elseif op == 'release' then
+  local removed = redis.call('ZREM', key, id)
+  return {removed, redis.call('ZCARD', key), 0}
+elseif op == 'renew' then
+  local ttl = tonumber(ARGV[4])
+  -- XX: only an existing lease is extended; an expired one stays gone.
+  redis.call('ZADD', key, 'XX', now + ttl, id)
+  -- ZSCORE, not ZADD CH: a renew in the same millisecond changes nothing
+  -- yet the lease is held.
+  local held = redis.call('ZSCORE', key, id) and 1 or 0
+  if held == 1 then expire_with_last_lease() end
+  return {held, redis.call('ZCARD', key), 0}
+end
+return redis.error_reply('unknown op ' .. tostring(op))
