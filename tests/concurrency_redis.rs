@@ -357,6 +357,26 @@ async fn local_fallback_limits_each_instance_to_n() {
 }
 
 #[tokio::test]
+async fn local_fallback_enforces_the_instance_share() {
+    let mut server = RedisServer::start();
+    // 4 in flight over 4 instances: each may hold 1 while Redis is down.
+    let layer = builder(4)
+        .instances(4)
+        .global(redis(&server, "t9").await)
+        .build()
+        .unwrap();
+    let mut g = gateway(layer).await;
+    server.kill();
+
+    let slow = spawn_slow(g.addr, "acme");
+    let switch = g.entered.recv().await.unwrap();
+    let refused = get(g.addr, "/fast", "acme").await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    switch.send(()).unwrap();
+    assert_eq!(slow.await.unwrap(), StatusCode::OK);
+}
+
+#[tokio::test]
 async fn build_checks_global_settings() {
     let server = RedisServer::start();
     let r = redis(&server, "t8").await;

@@ -157,8 +157,8 @@ impl Global {
         }
     }
 
-    /// Decides without Redis. The local fallback allows `limit` per
-    /// instance: the layer has no instance count to divide it by.
+    /// Decides without Redis. The local fallback allows this instance's
+    /// share of `limit`.
     fn fail(
         &self,
         name: &Arc<str>,
@@ -178,7 +178,8 @@ impl Global {
                     retry_after: self.guard.closed_retry(),
                 }),
                 FailureMode::LocalFallback => {
-                    self.local.try_acquire(key.clone(), limit, retry_hint)
+                    let share = self.guard.local_share(limit);
+                    self.local.try_acquire(key.clone(), share, retry_hint)
                 }
             };
             let allowed = verdict.is_ok();

@@ -314,6 +314,7 @@ impl ConcurrencyLimitLayer {
             redis: None,
             lease_ttl: Duration::from_secs(30),
             failure: FailurePolicy::default(),
+            instances: 1,
         }
     }
 
@@ -413,6 +414,7 @@ pub struct ConcurrencyLimitBuilder {
     redis: Option<RedisBackend>,
     lease_ttl: Duration,
     failure: FailurePolicy,
+    instances: u32,
 }
 
 impl ConcurrencyLimitBuilder {
@@ -449,6 +451,20 @@ impl ConcurrencyLimitBuilder {
         self
     }
 
+    /// How many gateway instances share a global limit (default 1): when
+    /// Redis fails, the local fallback admits `max_in_flight / instances`
+    /// (rounded up) per key here, so together they stay near the limit.
+    ///
+    /// ```
+    /// # use keyed_rate_limit::{concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
+    /// let b = ConcurrencyLimitLayer::builder("exports", KeyExtractor::global(), 8).instances(4);
+    /// # let _ = b;
+    /// ```
+    pub fn instances(mut self, n: u32) -> Self {
+        self.instances = n;
+        self
+    }
+
     /// How long a lease in Redis lasts without renewal (default 30 s, at
     /// least 10 ms): the longest a crashed gateway's requests keep their
     /// slots. Used by [`global`](Self::global) limits only.
@@ -467,7 +483,7 @@ impl ConcurrencyLimitBuilder {
 
     /// What a [`global`](Self::global) limit decides when Redis fails
     /// (default [`FailureMode::LocalFallback`]: at most `max_in_flight`
-    /// per key on this instance).
+    /// divided by [`instances`](Self::instances) per key on this instance).
     ///
     /// ```
     /// # use keyed_rate_limit::{backend::failure::FailureMode, concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
@@ -593,9 +609,16 @@ impl ConcurrencyLimitBuilder {
                         "lease_ttl must be at least 10 ms",
                     ));
                 }
+                if self.instances == 0 {
+                    return Err(BuildError::InvalidSetting("instances must be at least 1"));
+                }
                 // The fallback is the local backend's own count, not the
-                // guard's rate store; one instance is assumed.
-                Backend::redis(redis, Guard::new(self.failure, 1), self.lease_ttl)
+                // guard's rate store.
+                Backend::redis(
+                    redis,
+                    Guard::new(self.failure, self.instances),
+                    self.lease_ttl,
+                )
             }
         };
         Ok(ConcurrencyLimitLayer {

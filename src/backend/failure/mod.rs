@@ -157,6 +157,11 @@ impl Guard {
 
     /// The wait a fail-closed refusal asks for: until the breaker probes, or
     /// at least a second.
+    /// This instance's share of a limit of `n`, rounded up.
+    pub(crate) fn local_share(&self, n: u32) -> u32 {
+        n.div_ceil(self.instances.max(1))
+    }
+
     pub(crate) fn closed_retry(&self) -> Duration {
         match self.breaker.open_remaining() {
             Some(wait) if !wait.is_zero() => wait,
