@@ -49,11 +49,11 @@ use crate::backend::failure::{BreakerConfig, FailureMode, Guard};
 use crate::backend::redis::RedisBackend;
 use crate::error::BuildError;
 use crate::headers::HeaderStyle;
-use crate::key::{Extracted, KeyExtractor};
+use crate::key::KeyExtractor;
 use crate::response::{Denied, DenyFn, problem_json, refusal};
 use crate::rule::FailurePolicy;
-use crate::rule::OnMissingKey;
 use crate::rule::chain::{record_deny, valid_name, validate_global};
+use crate::rule::{Found, Lookup, OnMissingKey};
 use crate::{Decision, Key, RateLimitDecision, RuleDecision, Source};
 use backend::{Acquire, Backend, Outcome, Permit};
 
@@ -94,20 +94,6 @@ pub(crate) struct Shared {
     backend: Backend,
 }
 
-/// The key a request counts against, once extractors have run.
-pub(crate) enum Found {
-    Key(Key),
-    /// The primary extractor found nothing and there is no fallback.
-    Missing,
-    /// The fallback found nothing either: the limit does not apply.
-    Skip,
-}
-
-pub(crate) enum Lookup {
-    Ready(Found),
-    Pending(BoxFuture<'static, Found>),
-}
-
 /// A found key with its slot or refusal.
 enum Ready {
     Key(Key, Outcome),
@@ -137,38 +123,6 @@ pub(crate) enum Admission {
 }
 
 impl Shared {
-    pub(crate) fn lookup(&self, parts: &Parts) -> Lookup {
-        let fallback = match &self.on_missing {
-            OnMissingKey::Fallback(k) => Some(k),
-            _ => None,
-        };
-        let found = |key: Option<Key>, fell_back: bool| match key {
-            Some(k) => Found::Key(k),
-            None if fell_back => Found::Skip,
-            None => Found::Missing,
-        };
-        match self.key.extract(parts) {
-            Extracted::Ready(Some(k)) => Lookup::Ready(Found::Key(k)),
-            Extracted::Ready(None) => match fallback.map(|f| f.extract(parts)) {
-                None => Lookup::Ready(Found::Missing),
-                Some(Extracted::Ready(k)) => Lookup::Ready(found(k, true)),
-                Some(Extracted::Pending(f)) => {
-                    Lookup::Pending(Box::pin(async move { found(f.await, true) }))
-                }
-            },
-            Extracted::Pending(f) => {
-                let fallback = fallback.map(|k| k.extract(parts));
-                Lookup::Pending(Box::pin(async move {
-                    match (f.await, fallback) {
-                        (Some(k), _) => Found::Key(k),
-                        (None, Some(fb)) => found(fb.resolve().await, true),
-                        (None, None) => Found::Missing,
-                    }
-                }))
-            }
-        }
-    }
-
     /// Finds the key and takes a slot without awaiting when it can (a
     /// sync key extractor and the local backend), else returns the future
     /// that does.
@@ -177,7 +131,7 @@ impl Shared {
         mut parts: Parts,
         grpc: bool,
     ) -> Result<(Parts, Admission), BoxFuture<'static, (Parts, Admission)>> {
-        let found = match self.lookup(&parts) {
+        let found = match self.on_missing.lookup(&self.key, &parts) {
             Lookup::Ready(found) => found,
             Lookup::Pending(find) => {
                 let this = self.clone();

@@ -8,13 +8,12 @@ use futures_util::future::BoxFuture;
 use http::StatusCode;
 use http::request::Parts;
 
-use super::{Cost, FailurePolicy, OnMissingKey, QuotaSource, Rule, Scope};
+use super::{Cost, FailurePolicy, Found, Lookup, OnMissingKey, QuotaSource, Rule, Scope};
 use crate::backend::deny_cache::DenyCache;
 use crate::backend::failure::{Admit, BreakerState, Cause, Guard};
 use crate::backend::local::LocalStore;
 use crate::backend::redis::RedisBackend;
 use crate::error::BuildError;
-use crate::key::Extracted;
 use crate::{Decision, Key, Quota, RuleDecision, Source};
 
 /// Settings the chain shares with every rule.
@@ -348,37 +347,22 @@ impl CompiledRule {
         let Some(cost) = NonZeroU32::new(cost) else {
             return Step::Done(Outcome::Skip);
         };
-        let fallback = match &self.rule.on_missing {
-            OnMissingKey::Fallback(k) => Some(k),
-            _ => None,
-        };
-        match self.rule.key.extract(parts) {
-            Extracted::Ready(Some(key)) => self.decide(key, quota, cost),
-            Extracted::Ready(None) => match fallback.map(|k| k.extract(parts)) {
-                None => Step::Done(self.missing()),
-                Some(Extracted::Ready(key)) => self.decide_or_skip(key, quota, cost),
-                Some(Extracted::Pending(f)) => {
-                    let this = self.clone();
-                    Step::Pending(Box::pin(async move {
-                        this.decide_or_skip(f.await, quota, cost).resolve().await
-                    }))
-                }
-            },
-            Extracted::Pending(f) => {
+        match self.rule.on_missing.lookup(&self.rule.key, parts) {
+            Lookup::Ready(found) => self.on_found(found, quota, cost),
+            Lookup::Pending(f) => {
                 let this = self.clone();
-                let fallback = fallback.map(|k| k.extract(parts));
                 Step::Pending(Box::pin(async move {
-                    match (f.await, fallback) {
-                        (Some(k), _) => this.decide(k, quota, cost).resolve().await,
-                        (None, Some(fb)) => {
-                            this.decide_or_skip(fb.resolve().await, quota, cost)
-                                .resolve()
-                                .await
-                        }
-                        (None, None) => this.missing(),
-                    }
+                    this.on_found(f.await, quota, cost).resolve().await
                 }))
             }
+        }
+    }
+
+    fn on_found(self: &Arc<Self>, found: Found, quota: Quota, cost: NonZeroU32) -> Step {
+        match found {
+            Found::Key(key) => self.decide(key, quota, cost),
+            Found::Missing => Step::Done(self.missing()),
+            Found::Skip => Step::Done(Outcome::Skip),
         }
     }
 
@@ -386,14 +370,6 @@ impl CompiledRule {
         match &self.rule.on_missing {
             OnMissingKey::Reject(status) => Outcome::Reject(*status),
             _ => Outcome::Skip,
-        }
-    }
-
-    /// A fallback key that is missing too skips the rule.
-    fn decide_or_skip(self: &Arc<Self>, key: Option<Key>, quota: Quota, cost: NonZeroU32) -> Step {
-        match key {
-            Some(key) => self.decide(key, quota, cost),
-            None => Step::Done(Outcome::Skip),
         }
     }
 

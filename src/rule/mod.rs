@@ -14,9 +14,11 @@ use http::StatusCode;
 use http::request::Parts;
 
 use crate::Algorithm;
+use crate::Key;
 use crate::backend::failure::{BreakerConfig, FailureMode};
 use crate::backend::redis::RedisBackend;
-use crate::key::KeyExtractor;
+use crate::key::{Extracted, KeyExtractor};
+use futures_util::future::BoxFuture;
 use quota::Quota;
 
 type QuotaFn = dyn Fn(&Parts) -> Quota + Send + Sync;
@@ -57,6 +59,52 @@ pub enum OnMissingKey {
     /// Count the request against another key instead (e.g. the client IP).
     /// When that one is missing too, the rule is skipped.
     Fallback(KeyExtractor),
+}
+
+/// The key a request counts against, once the extractors have run.
+pub(crate) enum Found {
+    Key(Key),
+    /// The primary extractor found nothing and there is no fallback.
+    Missing,
+    /// The fallback found nothing either: the limit does not apply.
+    Skip,
+}
+
+pub(crate) enum Lookup {
+    Ready(Found),
+    Pending(BoxFuture<'static, Found>),
+}
+
+impl OnMissingKey {
+    /// Runs `key`, then the fallback if it finds nothing; sync extractors
+    /// answer at once.
+    pub(crate) fn lookup(&self, key: &KeyExtractor, parts: &Parts) -> Lookup {
+        let fallback = match self {
+            Self::Fallback(k) => Some(k),
+            _ => None,
+        };
+        let fell_back = |key: Option<Key>| key.map_or(Found::Skip, Found::Key);
+        match key.extract(parts) {
+            Extracted::Ready(Some(k)) => Lookup::Ready(Found::Key(k)),
+            Extracted::Ready(None) => match fallback.map(|f| f.extract(parts)) {
+                None => Lookup::Ready(Found::Missing),
+                Some(Extracted::Ready(k)) => Lookup::Ready(fell_back(k)),
+                Some(Extracted::Pending(f)) => {
+                    Lookup::Pending(Box::pin(async move { fell_back(f.await) }))
+                }
+            },
+            Extracted::Pending(f) => {
+                let fallback = fallback.map(|k| k.extract(parts));
+                Lookup::Pending(Box::pin(async move {
+                    match (f.await, fallback) {
+                        (Some(k), _) => Found::Key(k),
+                        (None, Some(fb)) => fell_back(fb.resolve().await),
+                        (None, None) => Found::Missing,
+                    }
+                }))
+            }
+        }
+    }
 }
 
 /// Where a rule's counters live.
