@@ -25,6 +25,8 @@ pub enum RedisBackendError {
     },
     /// The quota can never admit anything; see [`Quota::validate`](crate::Quota::validate).
     InvalidQuota(QuotaError),
+    /// The settings don't go together.
+    Unsupported(&'static str),
 }
 
 impl fmt::Display for RedisBackendError {
@@ -36,6 +38,7 @@ impl fmt::Display for RedisBackendError {
                 write!(f, "redis {what} {name:?} must not contain '{{' or '}}'")
             }
             Self::InvalidQuota(e) => write!(f, "invalid quota: {e}"),
+            Self::Unsupported(what) => f.write_str(what),
         }
     }
 }

@@ -37,6 +37,7 @@ use bb8_redis::{RedisConnectionManager, bb8};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
+use redis::{ClientTlsConfig, TlsCertificates};
 
 pub use error::RedisBackendError;
 pub(crate) use script::{LeaseOp, LeaseReply};
@@ -76,9 +77,74 @@ pub struct RedisBackendBuilder {
     mode: ConnectionMode,
     max_key_len: usize,
     lazy: bool,
+    tls: Tls,
+}
+
+/// Certificates for `rediss://`; `Debug` never shows the key.
+#[derive(Clone, Default)]
+struct Tls {
+    root_cert: Option<Vec<u8>>,
+    client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl fmt::Debug for Tls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tls")
+            .field("root_cert", &self.root_cert.is_some())
+            .field("client_cert", &self.client.is_some())
+            .finish()
+    }
+}
+
+impl Tls {
+    fn certificates(&self) -> Option<TlsCertificates> {
+        if self.root_cert.is_none() && self.client.is_none() {
+            return None;
+        }
+        Some(TlsCertificates {
+            client_tls: self
+                .client
+                .clone()
+                .map(|(client_cert, client_key)| ClientTlsConfig {
+                    client_cert,
+                    client_key,
+                }),
+            root_cert: self.root_cert.clone(),
+        })
+    }
 }
 
 impl RedisBackendBuilder {
+    /// For `rediss://`: trust this PEM root certificate instead of the
+    /// system's store, e.g. a private CA. Multiplexed and cluster modes.
+    ///
+    /// ```
+    /// # use keyed_rate_limit::backend::redis::RedisBackend;
+    /// let ca = b"-----BEGIN CERTIFICATE-----\n...".to_vec();
+    /// let builder = RedisBackend::builder("rediss://redis.internal:6380").tls_root_cert(ca);
+    /// ```
+    pub fn tls_root_cert(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.root_cert = Some(pem.into());
+        self
+    }
+
+    /// For `rediss://` with mutual TLS: the client certificate and key, PEM.
+    /// Multiplexed and cluster modes.
+    ///
+    /// ```
+    /// # use keyed_rate_limit::backend::redis::RedisBackend;
+    /// let (cert, key) = (b"-----BEGIN CERTIFICATE-----".to_vec(), b"-----BEGIN PRIVATE KEY-----".to_vec());
+    /// let builder = RedisBackend::builder("rediss://redis.internal:6380").tls_client_cert(cert, key);
+    /// ```
+    pub fn tls_client_cert(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls.client = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
     /// With [`ConnectionMode::Multiplexed`]: don't connect in `build`, but
     /// on the first decision. A gateway then starts while Redis is down, and
     /// its global rules follow their failure modes until Redis answers. The
@@ -120,9 +186,13 @@ impl RedisBackendBuilder {
     pub async fn build(self) -> Result<RedisBackend, RedisBackendError> {
         keys::validate_name("prefix", &self.prefix)?;
         let url = self.urls.first().map_or("", String::as_str);
+        let certs = self.tls.certificates();
         let conn = match self.mode {
             ConnectionMode::Multiplexed => {
-                let client = redis::Client::open(url)?;
+                let client = match certs {
+                    Some(c) => redis::Client::build_with_tls(url, c)?,
+                    None => redis::Client::open(url)?,
+                };
                 // Few retries so a bad URL fails the build fast; after a drop,
                 // every later call starts a new reconnect attempt anyway.
                 let config = ConnectionManagerConfig::new().set_number_of_retries(2);
@@ -131,6 +201,11 @@ impl RedisBackendBuilder {
                 } else {
                     ConnectionManager::new_with_config(client, config).await?
                 })
+            }
+            ConnectionMode::Pool { .. } if certs.is_some() => {
+                return Err(RedisBackendError::Unsupported(
+                    "custom TLS certificates need the multiplexed or cluster connection",
+                ));
             }
             ConnectionMode::Pool { max_size } => {
                 let manager = RedisConnectionManager::new(url)?;
@@ -145,7 +220,11 @@ impl RedisBackendBuilder {
                 Conn::Pool(pool)
             }
             ConnectionMode::Cluster => {
-                let client = ClusterClient::new(self.urls.iter().map(String::as_str))?;
+                let mut client = ClusterClient::builder(self.urls.iter().map(String::as_str));
+                if let Some(c) = certs {
+                    client = client.certs(c);
+                }
+                let client = client.build()?;
                 Conn::Cluster(client.get_async_connection().await?)
             }
         };
@@ -212,6 +291,7 @@ impl RedisBackend {
             mode: ConnectionMode::default(),
             max_key_len: 128,
             lazy: false,
+            tls: Tls::default(),
         }
     }
 
