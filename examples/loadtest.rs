@@ -21,7 +21,6 @@
 //! `LOADTEST_GEN=rust` to force the built-in generator.
 
 #[path = "../tests/support/redis_server.rs"]
-#[allow(dead_code)]
 mod redis_server;
 
 use std::net::SocketAddr;
@@ -134,8 +133,12 @@ async fn run_wrk(addr: SocketAddr, secs: u64, conns: u64, threads: u64) -> Sampl
         rps: field("Requests/sec:")
             .and_then(|v| v.parse().ok())
             .unwrap_or(0.0),
-        p50_us: field("50%").and_then(|v| parse_duration_us(&v)).unwrap_or(0.0),
-        p99_us: field("99%").and_then(|v| parse_duration_us(&v)).unwrap_or(0.0),
+        p50_us: field("50%")
+            .and_then(|v| parse_duration_us(&v))
+            .unwrap_or(0.0),
+        p99_us: field("99%")
+            .and_then(|v| parse_duration_us(&v))
+            .unwrap_or(0.0),
     }
 }
 

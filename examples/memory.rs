@@ -170,7 +170,7 @@ fn allocations_per_request() {
     };
     let mut bare = inner;
     let mut svc = layer.layer(inner);
-    let mut count = |f: &mut dyn FnMut()| {
+    let count = |f: &mut dyn FnMut()| {
         f();
         let before = ALLOCS.load(Ordering::Relaxed);
         for _ in 0..N {
