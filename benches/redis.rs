@@ -9,11 +9,12 @@
 //!   it is installed), before and after the backend runs;
 //! - `RedisBackend::check` decisions/s with 1, 16, 64 and 256 tokio tasks on a
 //!   multi-thread runtime, each looping on its own keys for `REDIS_BENCH_SECS`;
-//! - `Multiplexed` against `Pool { max_size: 64 }` at concurrency 64, two rounds;
+//! - `Multiplexed` against `Pool { max_size: 64 }` at concurrency 64;
 //! - one key sent 100× its quota through the layer: `cmdstat_evalsha` calls
 //!   per request.
 //!
-//! Environment: `REDIS_BENCH_SECS` (default 3) per run, `DENY_SECS` (default 3).
+//! Environment: `REDIS_BENCH_SECS` (default 2) per run, `REDIS_BENCH_ROUNDS`
+//! (default 2, alternating order, medians reported), `DENY_SECS` (default 3).
 //! Machines are shared and noisy: read the ratios, not the absolute numbers.
 
 #[path = "../tests/support/redis_server.rs"]
@@ -231,6 +232,23 @@ async fn deny_run(server: &RedisServer, senders: u64, dur: Duration, key: &'stat
     }
 }
 
+#[derive(Debug, Clone, Copy)]
+enum Run {
+    Ceiling,
+    Mux(usize),
+    Pool(usize),
+}
+
+impl Run {
+    fn label(&self) -> String {
+        match self {
+            Run::Ceiling => format!("ceiling (1 conn, pipelines of {PIPELINE} EVALSHA)"),
+            Run::Mux(c) => format!("multiplexed, concurrency {c}"),
+            Run::Pool(c) => format!("pool(max {c}), concurrency {c}"),
+        }
+    }
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
@@ -242,10 +260,14 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
-    // `cargo bench` passes `--bench`; `cargo test --benches` would pass nothing
-    // useful either: this harness takes no arguments.
-    let dur = secs("REDIS_BENCH_SECS", 3);
+    // The harness ignores its arguments (`cargo bench` passes `--bench`).
+    let dur = secs("REDIS_BENCH_SECS", 2);
     let deny_dur = secs("DENY_SECS", 3);
+    let rounds = std::env::var("REDIS_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2usize)
+        .max(1);
     let server = RedisServer::start();
     let url = server.url();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -269,37 +291,40 @@ fn main() {
         backend_run(&mux, 64, Duration::from_millis(300), "warm").await;
         backend_run(&pool, 64, Duration::from_millis(300), "warm").await;
 
-        println!("redis-server {} (private), {dur:?} per run", server.port());
-        let mut ceilings = vec![ceiling(&url, dur).await];
         println!(
-            "ceiling (1 conn, pipelines of {PIPELINE} EVALSHA): {:>9.0} decisions/s",
-            ceilings[0]
+            "redis-server {} (private), {dur:?} per run, {rounds} rounds in alternating order",
+            server.port()
         );
-
-        let mut by_conc = Vec::new();
-        for c in [1usize, 16, 64, 256] {
-            let r = backend_run(&mux, c, dur, &format!("c{c}")).await;
-            println!("multiplexed, concurrency {c:>3}:            {r:>9.0} decisions/s");
-            by_conc.push((c, r));
+        // Each round measures everything once; odd rounds run in reverse
+        // order, and the medians across rounds are reported.
+        let runs: Vec<Run> = vec![
+            Run::Ceiling,
+            Run::Mux(1),
+            Run::Mux(16),
+            Run::Mux(64),
+            Run::Pool(64),
+            Run::Mux(256),
+        ];
+        let mut results: Vec<Vec<f64>> = vec![Vec::new(); runs.len()];
+        for round in 0..rounds {
+            let order: Vec<usize> = if round % 2 == 0 {
+                (0..runs.len()).collect()
+            } else {
+                (0..runs.len()).rev().collect()
+            };
+            for i in order {
+                let tag = format!("r{round}-{i}");
+                let r = match runs[i] {
+                    Run::Ceiling => ceiling(&url, dur).await,
+                    Run::Mux(c) => backend_run(&mux, c, dur, &tag).await,
+                    Run::Pool(c) => backend_run(&pool, c, dur, &tag).await,
+                };
+                println!("round {round} {:<44} {r:>9.0} decisions/s", runs[i].label());
+                results[i].push(r);
+            }
         }
-
-        let mut m64 = Vec::new();
-        let mut p64 = Vec::new();
-        for round in 0..2 {
-            m64.push(backend_run(&mux, 64, dur, &format!("m{round}")).await);
-            p64.push(backend_run(&pool, 64, dur, &format!("p{round}")).await);
-            println!(
-                "round {round}: multiplexed 64 {:>9.0}, pool(64) 64 {:>9.0} decisions/s",
-                m64[round], p64[round]
-            );
-        }
-
-        ceilings.push(ceiling(&url, dur).await);
-        println!(
-            "ceiling again:                             {:>9.0} decisions/s",
-            ceilings[1]
-        );
-        let ceiling = median(ceilings.clone());
+        let med: Vec<f64> = results.into_iter().map(median).collect();
+        let ceiling = med[0];
         let sha: String = {
             let mut c = server.connection().unwrap();
             redis::cmd("SCRIPT")
@@ -310,21 +335,20 @@ fn main() {
         };
         let rb = redis_benchmark(server.port(), &sha);
 
-        println!("\nratios to the pipelined ceiling ({ceiling:.0}/s, mean of before/after):");
-        for (c, r) in &by_conc {
+        println!("\nmedians, and ratios to the pipelined ceiling ({ceiling:.0}/s):");
+        for (run, r) in runs.iter().zip(&med).skip(1) {
+            let c = match run {
+                Run::Mux(c) | Run::Pool(c) => *c,
+                Run::Ceiling => unreachable!(),
+            };
             println!(
-                "  concurrency {c:>3}: {r:>9.0}/s = {:.3} of ceiling, mean latency {:.0} us (Little)",
+                "  {:<44} {r:>9.0}/s = {:.3} of ceiling, mean latency {:.0} us (Little)",
+                run.label(),
                 r / ceiling,
-                *c as f64 / r * 1e6
+                c as f64 / r * 1e6
             );
         }
-        let (m, p) = (median(m64), median(p64));
-        println!(
-            "  multiplexed 64 {m:.0}/s ({:.3}), pool 64 {p:.0}/s ({:.3}): pool / multiplexed = {:.2}",
-            m / ceiling,
-            p / ceiling,
-            p / m
-        );
+        println!("  pool / multiplexed at 64 = {:.2}", med[4] / med[3]);
         match rb {
             Some(rb) => println!(
                 "  redis-benchmark -P {PIPELINE} -c 4 EVALSHA: {rb:.0}/s; our ceiling / it = {:.2}",
