@@ -1,0 +1,378 @@
+//! Redis backend throughput against the same server's pipelined ceiling, and
+//! the deny cache's Redis calls per request for one abusive key.
+//!
+//! `cargo bench --bench redis` starts a private `redis-server` on a free port
+//! (never the shared 6379) and, in one process, measures:
+//!
+//! - the ceiling: one connection sending batches of `PIPELINE` `EVALSHA` of
+//!   the GCRA script (and `redis-benchmark -P` against the same server, when
+//!   it is installed), before and after the backend runs;
+//! - `RedisBackend::check` decisions/s with 1, 16, 64 and 256 tokio tasks on a
+//!   multi-thread runtime, each looping on its own keys for `REDIS_BENCH_SECS`;
+//! - `Multiplexed` against `Pool { max_size: 64 }` at concurrency 64;
+//! - one key sent 100× its quota through the layer: `cmdstat_evalsha` calls
+//!   per request.
+//!
+//! Environment: `REDIS_BENCH_SECS` (default 2) per run, `REDIS_BENCH_ROUNDS`
+//! (default 2, alternating order, medians reported), `DENY_SECS` (default 3).
+//! Machines are shared and noisy: read the ratios, not the absolute numbers.
+
+#[path = "../tests/support/redis_server.rs"]
+mod redis_server;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, StatusCode};
+use http_body_util::Full;
+use keyed_rate_limit::backend::failure::BreakerState;
+use keyed_rate_limit::backend::redis::{ConnectionMode, RedisBackend};
+use keyed_rate_limit::{Algorithm, Key, Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use redis_server::RedisServer;
+use tower::{Layer, Service, ServiceExt, service_fn};
+
+const GCRA: &str = include_str!("../src/backend/redis/lua/gcra.lua");
+const PIPELINE: usize = 256;
+/// Keys each task cycles through.
+const KEYS_PER_TASK: usize = 1024;
+
+fn secs(var: &str, default: u64) -> Duration {
+    let s = std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(default as f64);
+    Duration::from_secs_f64(s)
+}
+
+/// A quota no run reaches, so every decision is an allow that writes.
+fn huge() -> Quota {
+    Quota::new(1_000_000_000, Duration::from_secs(1))
+}
+
+/// Decisions/s of one pipelined connection sending batches of `PIPELINE` EVALSHA.
+async fn ceiling(url: &str, dur: Duration) -> f64 {
+    let client = redis::Client::open(url).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(GCRA)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let q = huge();
+    let window_us = q.window().as_micros() as u64;
+    let keys: Vec<String> = (0..KEYS_PER_TASK * 4)
+        .map(|i| format!("krl:{{ceiling:k{i}}}:gcra"))
+        .collect();
+    let start = Instant::now();
+    let mut n = 0usize;
+    while start.elapsed() < dur {
+        let mut pipe = redis::pipe();
+        for j in 0..PIPELINE {
+            pipe.cmd("EVALSHA")
+                .arg(&sha)
+                .arg(1)
+                .arg(&keys[(n + j) % keys.len()])
+                .arg(q.limit())
+                .arg(window_us)
+                .arg(q.burst())
+                .arg(1);
+        }
+        let replies: Vec<(i64, i64, i64, i64)> = pipe.query_async(&mut conn).await.unwrap();
+        assert_eq!(replies.len(), PIPELINE);
+        n += PIPELINE;
+    }
+    n as f64 / start.elapsed().as_secs_f64()
+}
+
+/// `redis-benchmark -P 256` running the same script, when installed.
+fn redis_benchmark(port: u16, sha: &str) -> Option<f64> {
+    let out = std::process::Command::new("redis-benchmark")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(["-P", &PIPELINE.to_string(), "-c", "4", "-n", "400000"])
+        .args(["-r", "100000", "--csv", "EVALSHA", sha, "1"])
+        .args(["krl:{rb:__rand_int__}:gcra", "1000000000", "1000000"])
+        .args(["1000000000", "1"])
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    // "test","rps",...  then  "EVALSHA ...","123456.79",...
+    text.lines().nth(1).and_then(|l| {
+        l.split(',')
+            .nth(1)
+            .and_then(|v| v.trim_matches('"').parse().ok())
+    })
+}
+
+/// Decisions/s of `tasks` tokio tasks looping `check` on their own keys.
+async fn backend_run(backend: &RedisBackend, tasks: usize, dur: Duration, tag: &str) -> f64 {
+    let total = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let deadline = start + dur;
+    let handles: Vec<_> = (0..tasks)
+        .map(|t| {
+            let backend = backend.clone();
+            let total = total.clone();
+            let keys: Vec<Key> = (0..KEYS_PER_TASK)
+                .map(|i| Key::from(format!("{tag}-t{t}-k{i}")))
+                .collect();
+            tokio::spawn(async move {
+                let q = huge();
+                let mut n = 0usize;
+                while Instant::now() < deadline {
+                    let d = backend
+                        .check("bench", &keys[n % KEYS_PER_TASK], Algorithm::Gcra, &q, 1)
+                        .await
+                        .expect("redis check");
+                    assert!(d.is_allowed());
+                    n += 1;
+                }
+                total.fetch_add(n as u64, Ordering::Relaxed);
+            })
+        })
+        .collect();
+    for h in handles {
+        h.await.unwrap();
+    }
+    total.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+}
+
+fn evalsha_calls(server: &RedisServer) -> u64 {
+    let mut c = server.connection().unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut c)
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+struct DenyRun {
+    requests: u64,
+    allowed: u64,
+    calls: u64,
+}
+
+/// `senders` tasks together offer 100× a 10/s quota to one key through the layer.
+async fn deny_run(server: &RedisServer, senders: u64, dur: Duration, key: &'static str) -> DenyRun {
+    let backend = RedisBackend::builder(server.url())
+        .prefix("deny")
+        .build()
+        .await
+        .unwrap();
+    let quota = Quota::per_second(10);
+    let layer = RateLimitLayer::builder()
+        .rule(
+            Rule::new("abuse", KeyExtractor::header("x-api-key"), quota)
+                .global(backend)
+                .redis_timeout(Duration::from_millis(500)),
+        )
+        .build()
+        .unwrap();
+    let inner = service_fn(|_req: Request<Full<Bytes>>| async {
+        Ok::<_, Infallible>(Response::new(Full::<Bytes>::default()))
+    });
+    let svc = layer.layer(inner);
+    // Load the script outside the measured window.
+    let mut warm = svc.clone();
+    let mut req = Request::new(Full::<Bytes>::default());
+    req.headers_mut()
+        .insert("x-api-key", HeaderValue::from_static("warm-up"));
+    warm.ready().await.unwrap().call(req).await.unwrap();
+
+    let offered_per_sec = 100 * u64::from(quota.limit());
+    let period = Duration::from_secs_f64(senders as f64 / offered_per_sec as f64);
+    let before = evalsha_calls(server);
+    let allowed = Arc::new(AtomicU64::new(0));
+    let requests = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + dur;
+    let handles: Vec<_> = (0..senders)
+        .map(|_| {
+            let mut svc = svc.clone();
+            let allowed = allowed.clone();
+            let requests = requests.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(period);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+                while Instant::now() < deadline {
+                    tick.tick().await;
+                    let mut req = Request::new(Full::<Bytes>::default());
+                    req.headers_mut()
+                        .insert("x-api-key", HeaderValue::from_static(key));
+                    let res = svc.ready().await.unwrap().call(req).await.unwrap();
+                    requests.fetch_add(1, Ordering::Relaxed);
+                    if res.status() == StatusCode::OK {
+                        allowed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.await.unwrap();
+    }
+    assert!(
+        layer
+            .breakers()
+            .iter()
+            .all(|(_, s)| matches!(s, BreakerState::Closed)),
+        "redis must have answered every call: {:?}",
+        layer.breakers()
+    );
+    DenyRun {
+        requests: requests.load(Ordering::Relaxed),
+        allowed: allowed.load(Ordering::Relaxed),
+        calls: evalsha_calls(server) - before,
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Run {
+    Ceiling,
+    Mux(usize),
+    Pool(usize),
+}
+
+impl Run {
+    fn label(&self) -> String {
+        match self {
+            Run::Ceiling => format!("ceiling (1 conn, pipelines of {PIPELINE} EVALSHA)"),
+            Run::Mux(c) => format!("multiplexed, concurrency {c}"),
+            Run::Pool(c) => format!("pool(max {c}), concurrency {c}"),
+        }
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn main() {
+    // The harness ignores its arguments (`cargo bench` passes `--bench`).
+    let dur = secs("REDIS_BENCH_SECS", 2);
+    let deny_dur = secs("DENY_SECS", 3);
+    let rounds = std::env::var("REDIS_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2usize)
+        .max(1);
+    let server = RedisServer::start();
+    let url = server.url();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mux = RedisBackend::builder(&url)
+            .prefix("bench")
+            .connection(ConnectionMode::Multiplexed)
+            .build()
+            .await
+            .unwrap();
+        let pool = RedisBackend::builder(&url)
+            .prefix("bench")
+            .connection(ConnectionMode::Pool { max_size: 64 })
+            .build()
+            .await
+            .unwrap();
+        // Warm both (script load, pool connections).
+        backend_run(&mux, 64, Duration::from_millis(300), "warm").await;
+        backend_run(&pool, 64, Duration::from_millis(300), "warm").await;
+
+        println!(
+            "redis-server {} (private), {dur:?} per run, {rounds} rounds in alternating order",
+            server.port()
+        );
+        // Each round measures everything once; odd rounds run in reverse
+        // order, and the medians across rounds are reported.
+        let runs: Vec<Run> = vec![
+            Run::Ceiling,
+            Run::Mux(1),
+            Run::Mux(16),
+            Run::Mux(64),
+            Run::Pool(64),
+            Run::Mux(256),
+        ];
+        let mut results: Vec<Vec<f64>> = vec![Vec::new(); runs.len()];
+        for round in 0..rounds {
+            let order: Vec<usize> = if round % 2 == 0 {
+                (0..runs.len()).collect()
+            } else {
+                (0..runs.len()).rev().collect()
+            };
+            for i in order {
+                let tag = format!("r{round}-{i}");
+                let r = match runs[i] {
+                    Run::Ceiling => ceiling(&url, dur).await,
+                    Run::Mux(c) => backend_run(&mux, c, dur, &tag).await,
+                    Run::Pool(c) => backend_run(&pool, c, dur, &tag).await,
+                };
+                println!("round {round} {:<44} {r:>9.0} decisions/s", runs[i].label());
+                results[i].push(r);
+            }
+        }
+        let med: Vec<f64> = results.into_iter().map(median).collect();
+        let ceiling = med[0];
+        let sha: String = {
+            let mut c = server.connection().unwrap();
+            redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(GCRA)
+                .query(&mut c)
+                .unwrap()
+        };
+        let rb = redis_benchmark(server.port(), &sha);
+
+        println!("\nmedians, and ratios to the pipelined ceiling ({ceiling:.0}/s):");
+        for (run, r) in runs.iter().zip(&med).skip(1) {
+            let c = match run {
+                Run::Mux(c) | Run::Pool(c) => *c,
+                Run::Ceiling => unreachable!(),
+            };
+            println!(
+                "  {:<44} {r:>9.0}/s = {:.3} of ceiling, mean latency {:.0} us (Little)",
+                run.label(),
+                r / ceiling,
+                c as f64 / r * 1e6
+            );
+        }
+        println!("  pool / multiplexed at 64 = {:.2}", med[4] / med[3]);
+        match rb {
+            Some(rb) => println!(
+                "  redis-benchmark -P {PIPELINE} -c 4 EVALSHA: {rb:.0}/s; our ceiling / it = {:.2}",
+                ceiling / rb
+            ),
+            None => println!("  redis-benchmark: not installed or unparsable"),
+        }
+
+        println!(
+            "\ndeny cache: one key offered 100x its quota (10/s) for {deny_dur:?} through the layer"
+        );
+        for (senders, key) in [(1u64, "abuser-serial"), (8, "abuser-8-tasks")] {
+            let r = deny_run(&server, senders, deny_dur, key).await;
+            let denied = r.requests - r.allowed;
+            println!(
+                "  {senders} sender(s): {} requests, {} allowed, {} EVALSHA = {:.2}% calls/request \
+                 (floor: allowed/requests = {:.2}%), deny-path calls per deny = {:.2}%",
+                r.requests,
+                r.allowed,
+                r.calls,
+                100.0 * r.calls as f64 / r.requests as f64,
+                100.0 * r.allowed as f64 / r.requests as f64,
+                100.0 * r.calls.saturating_sub(r.allowed) as f64 / denied.max(1) as f64,
+            );
+        }
+    });
+}

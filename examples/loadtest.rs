@@ -1,0 +1,326 @@
+//! HTTP load test: the same axum hello-world app served four ways, side by side.
+//!
+//! ```sh
+//! cargo run --example loadtest --release
+//! ```
+//!
+//! 1. `bare`: no rate limiting;
+//! 2. `layer-local`: this layer, one local rule keyed by `x-api-key` that never denies;
+//! 3. `tower_governor`: `tower_governor` 0.8 with the same key, the same quota
+//!    and its rate-limit headers (`use_headers`), so both answer with headers;
+//! 4. `layer-redis`: this layer, the same rule made global on a private
+//!    `redis-server` this program starts on a free port (never 6379).
+//!
+//! The load generator is `wrk` when it is on `PATH`, otherwise a built-in
+//! keep-alive client (reqwest). Variants run interleaved for several rounds
+//! and the medians are printed, with ratios to `bare`: the machine is shared,
+//! so read the ratios, not the absolute numbers.
+//!
+//! Environment: `LOADTEST_SECS` (default 4) per run, `LOADTEST_CONNS` (32),
+//! `LOADTEST_THREADS` (2, wrk only), `LOADTEST_ROUNDS` (2),
+//! `LOADTEST_GEN=rust` to force the built-in generator.
+
+#[path = "../tests/support/redis_server.rs"]
+mod redis_server;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::routing::get;
+use http::Request;
+use keyed_rate_limit::backend::redis::RedisBackend;
+use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use tower_governor::GovernorError;
+use tower_governor::GovernorLayer;
+use tower_governor::governor::GovernorConfigBuilder;
+
+const KEY_HEADER: &str = "x-api-key";
+const KEY: &str = "loadtest";
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn app() -> Router {
+    Router::new().route("/", get(|| async { "Hello, World!" }))
+}
+
+/// 1e9 per second with a burst of 1e9: never denies, like the benches.
+fn huge() -> Quota {
+    Quota::new(1_000_000_000, Duration::from_secs(1))
+}
+
+/// tower_governor keyed by the same header as ours.
+#[derive(Clone)]
+struct HeaderKey;
+
+impl tower_governor::key_extractor::KeyExtractor for HeaderKey {
+    type Key = bytes::Bytes;
+
+    fn extract<T>(&self, req: &Request<T>) -> Result<Self::Key, GovernorError> {
+        req.headers()
+            .get(KEY_HEADER)
+            .map(|v| bytes::Bytes::copy_from_slice(v.as_bytes()))
+            .ok_or(GovernorError::UnableToExtractKey)
+    }
+}
+
+async fn serve(router: Router) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    addr
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    rps: f64,
+    p50_us: f64,
+    p99_us: f64,
+}
+
+fn wrk_on_path() -> bool {
+    std::process::Command::new("wrk")
+        .arg("--version")
+        .output()
+        .is_ok()
+}
+
+/// `123.45us`, `1.20ms`, `2.00s` -> microseconds.
+fn parse_duration_us(s: &str) -> Option<f64> {
+    let s = s.trim();
+    let (num, mul) = if let Some(n) = s.strip_suffix("us") {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix("ms") {
+        (n, 1e3)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60e6)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1e6)
+    } else {
+        return None;
+    };
+    num.parse::<f64>().ok().map(|v| v * mul)
+}
+
+async fn run_wrk(addr: SocketAddr, secs: u64, conns: u64, threads: u64) -> Sample {
+    let out = tokio::process::Command::new("wrk")
+        .arg(format!("-t{}", threads.min(conns).max(1)))
+        .arg(format!("-c{conns}"))
+        .arg(format!("-d{secs}s"))
+        .arg("--latency")
+        .args(["-H", &format!("{KEY_HEADER}: {KEY}")])
+        .arg(format!("http://{addr}/"))
+        .output()
+        .await
+        .expect("run wrk");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let field = |prefix: &str| {
+        text.lines()
+            .map(str::trim)
+            .find_map(|l| l.strip_prefix(prefix).map(|r| r.trim().to_owned()))
+    };
+    assert!(
+        !text.contains("Non-2xx"),
+        "every answer must be 200:\n{text}"
+    );
+    Sample {
+        rps: field("Requests/sec:")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0),
+        p50_us: field("50%")
+            .and_then(|v| parse_duration_us(&v))
+            .unwrap_or(0.0),
+        p99_us: field("99%")
+            .and_then(|v| parse_duration_us(&v))
+            .unwrap_or(0.0),
+    }
+}
+
+/// Keep-alive load from `conns` tasks, each with its own connection.
+async fn run_rust(addr: SocketAddr, secs: u64, conns: u64) -> Sample {
+    let url = format!("http://{addr}/");
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(secs);
+    let tasks: Vec<_> = (0..conns)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                let client = reqwest::Client::builder()
+                    .pool_max_idle_per_host(1)
+                    .build()
+                    .unwrap();
+                let mut lat = Vec::new();
+                while Instant::now() < deadline {
+                    let t = Instant::now();
+                    let res = client.get(&url).header(KEY_HEADER, KEY).send().await;
+                    let res = res.expect("request");
+                    assert!(res.status().is_success());
+                    res.bytes().await.expect("body");
+                    lat.push(t.elapsed().as_secs_f64() * 1e6);
+                }
+                lat
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    all.sort_by(f64::total_cmp);
+    let pct = |p: f64| all[((all.len() as f64 - 1.0) * p) as usize];
+    Sample {
+        rps: all.len() as f64 / elapsed,
+        p50_us: pct(0.50),
+        p99_us: pct(0.99),
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let secs = env_u64("LOADTEST_SECS", 4);
+    let conns = env_u64("LOADTEST_CONNS", 32);
+    let threads = env_u64("LOADTEST_THREADS", 2);
+    let rounds = env_u64("LOADTEST_ROUNDS", 2).max(1);
+    let use_wrk = std::env::var("LOADTEST_GEN").as_deref() != Ok("rust") && wrk_on_path();
+
+    let redis = redis_server::RedisServer::start();
+    let backend = RedisBackend::builder(redis.url())
+        .prefix("loadtest")
+        .build()
+        .await
+        .expect("connect to the private redis");
+
+    let local = RateLimitLayer::builder()
+        .rule(Rule::new("local", KeyExtractor::header(KEY_HEADER), huge()))
+        .build()
+        .unwrap();
+    let global = RateLimitLayer::builder()
+        .rule(
+            Rule::new("global", KeyExtractor::header(KEY_HEADER), huge())
+                .global(backend)
+                // Generous: a timeout would answer from the local fallback
+                // and flatter the Redis numbers.
+                .redis_timeout(Duration::from_secs(1)),
+        )
+        .build()
+        .unwrap();
+    let governor = Arc::new(
+        GovernorConfigBuilder::default()
+            .period(Duration::from_nanos(1))
+            .burst_size(1_000_000_000)
+            .key_extractor(HeaderKey)
+            .use_headers()
+            .finish()
+            .unwrap(),
+    );
+
+    let variants: Vec<(&str, SocketAddr)> = vec![
+        ("bare", serve(app()).await),
+        ("layer-local", serve(app().layer(local)).await),
+        (
+            "tower_governor",
+            serve(app().layer(GovernorLayer::new(governor))).await,
+        ),
+        ("layer-redis", serve(app().layer(global.clone())).await),
+    ];
+
+    // One request each: 200, and the rate-limit headers each sends.
+    let client = reqwest::Client::new();
+    for (name, addr) in &variants {
+        let res = client
+            .get(format!("http://{addr}/"))
+            .header(KEY_HEADER, KEY)
+            .send()
+            .await
+            .unwrap();
+        let headers: Vec<_> = res
+            .headers()
+            .keys()
+            .map(|k| k.as_str())
+            .filter(|k| k.contains("ratelimit"))
+            .map(str::to_owned)
+            .collect();
+        assert!(res.status().is_success(), "{name}: {}", res.status());
+        println!("{name:>15} on {addr}: 200, headers {headers:?}");
+    }
+
+    println!(
+        "\ngenerator: {}, {conns} connections, {secs} s per run, {rounds} interleaved rounds",
+        if use_wrk {
+            format!("wrk -t{}", threads.min(conns).max(1))
+        } else {
+            "built-in (reqwest keep-alive)".to_owned()
+        }
+    );
+    let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); variants.len()];
+    for round in 0..rounds {
+        // Alternate the order so no variant always runs first or last.
+        let order: Vec<usize> = if round % 2 == 0 {
+            (0..variants.len()).collect()
+        } else {
+            (0..variants.len()).rev().collect()
+        };
+        for i in order {
+            let (name, addr) = variants[i];
+            let s = if use_wrk {
+                run_wrk(addr, secs, conns, threads).await
+            } else {
+                run_rust(addr, secs, conns).await
+            };
+            println!(
+                "round {round} {name:>15}: {:>9.0} req/s  p50 {:>7.0} us  p99 {:>7.0} us",
+                s.rps, s.p50_us, s.p99_us
+            );
+            samples[i].push(s);
+        }
+    }
+
+    let med: Vec<Sample> = samples
+        .iter()
+        .map(|v| Sample {
+            rps: median(v.iter().map(|s| s.rps).collect()),
+            p50_us: median(v.iter().map(|s| s.p50_us).collect()),
+            p99_us: median(v.iter().map(|s| s.p99_us).collect()),
+        })
+        .collect();
+    let bare = med[0];
+    println!("\nmedians over {rounds} rounds, ratios to bare:");
+    println!(
+        "{:>15} {:>10} {:>9} {:>9} {:>8} {:>8} {:>8}",
+        "variant", "req/s", "p50 us", "p99 us", "rps/bare", "p50/bare", "p99/bare"
+    );
+    for ((name, _), m) in variants.iter().zip(&med) {
+        println!(
+            "{name:>15} {:>10.0} {:>9.0} {:>9.0} {:>8.2} {:>8.2} {:>8.2}",
+            m.rps,
+            m.p50_us,
+            m.p99_us,
+            m.rps / bare.rps,
+            m.p50_us / bare.p50_us,
+            m.p99_us / bare.p99_us
+        );
+    }
+    println!(
+        "layer-local / tower_governor req/s = {:.2}; layer-redis / layer-local = {:.2}",
+        med[1].rps / med[2].rps,
+        med[3].rps / med[1].rps
+    );
+    println!("redis breaker after the runs: {:?}", global.breakers());
+}

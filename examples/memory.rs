@@ -1,0 +1,191 @@
+//! Bytes per key in the local store, counted by a global allocator.
+//!
+//! ```sh
+//! cargo run --example memory --release
+//! ```
+//!
+//! Sends `MEM_KEYS` (default 1,000,000) requests with distinct `x-api-key`
+//! values through the layer's service, and prints the live heap bytes per key
+//! they left behind, then again after `RateLimitLayer::cleanup()` once their
+//! buckets are full again. The same keys in a raw `governor` keyed limiter are
+//! the baseline. The counts are requested bytes (`Layout::size`), so they don't
+//! include the allocator's own rounding and bookkeeping; they are the same in
+//! every run, unlike timings.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::convert::Infallible;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::FutureExt;
+use http::{HeaderValue, Request, Response};
+use http_body_util::Full;
+use keyed_rate_limit::{Key, Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use tower::{Layer, Service, service_fn};
+
+/// The system allocator, counting live bytes.
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+static ALLOCS: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: forwards every call to `System` unchanged and only counts sizes.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: `ptr` came from this allocator with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        LIVE.fetch_add(
+            new_size as isize - layout.size() as isize,
+            Ordering::Relaxed,
+        );
+        // SAFETY: as above.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn live() -> isize {
+    LIVE.load(Ordering::Relaxed)
+}
+
+fn key_name(i: usize) -> String {
+    format!("key-{i:07}")
+}
+
+fn main() {
+    let n: usize = std::env::var("MEM_KEYS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    // 1000 per 10 ms: one cell refills in 10 µs, so every bucket is whole
+    // again a moment after its only request.
+    let quota = Quota::new(1000, Duration::from_millis(10));
+    let per_key = |bytes: isize| bytes as f64 / n as f64;
+
+    // Baseline: a raw governor keyed limiter holding the same `Key`s.
+    let base = live();
+    {
+        let gq = governor::Quota::with_period(quota.emission_interval())
+            .unwrap()
+            .allow_burst(NonZeroU32::new(quota.burst()).unwrap());
+        let raw = governor::RateLimiter::keyed(gq);
+        for i in 0..n {
+            // As the header extractor makes them: an exact copy of the bytes.
+            let _ = raw.check_key(&Key::new(Bytes::copy_from_slice(key_name(i).as_bytes())));
+        }
+        let held = live() - base;
+        std::thread::sleep(Duration::from_millis(50));
+        raw.retain_recent();
+        raw.shrink_to_fit();
+        let after = live() - base;
+        println!(
+            "governor keyed, {n} keys: {:>6.1} B/key held, {after} B after retain_recent+shrink ({} keys left)",
+            per_key(held),
+            raw.len()
+        );
+    }
+
+    // The layer, through its service, as a server would call it. No Tokio
+    // runtime: the background sweep does not start and cannot interfere.
+    let base = live();
+    let layer = RateLimitLayer::builder()
+        .rule(Rule::new("mem", KeyExtractor::header("x-api-key"), quota))
+        .build()
+        .unwrap();
+    let inner = service_fn(|_req: Request<Full<Bytes>>| async {
+        Ok::<_, Infallible>(Response::new(Full::<Bytes>::default()))
+    });
+    let mut svc = layer.clone().layer(inner);
+    let empty = live() - base;
+    for i in 0..n {
+        let mut req = Request::new(Full::<Bytes>::default());
+        req.headers_mut()
+            .insert("x-api-key", HeaderValue::from_str(&key_name(i)).unwrap());
+        let res = svc
+            .call(req)
+            .now_or_never()
+            .expect("local rules decide without awaiting")
+            .unwrap();
+        assert!(res.status().is_success());
+    }
+    let held = live() - base;
+    let keys_held = layer.local_keys();
+    std::thread::sleep(Duration::from_millis(50));
+    layer.cleanup();
+    let after = live() - base;
+    println!(
+        "layer local rule, {n} keys: {:>6.1} B/key held ({keys_held} keys), {after} B after cleanup() ({} keys left; empty layer+service {} B)",
+        per_key(held),
+        layer.local_keys(),
+        empty
+    );
+    allocations_per_request();
+    println!(
+        "key bytes: {} per key ({} B of data, a `Bytes` of 32 B inline)",
+        key_name(0).len() + 32,
+        key_name(0).len()
+    );
+}
+
+/// Heap allocations (alloc + realloc calls) per allowed request on one hot
+/// key: the bare service against the layer, same request construction.
+fn allocations_per_request() {
+    const N: isize = 10_000;
+    let inner = service_fn(|_req: Request<Full<Bytes>>| async {
+        Ok::<_, Infallible>(Response::new(Full::<Bytes>::default()))
+    });
+    let huge = Quota::new(1_000_000_000, Duration::from_secs(1));
+    let layer = RateLimitLayer::builder()
+        .rule(Rule::new("a", KeyExtractor::header("x-api-key"), huge))
+        .build()
+        .unwrap();
+    let value = HeaderValue::from_static("hot-key");
+    let request = || {
+        let mut req = Request::new(Full::<Bytes>::default());
+        req.headers_mut().insert("x-api-key", value.clone());
+        req
+    };
+    let mut bare = inner;
+    let mut svc = layer.layer(inner);
+    let count = |f: &mut dyn FnMut()| {
+        f();
+        let before = ALLOCS.load(Ordering::Relaxed);
+        for _ in 0..N {
+            f();
+        }
+        (ALLOCS.load(Ordering::Relaxed) - before) as f64 / N as f64
+    };
+    let b = count(&mut || {
+        let _ = bare.call(request()).now_or_never().unwrap().unwrap();
+    });
+    let l = count(&mut || {
+        let _ = svc.call(request()).now_or_never().unwrap().unwrap();
+    });
+    println!(
+        "allocations per request, hot key: bare {b:.1}, layer {l:.1} (+{:.1} by the layer)",
+        l - b
+    );
+}
