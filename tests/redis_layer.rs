@@ -329,16 +329,6 @@ async fn a_stalled_redis_times_out_and_the_breaker_opens_then_closes() {
 #[tokio::test]
 async fn an_abusive_key_is_answered_from_the_deny_cache() {
     let server = RedisServer::start();
-    let layer = RateLimitLayer::builder()
-        .rule(
-            Rule::new("abuse", KeyExtractor::global(), Quota::per_hour(5))
-                .global(redis(&server, "abuse").await)
-                .redis_timeout(HEALTHY_TIMEOUT),
-        )
-        .build()
-        .unwrap();
-    let url = serve(app(layer)).await;
-    let c = client();
     let calls = || -> u64 {
         let mut conn = server.connection().unwrap();
         let info: String = redis::cmd("INFO")
@@ -357,15 +347,53 @@ async fn an_abusive_key_is_answered_from_the_deny_cache() {
             })
             .sum()
     };
-    // The first call loads the script (a NOSCRIPT round trip); count after it.
-    let mut statuses = vec![hit(&c, &url).await.0];
-    let before = calls();
-    for _ in 0..99 {
-        statuses.push(hit(&c, &url).await.0);
+    let c = client();
+    for algo in [
+        Algorithm::Gcra,
+        Algorithm::TokenBucket,
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+    ] {
+        let layer = RateLimitLayer::builder()
+            .rule(
+                Rule::new("abuse", KeyExtractor::global(), Quota::per_hour(5))
+                    .global(redis(&server, &format!("abuse-{algo}")).await)
+                    .algorithm(algo)
+                    .redis_timeout(HEALTHY_TIMEOUT),
+            )
+            .build()
+            .unwrap();
+        let url = serve(app(layer)).await;
+        // The first call may load the script (a NOSCRIPT round trip); count after it.
+        let mut statuses = vec![hit(&c, &url).await.0];
+        let before = calls();
+        let mut waits = Vec::new();
+        for _ in 0..99 {
+            let res = c.get(&url).send().await.unwrap();
+            statuses.push(res.status().as_u16());
+            if let Some(w) = header(&res, "retry-after") {
+                waits.push(w.parse::<u64>().unwrap());
+            }
+        }
+        assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 5, "{algo}");
+        // Only the 4 more admits asked Redis: the last one left nothing, and
+        // its wait until the next unit answers all 95 denies.
+        assert_eq!(calls() - before, 4, "{algo}");
+        assert_eq!(waits.len(), 95);
+        // 5 per hour: the next unit is 12 minutes away; a fixed window ends
+        // an hour after its first hit; a sliding window's count decays only
+        // after its aligned window ends, then takes 12 minutes more.
+        let most = match algo {
+            Algorithm::Gcra | Algorithm::TokenBucket => 720,
+            Algorithm::FixedWindow => 3600,
+            _ => 3600 + 720,
+        };
+        assert!(
+            waits.iter().all(|w| *w > 600 && *w <= most),
+            "{algo}: {:?}",
+            &waits[..3]
+        );
     }
-    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 5);
-    // 4 more admits and the first deny asked Redis; the other 94 denies did not.
-    assert_eq!(calls() - before, 5);
 }
 
 #[tokio::test]

@@ -169,7 +169,10 @@ async fn tls_is_refused_without_the_ca_or_the_client_cert() {
     let url = format!("rediss://127.0.0.1:{}", server.port);
     // The system store does not know the private CA.
     let unknown_ca = RedisBackend::builder(&url).build().await.unwrap_err();
-    assert!(unknown_ca.to_string().contains("UnknownIssuer"), "{unknown_ca}");
+    assert!(
+        unknown_ca.to_string().contains("UnknownIssuer"),
+        "{unknown_ca}"
+    );
     // The server requires a client certificate.
     let no_client_cert = RedisBackend::builder(&url)
         .tls_root_cert(server.pem("ca.pem"))

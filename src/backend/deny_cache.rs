@@ -2,7 +2,7 @@
 //! the gateway a map lookup instead of a Redis round trip.
 
 use std::num::NonZeroU32;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
 
@@ -14,36 +14,59 @@ struct Entry {
     cost: u32,
     until: Instant,
     reset_at: Instant,
+    /// One request is asking Redis now that the deny expired.
+    refreshing: bool,
 }
 
 /// Denies by key, each valid until its `Retry-After` has passed.
 ///
 /// An entry answers only requests with the same quota and at least the same
-/// cost: a cheaper request may fit sooner, and must ask Redis.
+/// cost: a cheaper request may fit sooner, and must ask Redis. For smooth
+/// algorithms (GCRA, token bucket) one unit comes back at a time, so when a
+/// deny expires one request asks Redis while the others, which that unit
+/// could not serve anyway, stay denied until the answer is in: no herd.
 #[derive(Debug, Default)]
 pub(crate) struct DenyCache {
     map: DashMap<Key, Entry>,
 }
 
 impl DenyCache {
-    pub(crate) fn get(&self, key: &Key, quota: Quota, cost: NonZeroU32) -> Option<Decision> {
+    /// A cached deny, or `None` when this request must ask Redis.
+    pub(crate) fn get(
+        &self,
+        key: &Key,
+        quota: Quota,
+        cost: NonZeroU32,
+        single_flight: bool,
+    ) -> Option<Decision> {
         let now = Instant::now();
-        let e = *self.map.get(key)?;
-        if now >= e.until {
-            self.map.remove_if(key, |_, v| v.until <= now);
+        let mut e = self.map.get_mut(key)?;
+        if e.quota != quota {
             return None;
         }
-        (e.quota == quota && cost.get() >= e.cost).then(|| {
-            Decision::denied(
-                quota.limit(),
-                quota.window(),
-                e.until - now,
-                e.reset_at.saturating_duration_since(now),
-            )
-        })
+        let deny = |e: &Entry, wait: Duration| {
+            let reset = e.reset_at.saturating_duration_since(now);
+            Decision::denied(quota.limit(), quota.window(), wait, reset)
+        };
+        if now < e.until {
+            return (cost.get() >= e.cost).then(|| deny(&e, e.until - now));
+        }
+        // Past one emission interval more than one unit may be back: ask.
+        let interval = quota.emission_interval();
+        if single_flight && now < e.until + interval {
+            if e.refreshing {
+                return Some(deny(&e, interval.max(Duration::from_millis(1))));
+            }
+            e.refreshing = true;
+            return None;
+        }
+        drop(e);
+        self.map.remove_if(key, |_, v| v.until <= now);
+        None
     }
 
-    /// Records a deny from Redis.
+    /// Records a deny from Redis, or an allow that left nothing until
+    /// `d.retry_after()`; a fresh entry ends any refresh.
     pub(crate) fn put(&self, key: Key, quota: Quota, cost: NonZeroU32, d: &Decision) {
         let Some(wait) = d.retry_after().filter(|w| !w.is_zero()) else {
             return;
@@ -56,8 +79,15 @@ impl DenyCache {
                 cost: cost.get(),
                 until: now + wait,
                 reset_at: now + d.reset(),
+                refreshing: false,
             },
         );
+    }
+
+    /// Redis admitted with room to spare, or could not answer: the key's
+    /// requests go to Redis again.
+    pub(crate) fn forget(&self, key: &Key) {
+        self.map.remove(key);
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -74,7 +104,6 @@ impl DenyCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[test]
     fn serves_a_deny_until_it_expires_only_for_equal_or_costlier_requests() {
@@ -82,7 +111,7 @@ mod tests {
         let q = Quota::per_minute(10);
         let key = Key::from("k");
         let two = NonZeroU32::new(2).unwrap();
-        assert!(c.get(&key, q, two).is_none());
+        assert!(c.get(&key, q, two, false).is_none());
         let d = Decision::denied(
             10,
             q.window(),
@@ -90,20 +119,46 @@ mod tests {
             Duration::from_secs(6),
         );
         c.put(key.clone(), q, two, &d);
-        let hit = c.get(&key, q, two).unwrap();
+        let hit = c.get(&key, q, two, false).unwrap();
         assert!(!hit.is_allowed());
         assert!(hit.retry_after().unwrap() <= Duration::from_millis(80));
         assert!(
-            c.get(&key, q, NonZeroU32::MIN).is_none(),
+            c.get(&key, q, NonZeroU32::MIN, false).is_none(),
             "a cheaper request asks Redis"
         );
         assert!(
-            c.get(&key, Quota::per_minute(20), two).is_none(),
+            c.get(&key, Quota::per_minute(20), two, false).is_none(),
             "another quota asks Redis"
         );
         std::thread::sleep(Duration::from_millis(100));
-        assert!(c.get(&key, q, two).is_none());
+        assert!(c.get(&key, q, two, false).is_none());
         assert_eq!(c.len(), 0, "an expired entry is dropped on read");
+    }
+
+    #[test]
+    fn one_request_refreshes_an_expired_deny_while_the_rest_wait() {
+        let c = DenyCache::default();
+        let q = Quota::per_minute(60); // one unit back per second
+        let key = Key::from("k");
+        let d = Decision::denied(
+            60,
+            q.window(),
+            Duration::from_millis(20),
+            Duration::from_secs(60),
+        );
+        c.put(key.clone(), q, NonZeroU32::MIN, &d);
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(
+            c.get(&key, q, NonZeroU32::MIN, true).is_none(),
+            "the first asks Redis"
+        );
+        let held = c
+            .get(&key, q, NonZeroU32::MIN, true)
+            .expect("the others stay denied");
+        assert_eq!(held.retry_after(), Some(Duration::from_secs(1)));
+        // Redis admitted with room: everyone asks again.
+        c.forget(&key);
+        assert!(c.get(&key, q, NonZeroU32::MIN, true).is_none());
     }
 
     #[test]

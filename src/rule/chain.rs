@@ -54,15 +54,24 @@ impl Global {
         let name = &rule.name;
         let check = self
             .redis
-            .check(name, key, rule.algorithm, &quota, cost.get());
+            .check_next(name, key, rule.algorithm, &quota, cost.get());
         match self.guard.call(check).await {
-            Ok(d) => {
-                if !d.is_allowed() {
-                    self.denies.put(key.clone(), quota, cost, &d);
+            Ok((d, next)) => {
+                match next {
+                    // The next request would be denied until `next`: cache that now.
+                    Some(wait) if d.is_allowed() => {
+                        let deny = Decision::denied(d.limit(), d.window(), wait, d.reset());
+                        self.denies.put(key.clone(), quota, NonZeroU32::MIN, &deny);
+                    }
+                    _ if d.is_allowed() => self.denies.forget(key),
+                    _ => self.denies.put(key.clone(), quota, cost, &d),
                 }
                 (d, Source::Global)
             }
-            Err(cause) => self.guard.fail(name, key, quota, cost, cause),
+            Err(cause) => {
+                self.denies.forget(key);
+                self.guard.fail(name, key, quota, cost, cause)
+            }
         }
     }
 }
@@ -386,7 +395,10 @@ impl CompiledRule {
                 Step::Done(self.outcome(&key, d, Source::Local))
             }
             Backend::Global(g) => {
-                if let Some(d) = g.denies.get(&bounded, quota, cost) {
+                if let Some(d) =
+                    g.denies
+                        .get(&bounded, quota, cost, self.rule.algorithm.has_burst())
+                {
                     return Step::Done(self.outcome(&key, d, Source::Global));
                 }
                 if let Admit::Skip(_) = g.guard.admit() {

@@ -32,6 +32,7 @@ mod script;
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bb8_redis::{RedisConnectionManager, bb8};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -340,10 +341,25 @@ impl RedisBackend {
         quota: &Quota,
         cost: u32,
     ) -> Result<Decision, RedisBackendError> {
+        let (decision, _) = self.check_next(rule, key, algorithm, quota, cost).await?;
+        Ok(decision)
+    }
+
+    /// [`check`](Self::check), plus, for an allow that left nothing, the
+    /// wait until one more unit fits: the deny cache can then answer the
+    /// next requests without asking Redis for the deny first.
+    pub(crate) async fn check_next(
+        &self,
+        rule: &str,
+        key: &Key,
+        algorithm: Algorithm,
+        quota: &Quota,
+        cost: u32,
+    ) -> Result<(Decision, Option<Duration>), RedisBackendError> {
         keys::validate_name("rule", rule)?;
         quota.validate().map_err(RedisBackendError::InvalidQuota)?;
         if cost > script::max_cost(algorithm, quota) {
-            return Ok(Decision::never(quota.limit(), quota.window()));
+            return Ok((Decision::never(quota.limit(), quota.window()), None));
         }
         let inner = &*self.inner;
         let redis_key = keys::redis_key(&inner.prefix, rule, key, inner.max_key_len, algorithm);

@@ -46,19 +46,24 @@ pub(crate) fn max_cost(algorithm: Algorithm, quota: &Quota) -> u32 {
 pub(crate) type Reply = (i64, i64, i64, i64);
 
 /// Turns a script reply into a decision with exact header values.
-pub(crate) fn decision(quota: &Quota, reply: Reply) -> Decision {
+/// The decision, and for an allow that left nothing, the wait until one
+/// more unit fits.
+pub(crate) fn decision(quota: &Quota, reply: Reply) -> (Decision, Option<Duration>) {
     let (allowed, remaining, retry_after_ms, reset_ms) = reply;
     let ms = |v: i64| Duration::from_millis(u64::try_from(v).unwrap_or(0));
     if allowed == 1 {
         let remaining = u32::try_from(remaining.max(0)).unwrap_or(u32::MAX);
-        Decision::allowed(quota.limit(), quota.window(), remaining, ms(reset_ms))
+        let next = (remaining == 0 && retry_after_ms > 0).then(|| ms(retry_after_ms));
+        let d = Decision::allowed(quota.limit(), quota.window(), remaining, ms(reset_ms));
+        (d, next)
     } else {
-        Decision::denied(
+        let d = Decision::denied(
             quota.limit(),
             quota.window(),
             ms(retry_after_ms.max(1)),
             ms(reset_ms),
-        )
+        );
+        (d, None)
     }
 }
 
@@ -130,11 +135,24 @@ mod tests {
     #[test]
     fn replies_map_to_decisions() {
         let q = Quota::per_minute(10);
-        let d = decision(&q, (1, 9, 0, 6000));
+        let (d, next) = decision(&q, (1, 9, 0, 6000));
         assert!(d.is_allowed());
-        assert_eq!((d.remaining(), d.reset()), (9, Duration::from_secs(6)));
-        let d = decision(&q, (0, 0, 1500, 60_000));
-        assert_eq!(d.retry_after(), Some(Duration::from_millis(1500)));
+        assert_eq!(
+            (d.remaining(), d.reset(), next),
+            (9, Duration::from_secs(6), None)
+        );
+        let (d, next) = decision(&q, (1, 0, 700, 6000));
+        assert!(d.is_allowed() && d.retry_after().is_none());
+        assert_eq!(
+            next,
+            Some(Duration::from_millis(700)),
+            "the wait for the next unit"
+        );
+        let (d, next) = decision(&q, (0, 0, 1500, 60_000));
+        assert_eq!(
+            (d.retry_after(), next),
+            (Some(Duration::from_millis(1500)), None)
+        );
     }
 
     #[test]

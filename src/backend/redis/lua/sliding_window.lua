@@ -1,7 +1,8 @@
 -- Sliding window counter: two fixed windows aligned on server time.
 -- KEYS[1]: base name; the counters are KEYS[1]..':'..window index (same hash tag).
 -- ARGV: limit, window_us, burst (unused), cost.
--- Returns {allowed, remaining, retry_after_ms, reset_ms}.
+-- Returns {allowed, remaining, retry_after_ms, reset_ms}; on an allow that leaves
+-- nothing, retry_after_ms is the wait until one more unit fits (0 otherwise).
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local cost = tonumber(ARGV[4])
@@ -16,23 +17,26 @@ local prev_key = KEYS[1] .. ':' .. string.format('%.0f', idx - 1)
 local curr = tonumber(redis.call('GET', curr_key)) or 0
 local prev = tonumber(redis.call('GET', prev_key)) or 0
 
+-- The real wait until `c` more units fit over a current count `cur`: the
+-- previous window's weight decays linearly until this window ends; after
+-- that the current count becomes the decaying one.
+local function wait_for(c, cur)
+  local room = limit - c - cur
+  if room >= 0 and prev > 0 then
+    return window * (1 - room / prev) - elapsed
+  end
+  local after = 0
+  if cur > limit - c then
+    after = window * (1 - (limit - c) / cur)
+  end
+  return window - elapsed + after
+end
+
 local estimate = prev * (1 - elapsed / window) + curr
 -- Absorbs float error on exact boundaries.
 local eps = 1e-9
 if estimate + cost > limit + eps then
-  -- The real wait: the previous window's weight decays linearly until this
-  -- window ends; after that the current count becomes the decaying one.
-  local wait
-  local room = limit - cost - curr
-  if room >= 0 and prev > 0 then
-    wait = window * (1 - room / prev) - elapsed
-  else
-    local after = 0
-    if curr > limit - cost then
-      after = window * (1 - (limit - cost) / curr)
-    end
-    wait = window - elapsed + after
-  end
+  local wait = wait_for(cost, curr)
   local reset
   if curr > 0 then reset = 2 * window - elapsed else reset = window - elapsed end
   return {0, 0, math.max(1, math.ceil(wait / 1000)), math.ceil(reset / 1000)}
@@ -43,5 +47,9 @@ if n == cost then
   -- Needed until the next window ends.
   redis.call('PEXPIRE', curr_key, math.ceil((2 * window - elapsed) / 1000))
 end
-local remaining = math.floor(limit - (prev * (1 - elapsed / window) + n) + eps)
-return {1, math.max(0, remaining), 0, math.ceil((2 * window - elapsed) / 1000)}
+local remaining = math.max(0, math.floor(limit - (prev * (1 - elapsed / window) + n) + eps))
+local next_ms = 0
+if remaining == 0 then
+  next_ms = math.max(1, math.ceil(wait_for(1, n) / 1000))
+end
+return {1, remaining, next_ms, math.ceil((2 * window - elapsed) / 1000)}
