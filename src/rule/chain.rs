@@ -383,7 +383,9 @@ impl CompiledRule {
     }
 
     fn decide(self: &Arc<Self>, key: Key, quota: Quota, cost: NonZeroU32) -> Step {
-        if let Err(error) = quota.validate() {
+        // Static quotas were checked at build time.
+        let dynamic = matches!(self.rule.quota, QuotaSource::Dynamic(_));
+        if let Some(error) = dynamic.then(|| quota.validate().err()).flatten() {
             tracing::warn!(rule = %self.rule.name, %quota, %error, "request-time quota admits nothing; denying");
             let d = Decision::never(quota.limit(), quota.window());
             return Step::Done(self.outcome(&key, d, self.local_source()));
