@@ -149,6 +149,8 @@ pub struct RuleDecision {
     pub shadow: bool,
     /// The rule counts requests in flight, not requests per window.
     pub concurrency: bool,
+    /// The rule's `RateLimit-Policy` member when its quota is static.
+    pub(crate) policy: Option<http::HeaderValue>,
 }
 
 /// Every evaluated rule's decision, in rule order; inserted into the request

@@ -65,45 +65,110 @@ pub(crate) fn retry_after_secs(d: Duration) -> u64 {
     ceil_secs(d).max(1)
 }
 
+/// Rendered rate-limit headers: at most five; the usual two (draft style)
+/// stay inline, saving an allocation per request.
+pub(crate) type Rendered = smallvec::SmallVec<[(HeaderName, HeaderValue); 2]>;
+
+/// One rule's `RateLimit-Policy` list member, e.g. `"api";q=100;w=60`.
+pub(crate) fn policy_item(
+    out: &mut String,
+    rule: &str,
+    limit: u32,
+    window: Duration,
+    concurrency: bool,
+) {
+    use std::fmt::Write;
+    push_sf_string(out, rule);
+    let _ = write!(out, ";q={limit}");
+    if concurrency {
+        // A count of requests in flight has no window, and `w` is optional.
+        out.push_str(";qu=\"concurrent-requests\"");
+    } else {
+        let _ = write!(out, ";w={}", ceil_secs(window).max(1));
+    }
+}
+
+/// A static rule's policy member, rendered once when the layer is built and
+/// used for the decisions that carry that same quota.
+#[derive(Debug, Clone)]
+pub(crate) struct StaticPolicy {
+    limit: u32,
+    window: Duration,
+    value: HeaderValue,
+}
+
+impl StaticPolicy {
+    pub(crate) fn new(rule: &str, limit: u32, window: Duration, concurrency: bool) -> Option<Self> {
+        let mut item = String::new();
+        policy_item(&mut item, rule, limit, window, concurrency);
+        let value = HeaderValue::try_from(item).ok()?;
+        Some(Self {
+            limit,
+            window,
+            value,
+        })
+    }
+
+    /// The rendered member, unless `d` has another quota (e.g. a fallback share).
+    pub(crate) fn for_decision(this: &Option<Self>, d: &crate::Decision) -> Option<HeaderValue> {
+        this.as_ref()
+            .filter(|p| p.limit == d.limit() && p.window == d.window())
+            .map(|p| p.value.clone())
+    }
+}
+
 impl HeaderStyle {
     /// Renders the headers for `decisions` (the rules that applied, in order).
-    pub(crate) fn render(
-        self,
-        decisions: &[RuleDecision],
-        out: &mut Vec<(HeaderName, HeaderValue)>,
-    ) {
+    pub(crate) fn render(self, decisions: &[RuleDecision], out: &mut Rendered) {
         // Shadow rules are not the client's business; a fail-open rule knows no numbers.
         let visible = || {
             decisions
                 .iter()
                 .filter(|d| !d.shadow && d.source != crate::Source::FailOpen)
         };
-        if visible().next().is_none() {
-            return;
-        }
+        let mut shown = visible();
+        let Some(first) = shown.next() else { return };
+        let single = shown.next().is_none();
         if matches!(self, Self::Draft | Self::Both) {
-            let mut policy = String::with_capacity(32 * decisions.len());
+            let policy = match (&first.policy, single) {
+                // The common case costs a reference count, not a format.
+                (Some(v), true) => Some(v.clone()),
+                _ => {
+                    let mut policy = String::with_capacity(32 * decisions.len());
+                    for d in visible() {
+                        if !policy.is_empty() {
+                            policy.push_str(", ");
+                        }
+                        let dec = &d.decision;
+                        match d.policy.as_ref().and_then(|v| v.to_str().ok()) {
+                            Some(item) => policy.push_str(item),
+                            None => policy_item(
+                                &mut policy,
+                                &d.rule,
+                                dec.limit(),
+                                dec.window(),
+                                d.concurrency,
+                            ),
+                        }
+                    }
+                    HeaderValue::try_from(policy).ok()
+                }
+            };
             let mut state = String::with_capacity(24 * decisions.len());
             for d in visible() {
-                if !policy.is_empty() {
-                    policy.push_str(", ");
+                if !state.is_empty() {
                     state.push_str(", ");
                 }
-                let dec = &d.decision;
                 use std::fmt::Write;
-                push_sf_string(&mut policy, &d.rule);
-                let _ = write!(policy, ";q={}", dec.limit());
-                if d.concurrency {
-                    // A count of requests in flight has no window, and `w` is optional.
-                    policy.push_str(";qu=\"concurrent-requests\"");
-                } else {
-                    let _ = write!(policy, ";w={}", ceil_secs(dec.window()).max(1));
-                }
                 push_sf_string(&mut state, &d.rule);
+                let dec = &d.decision;
                 let _ = write!(state, ";r={};t={}", dec.remaining(), ceil_secs(dec.reset()));
             }
-            push(out, RATELIMIT_POLICY, policy);
-            push(out, RATELIMIT, state);
+            // Rule names are checked to be printable ASCII at build time.
+            if let (Some(policy), Ok(state)) = (policy, HeaderValue::try_from(state)) {
+                out.push((RATELIMIT_POLICY, policy));
+                out.push((RATELIMIT, state));
+            }
         }
         if matches!(self, Self::Legacy | Self::Both) {
             if let Some(d) = crate::decision::tightest(visible()).map(|d| d.decision) {
@@ -112,13 +177,6 @@ impl HeaderStyle {
                 out.push((X_RATELIMIT_RESET, HeaderValue::from(ceil_secs(d.reset()))));
             }
         }
-    }
-}
-
-fn push(out: &mut Vec<(HeaderName, HeaderValue)>, name: HeaderName, value: String) {
-    // Rule names are checked to be printable ASCII at build time.
-    if let Ok(v) = HeaderValue::try_from(value) {
-        out.push((name, v));
     }
 }
 
@@ -136,7 +194,8 @@ fn push_sf_string(out: &mut String, s: &str) {
 
 /// Appends the headers: lists may span several lines, so an outer layer's
 /// entries join an inner one's instead of replacing them.
-pub(crate) fn apply(headers: &mut HeaderMap, entries: Vec<(HeaderName, HeaderValue)>) {
+pub(crate) fn apply(headers: &mut HeaderMap, entries: Rendered) {
+    headers.reserve(entries.len());
     for (name, value) in entries {
         if name.as_str().starts_with("x-") {
             headers.insert(name, value);
@@ -158,6 +217,7 @@ mod tests {
             source: Source::Local,
             shadow: false,
             concurrency: false,
+            policy: None,
         }
     }
 
@@ -187,7 +247,7 @@ mod tests {
                 Decision::allowed(10, Duration::from_millis(500), 9, Duration::ZERO),
             ),
         ];
-        let mut out = Vec::new();
+        let mut out = Rendered::new();
         HeaderStyle::Both.render(&ds, &mut out);
         let get = |n: &HeaderName| {
             out.iter()
@@ -212,7 +272,7 @@ mod tests {
             Decision::allowed(2, Duration::from_secs(1), 1, Duration::ZERO),
         );
         d.concurrency = true;
-        let mut out = Vec::new();
+        let mut out = Rendered::new();
         HeaderStyle::Draft.render(&[d], &mut out);
         assert_eq!(out[0].1, r#""exports";q=2;qu="concurrent-requests""#);
         assert_eq!(out[1].1, r#""exports";r=1;t=0"#);
@@ -221,7 +281,7 @@ mod tests {
     #[test]
     fn nothing_for_none_or_only_shadow() {
         let w = Duration::from_secs(1);
-        let mut out = Vec::new();
+        let mut out = Rendered::new();
         HeaderStyle::None.render(&[rd("a", Decision::allowed(1, w, 0, w))], &mut out);
         let mut s = rd("a", Decision::allowed(1, w, 0, w));
         s.shadow = true;

@@ -99,7 +99,7 @@ pub(crate) fn refusal(
     deny: &DenyFn,
     d: &Denied,
     grpc: bool,
-    extra: Vec<(HeaderName, HeaderValue)>,
+    extra: crate::headers::Rendered,
 ) -> Response<Full<Bytes>> {
     let mut res = if grpc {
         grpc_refusal(d)
@@ -262,7 +262,7 @@ mod tests {
             &problem_json,
             &denied(Some(Duration::from_millis(1001))),
             false,
-            vec![],
+            Default::default(),
         );
         assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(res.headers()["retry-after"], "2");
@@ -275,7 +275,7 @@ mod tests {
             &problem_json,
             &denied(Some(Duration::from_micros(1500))),
             true,
-            vec![],
+            Default::default(),
         );
         assert_eq!(res.status(), StatusCode::OK);
         assert_eq!(res.headers()["grpc-status"], "8");
@@ -286,7 +286,7 @@ mod tests {
 
     #[test]
     fn no_retry_after_when_waiting_cannot_help() {
-        let res = refusal(&problem_json, &denied(None), true, vec![]);
+        let res = refusal(&problem_json, &denied(None), true, Default::default());
         assert!(res.headers().get("retry-after").is_none());
         assert!(res.headers().get("grpc-retry-pushback-ms").is_none());
         assert_eq!(

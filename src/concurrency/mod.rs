@@ -35,7 +35,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
-use http::header::{HeaderName, HeaderValue};
 use http::request::Parts;
 use http::{Response, StatusCode};
 use http_body_util::Full;
@@ -48,7 +47,7 @@ pub use service::ConcurrencyLimitService;
 use crate::backend::failure::{BreakerConfig, FailureMode, Guard};
 use crate::backend::redis::RedisBackend;
 use crate::error::BuildError;
-use crate::headers::HeaderStyle;
+use crate::headers::{HeaderStyle, StaticPolicy};
 use crate::key::KeyExtractor;
 use crate::response::{Denied, DenyFn, problem_json, refusal};
 use crate::rule::FailurePolicy;
@@ -57,7 +56,7 @@ use crate::rule::{Found, Lookup, OnMissingKey};
 use crate::{Decision, Key, RateLimitDecision, RuleDecision, Source};
 use backend::{Acquire, Backend, Outcome, Permit};
 
-type Headers = Vec<(HeaderName, HeaderValue)>;
+type Headers = crate::headers::Rendered;
 
 /// Limits how many requests per key are in flight at once.
 ///
@@ -92,6 +91,7 @@ pub(crate) struct Shared {
     headers: HeaderStyle,
     deny: Arc<DenyFn>,
     backend: Backend,
+    policy: Option<StaticPolicy>,
 }
 
 /// A found key with its slot or refusal.
@@ -179,7 +179,7 @@ impl Shared {
     fn admit(&self, parts: &mut Parts, taken: Ready, grpc: bool) -> Admission {
         let (key, outcome) = match taken {
             Ready::Key(key, outcome) => (key, outcome),
-            Ready::Skip => return Admission::Go(Vec::new(), None),
+            Ready::Skip => return Admission::Go(Headers::new(), None),
             Ready::Missing => match self.on_missing {
                 OnMissingKey::Reject(status) => {
                     let denied = Denied {
@@ -187,12 +187,12 @@ impl Shared {
                         retry_after: None,
                         status,
                     };
-                    return Admission::Stop(refusal(&*self.deny, &denied, grpc, Vec::new()));
+                    return Admission::Stop(refusal(&*self.deny, &denied, grpc, Headers::new()));
                 }
-                _ => return Admission::Go(Vec::new(), None),
+                _ => return Admission::Go(Headers::new(), None),
             },
         };
-        let mut headers = Vec::new();
+        let mut headers = Headers::new();
         let source = outcome.source;
         match outcome.verdict {
             Ok((permit, held)) => {
@@ -234,6 +234,7 @@ impl Shared {
     fn rule_decision(&self, decision: Decision, source: Source) -> RuleDecision {
         RuleDecision {
             rule: self.name.clone(),
+            policy: StaticPolicy::for_decision(&self.policy, &decision),
             decision,
             source,
             shadow: false,
@@ -577,6 +578,7 @@ impl ConcurrencyLimitBuilder {
         };
         Ok(ConcurrencyLimitLayer {
             shared: Arc::new(Shared {
+                policy: StaticPolicy::new(&self.name, self.limit, self.retry_after, true),
                 name: self.name,
                 key: self.key,
                 limit: self.limit,

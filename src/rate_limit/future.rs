@@ -5,7 +5,6 @@ use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
-use http::header::{HeaderName, HeaderValue};
 use http::request::Parts;
 use http::{Request, Response};
 use http_body_util::Full;
@@ -15,7 +14,7 @@ use super::{Conclusion, Shared};
 use crate::response::ResponseBody;
 use crate::rule::chain::Verdict;
 
-type Headers = Vec<(HeaderName, HeaderValue)>;
+type Headers = crate::headers::Rendered;
 
 pin_project_lite::pin_project! {
     /// Response future of [`RateLimitService`](super::RateLimitService).

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{HeaderName, HeaderValue};
 use http::{Response, StatusCode};
 use http_body_util::Full;
 use tower::Layer;
@@ -50,13 +49,13 @@ pub(crate) struct Shared {
 
 /// What happens next to a request.
 pub(crate) enum Conclusion {
-    Go(Vec<(HeaderName, HeaderValue)>, RateLimitDecision),
+    Go(crate::headers::Rendered, RateLimitDecision),
     Stop(Response<Full<Bytes>>),
 }
 
 impl Shared {
     pub(crate) fn conclude(&self, verdict: Verdict, grpc: bool) -> Conclusion {
-        let mut headers = Vec::new();
+        let mut headers = crate::headers::Rendered::new();
         match verdict {
             Verdict::Allow(rules) => {
                 self.headers.render(&rules, &mut headers);

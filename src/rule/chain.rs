@@ -14,6 +14,7 @@ use crate::backend::failure::{Admit, BreakerState, Cause, Guard};
 use crate::backend::local::LocalStore;
 use crate::backend::redis::RedisBackend;
 use crate::error::BuildError;
+use crate::headers::StaticPolicy;
 use crate::{Decision, Key, Quota, RuleDecision, Source};
 
 /// Settings the chain shares with every rule.
@@ -29,6 +30,7 @@ pub(crate) struct CompiledRule {
     backend: Backend,
     instances: u32,
     max_key_len: usize,
+    policy: Option<StaticPolicy>,
 }
 
 enum Backend {
@@ -138,8 +140,13 @@ impl Chain {
                     denies: DenyCache::default(),
                 })),
             };
+            let policy = rule.static_quota().and_then(|q| {
+                let q = share(&rule, q, cfg.instances);
+                StaticPolicy::new(&rule.name, q.limit(), q.window(), false)
+            });
             out.push(Arc::new(CompiledRule {
                 backend,
+                policy,
                 rule,
                 instances: cfg.instances,
                 max_key_len: cfg.max_key_len,
@@ -432,6 +439,7 @@ impl CompiledRule {
         }
         Outcome::Decided(RuleDecision {
             rule: self.rule.name.clone(),
+            policy: StaticPolicy::for_decision(&self.policy, &decision),
             decision,
             source,
             shadow,
