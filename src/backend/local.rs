@@ -36,9 +36,22 @@ impl LocalStore {
     /// Spends `cost` units of `quota` for `key`. `quota` must be valid and
     /// `cost` at least one.
     pub(crate) fn check(&self, key: &Key, quota: Quota, cost: NonZeroU32) -> Decision {
-        let limiter = self.limiter(quota);
+        match &self.fixed {
+            // The hot path borrows: no reference count shared across cores.
+            Some((q, l)) if *q == quota => self.check_with(l, key, quota, cost),
+            _ => self.check_with(&self.dynamic_limiter(quota), key, quota, cost),
+        }
+    }
+
+    fn check_with(&self, limiter: &Keyed, key: &Key, quota: Quota, cost: NonZeroU32) -> Decision {
         let interval = quota.emission_interval();
-        match limiter.check_key_n(key, cost) {
+        // governor's single-cell check skips the multiplication of the n-cell one.
+        let outcome = if cost == NonZeroU32::MIN {
+            Ok(limiter.check_key(key))
+        } else {
+            limiter.check_key_n(key, cost)
+        };
+        match outcome {
             Ok(Ok(state)) => {
                 let remaining = state.remaining_burst_capacity();
                 // Time until the bucket is whole again: one interval per missing cell.
@@ -56,12 +69,7 @@ impl LocalStore {
         }
     }
 
-    fn limiter(&self, quota: Quota) -> Arc<Keyed> {
-        if let Some((q, l)) = &self.fixed
-            && *q == quota
-        {
-            return l.clone();
-        }
+    fn dynamic_limiter(&self, quota: Quota) -> Arc<Keyed> {
         if let Some(l) = self.dynamic.read().expect("poisoned").get(&quota) {
             return l.clone();
         }

@@ -397,13 +397,18 @@ impl CompiledRule {
             let d = Decision::never(quota.limit(), quota.window());
             return Step::Done(self.outcome(&key, d, self.local_source()));
         }
-        let bounded = key.clone().bounded(self.max_key_len);
         match &self.backend {
             Backend::Local(store) => {
-                let d = store.check(&bounded, quota, cost);
+                // Cloning a fresh `Bytes` allocates: only overlong keys pay for it.
+                let d = if key.len() <= self.max_key_len {
+                    store.check(&key, quota, cost)
+                } else {
+                    store.check(&key.clone().bounded(self.max_key_len), quota, cost)
+                };
                 Step::Done(self.outcome(&key, d, Source::Local))
             }
             Backend::Global(g) => {
+                let bounded = key.clone().bounded(self.max_key_len);
                 if let Some(d) =
                     g.denies
                         .get(&bounded, quota, cost, self.rule.algorithm.has_burst())
