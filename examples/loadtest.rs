@@ -18,7 +18,8 @@
 //!
 //! Environment: `LOADTEST_SECS` (default 4) per run, `LOADTEST_CONNS` (32),
 //! `LOADTEST_THREADS` (2, wrk only), `LOADTEST_ROUNDS` (2),
-//! `LOADTEST_GEN=rust` to force the built-in generator.
+//! `LOADTEST_GEN=rust` to force the built-in generator, `LOADTEST_WRK_CPUS=1`
+//! to pin wrk to CPU 1 (run the harness itself under `taskset -c 0`).
 
 #[path = "../tests/support/redis_server.rs"]
 mod redis_server;
@@ -109,7 +110,18 @@ fn parse_duration_us(s: &str) -> Option<f64> {
 }
 
 async fn run_wrk(addr: SocketAddr, secs: u64, conns: u64, threads: u64) -> Sample {
-    let out = tokio::process::Command::new("wrk")
+    // LOADTEST_WRK_CPUS=1 (with the harness itself under `taskset -c 0`)
+    // keeps wrk off the server's core, so the server is the bottleneck and
+    // the ratios measure its CPU per request rather than scheduler luck.
+    let mut cmd = match std::env::var("LOADTEST_WRK_CPUS") {
+        Ok(cpus) => {
+            let mut c = tokio::process::Command::new("taskset");
+            c.args(["-c", &cpus, "wrk"]);
+            c
+        }
+        Err(_) => tokio::process::Command::new("wrk"),
+    };
+    let out = cmd
         .arg(format!("-t{}", threads.min(conns).max(1)))
         .arg(format!("-c{conns}"))
         .arg(format!("-d{secs}s"))
