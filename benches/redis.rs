@@ -140,19 +140,6 @@ async fn backend_run(backend: &RedisBackend, tasks: usize, dur: Duration, tag: &
     total.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
 }
 
-fn evalsha_calls(server: &RedisServer) -> u64 {
-    let mut c = server.connection().unwrap();
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut c)
-        .unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
 struct DenyRun {
     requests: u64,
     allowed: u64,
@@ -188,7 +175,7 @@ async fn deny_run(server: &RedisServer, senders: u64, dur: Duration, key: &'stat
 
     let offered_per_sec = 100 * u64::from(quota.limit());
     let period = Duration::from_secs_f64(senders as f64 / offered_per_sec as f64);
-    let before = evalsha_calls(server);
+    let before = server.script_calls();
     let allowed = Arc::new(AtomicU64::new(0));
     let requests = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + dur;
@@ -228,7 +215,7 @@ async fn deny_run(server: &RedisServer, senders: u64, dur: Duration, key: &'stat
     DenyRun {
         requests: requests.load(Ordering::Relaxed),
         allowed: allowed.load(Ordering::Relaxed),
-        calls: evalsha_calls(server) - before,
+        calls: server.script_calls() - before,
     }
 }
 

@@ -31,11 +31,7 @@ fn builder(max_in_flight: u32) -> ConcurrencyLimitBuilder {
 }
 
 async fn redis(server: &RedisServer, prefix: &str) -> RedisBackend {
-    RedisBackend::builder(server.url())
-        .prefix(prefix)
-        .build()
-        .await
-        .unwrap()
+    server.backend(prefix).await
 }
 
 /// One gateway: `/slow` waits for the test's switch, `/fast` answers at once.

@@ -20,11 +20,7 @@ use support::redis_server::RedisServer;
 const HEALTHY_TIMEOUT: Duration = Duration::from_millis(500);
 
 async fn redis(server: &RedisServer, prefix: &str) -> RedisBackend {
-    RedisBackend::builder(server.url())
-        .prefix(prefix)
-        .build()
-        .await
-        .unwrap()
+    server.backend(prefix).await
 }
 
 /// `GET /` answers with the source of the first rule's decision.
@@ -329,24 +325,7 @@ async fn a_stalled_redis_times_out_and_the_breaker_opens_then_closes() {
 #[tokio::test]
 async fn an_abusive_key_is_answered_from_the_deny_cache() {
     let server = RedisServer::start();
-    let calls = || -> u64 {
-        let mut conn = server.connection().unwrap();
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query(&mut conn)
-            .unwrap();
-        info.lines()
-            .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-            .filter_map(|l| {
-                l.split("calls=")
-                    .nth(1)?
-                    .split(',')
-                    .next()?
-                    .parse::<u64>()
-                    .ok()
-            })
-            .sum()
-    };
+    let calls = || server.script_calls();
     let c = client();
     for algo in [
         Algorithm::Gcra,

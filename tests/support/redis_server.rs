@@ -150,6 +150,35 @@ impl RedisServer {
             .expect("SCRIPT FLUSH");
     }
 
+    /// How many `EVALSHA` and `EVAL` calls the server has run (`INFO commandstats`).
+    pub fn script_calls(&self) -> u64 {
+        let mut c = self.connection().expect("connect");
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut c)
+            .expect("INFO");
+        info.lines()
+            .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+            .filter_map(|l| {
+                l.split("calls=")
+                    .nth(1)?
+                    .split(',')
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum()
+    }
+
+    /// A backend on this server under its own key prefix.
+    pub async fn backend(&self, prefix: &str) -> keyed_rate_limit::backend::redis::RedisBackend {
+        keyed_rate_limit::backend::redis::RedisBackend::builder(self.url())
+            .prefix(prefix)
+            .build()
+            .await
+            .expect("connect to the private redis")
+    }
+
     /// The keys matching a pattern (binary-safe).
     pub fn keys(&self, pattern: &str) -> Vec<Vec<u8>> {
         let mut c = self.connection().expect("connect");
