@@ -159,10 +159,14 @@ impl HeaderStyle {
                 if !state.is_empty() {
                     state.push_str(", ");
                 }
-                use std::fmt::Write;
                 push_sf_string(&mut state, &d.rule);
                 let dec = &d.decision;
-                let _ = write!(state, ";r={};t={}", dec.remaining(), ceil_secs(dec.reset()));
+                // itoa: this runs on every response, and `fmt` is the slow part.
+                let mut n = itoa::Buffer::new();
+                state.push_str(";r=");
+                state.push_str(n.format(dec.remaining()));
+                state.push_str(";t=");
+                state.push_str(n.format(ceil_secs(dec.reset())));
             }
             // Rule names are checked to be printable ASCII at build time.
             if let (Some(policy), Ok(state)) = (policy, HeaderValue::try_from(state)) {
