@@ -15,20 +15,24 @@ use tonic_health::pb::health_client::HealthClient;
 
 const QUOTA: u32 = 3;
 
-/// Serves the health service behind `layer` on an ephemeral port.
-async fn serve(layer: RateLimitLayer) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (_reporter, health) = tonic_health::server::health_reporter();
-    tokio::spawn(async move {
-        Server::builder()
-            .layer(layer)
-            .add_service(health)
-            .serve_with_incoming(TcpIncoming::from(listener))
-            .await
-            .unwrap();
-    });
-    addr
+/// Serves the health service behind `$layer` on an ephemeral port; a macro
+/// because the rate and concurrency layers give tonic different body types.
+macro_rules! serve {
+    ($layer:expr) => {{
+        let layer = $layer;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr: SocketAddr = listener.local_addr().unwrap();
+        let (_reporter, health) = tonic_health::server::health_reporter();
+        tokio::spawn(async move {
+            Server::builder()
+                .layer(layer)
+                .add_service(health)
+                .serve_with_incoming(TcpIncoming::from(listener))
+                .await
+                .unwrap();
+        });
+        addr
+    }};
 }
 
 async fn client(addr: SocketAddr) -> HealthClient<Channel> {
@@ -58,7 +62,7 @@ fn per_peer_ip() -> RateLimitLayer {
 
 #[tokio::test]
 async fn health_checks_are_limited_per_peer_ip_with_resource_exhausted() {
-    let addr = serve(per_peer_ip()).await;
+    let addr = serve!(per_peer_ip());
     let mut client = client(addr).await;
 
     let mut allowed = 0;
@@ -124,7 +128,7 @@ async fn grpc_missing_key_is_rejected_with_the_mapped_code() {
         )
         .build()
         .unwrap();
-    let addr = serve(layer).await;
+    let addr = serve!(layer);
     let mut client = client(addr).await;
 
     let status = client
@@ -139,4 +143,58 @@ async fn grpc_missing_key_is_rejected_with_the_mapped_code() {
         .insert("x-tenant", "acme".parse().unwrap());
     let res = client.check(req).await.unwrap();
     assert_eq!(res.into_inner().status(), ServingStatus::Serving);
+}
+
+#[tokio::test]
+async fn a_streaming_watch_holds_its_concurrency_slot_until_dropped() {
+    use keyed_rate_limit::ConcurrencyLimitLayer;
+    let layer = ConcurrencyLimitLayer::builder("grpc-streams", KeyExtractor::peer_ip(), 1)
+        .build()
+        .unwrap();
+    let addr = serve!(layer);
+    let mut client = client(addr).await;
+
+    // `watch` answers with a stream that stays open: the slot stays taken.
+    let mut stream = client
+        .watch(HealthCheckRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let first = stream.message().await.unwrap().unwrap();
+    assert_eq!(first.status(), ServingStatus::Serving);
+
+    let refused = client
+        .check(HealthCheckRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted);
+    let pushback: u64 = refused
+        .metadata()
+        .get("grpc-retry-pushback-ms")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(pushback > 0);
+
+    // Dropping the stream ends the body and frees the slot.
+    drop(stream);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        match client.check(HealthCheckRequest::default()).await {
+            Ok(res) => {
+                assert_eq!(res.into_inner().status(), ServingStatus::Serving);
+                break;
+            }
+            Err(s) => {
+                assert_eq!(s.code(), Code::ResourceExhausted);
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the slot was never freed"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+    }
 }
