@@ -9,6 +9,7 @@ pub mod config;
 pub mod decision;
 pub mod describe;
 pub mod error;
+mod gate;
 pub mod headers;
 pub mod key;
 pub mod rate_limit;

@@ -37,7 +37,6 @@ use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use http::request::Parts;
 use http::{Response, StatusCode};
-use http_body_util::Full;
 use tower::Layer;
 
 pub use body::ResponseBody;
@@ -116,11 +115,8 @@ impl Taken {
     }
 }
 
-/// What happens next to a request.
-pub(crate) enum Admission {
-    Go(Headers, Option<Permit>),
-    Stop(Response<Full<Bytes>>),
-}
+/// A request's slot: none when the limit does not apply to it.
+type Admission = crate::gate::Admission<Option<Permit>>;
 
 impl Shared {
     /// Finds the key and takes a slot without awaiting when it can (a
@@ -130,7 +126,7 @@ impl Shared {
         self: &Arc<Self>,
         mut parts: Parts,
         grpc: bool,
-    ) -> Result<(Parts, Admission), BoxFuture<'static, (Parts, Admission)>> {
+    ) -> crate::gate::Start<Option<Permit>> {
         let found = match self.on_missing.lookup(&self.key, &parts) {
             Lookup::Ready(found) => found,
             Lookup::Pending(find) => {

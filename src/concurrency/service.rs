@@ -4,9 +4,10 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower::Service;
 
+use super::Shared;
 use super::body::ResponseBody;
 use super::future::ResponseFuture;
-use super::{Admission, Shared};
+use crate::gate::Gate;
 use crate::response::is_grpc;
 
 /// The middleware [`ConcurrencyLimitLayer`](super::ConcurrencyLimitLayer)
@@ -83,20 +84,10 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        let (parts, body) = req.into_parts();
-        let grpc = is_grpc(&parts.headers);
-        match self.shared.start(parts, grpc) {
-            Ok((parts, Admission::Go(headers, permit))) => {
-                let fut = self.inner.call(Request::from_parts(parts, body));
-                ResponseFuture::calling(fut, headers, permit)
-            }
-            Ok((_, Admission::Stop(res))) => ResponseFuture::refused(res),
-            Err(admit) => {
-                // Take the readied service and leave a clone, as tower prescribes.
-                let clone = self.inner.clone();
-                let inner = std::mem::replace(&mut self.inner, clone);
-                ResponseFuture::admitting(admit, inner, body)
-            }
-        }
+        let shared = &self.shared;
+        ResponseFuture::new(Gate::call(&mut self.inner, req, |parts| {
+            let grpc = is_grpc(&parts.headers);
+            shared.start(parts, grpc)
+        }))
     }
 }

@@ -1,20 +1,12 @@
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll};
 
-use bytes::Bytes;
-use futures_util::future::BoxFuture;
-use http::request::Parts;
 use http::{Request, Response};
-use http_body_util::Full;
 use tower::Service;
 
-use super::{Conclusion, Shared};
+use crate::gate::Gate;
 use crate::response::ResponseBody;
-use crate::rule::chain::Verdict;
-
-type Headers = crate::headers::Rendered;
 
 pin_project_lite::pin_project! {
     /// Response future of [`RateLimitService`](super::RateLimitService).
@@ -23,28 +15,7 @@ pin_project_lite::pin_project! {
         S: Service<Request<ReqBody>>,
     {
         #[pin]
-        state: State<S, ReqBody, S::Future>,
-    }
-}
-
-pin_project_lite::pin_project! {
-    #[project = StateProj]
-    enum State<S, ReqBody, F> {
-        Deciding {
-            decide: BoxFuture<'static, (Parts, Verdict)>,
-            inner: Option<S>,
-            body: Option<ReqBody>,
-            shared: Arc<Shared>,
-            grpc: bool,
-        },
-        Calling {
-            #[pin]
-            fut: F,
-            headers: Headers,
-        },
-        Refused {
-            res: Option<Response<Full<Bytes>>>,
-        },
+        gate: Gate<S, ReqBody, ()>,
     }
 }
 
@@ -52,34 +23,8 @@ impl<S, ReqBody> ResponseFuture<S, ReqBody>
 where
     S: Service<Request<ReqBody>>,
 {
-    pub(crate) fn calling(fut: S::Future, headers: Headers) -> Self {
-        Self {
-            state: State::Calling { fut, headers },
-        }
-    }
-
-    pub(crate) fn refused(res: Response<Full<Bytes>>) -> Self {
-        Self {
-            state: State::Refused { res: Some(res) },
-        }
-    }
-
-    pub(crate) fn deciding(
-        decide: BoxFuture<'static, (Parts, Verdict)>,
-        inner: S,
-        body: ReqBody,
-        shared: Arc<Shared>,
-        grpc: bool,
-    ) -> Self {
-        Self {
-            state: State::Deciding {
-                decide,
-                inner: Some(inner),
-                body: Some(body),
-                shared,
-                grpc,
-            },
-        }
+    pub(crate) fn new(gate: Gate<S, ReqBody, ()>) -> Self {
+        Self { gate }
     }
 }
 
@@ -90,39 +35,6 @@ where
     type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut state = self.project().state;
-        loop {
-            match state.as_mut().project() {
-                StateProj::Deciding {
-                    decide,
-                    inner,
-                    body,
-                    shared,
-                    grpc,
-                } => {
-                    let (mut parts, verdict) = ready!(decide.as_mut().poll(cx));
-                    let next = match shared.conclude(verdict, *grpc) {
-                        Conclusion::Go(headers, decision) => {
-                            parts.extensions.insert(decision);
-                            let body = body.take().expect("polled after completion");
-                            let mut svc = inner.take().expect("polled after completion");
-                            let fut = svc.call(Request::from_parts(parts, body));
-                            State::Calling { fut, headers }
-                        }
-                        Conclusion::Stop(res) => State::Refused { res: Some(res) },
-                    };
-                    state.set(next);
-                }
-                StateProj::Calling { fut, headers } => {
-                    let mut res = ready!(fut.poll(cx))?;
-                    crate::headers::apply(res.headers_mut(), std::mem::take(headers));
-                    return Poll::Ready(Ok(res.map(ResponseBody::inner)));
-                }
-                StateProj::Refused { res } => {
-                    let res = res.take().expect("polled after completion");
-                    return Poll::Ready(Ok(res.map(ResponseBody::refusal)));
-                }
-            }
-        }
+        self.project().gate.poll(cx).map(|r| r.map(|(res, _)| res))
     }
 }

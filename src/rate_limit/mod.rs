@@ -8,14 +8,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use http::request::Parts;
 use http::{Response, StatusCode};
-use http_body_util::Full;
 use tower::Layer;
 
 pub use future::ResponseFuture;
 pub use service::RateLimitService;
 
 use crate::error::BuildError;
+use crate::gate::Admission;
 use crate::headers::HeaderStyle;
 use crate::response::{Denied, DenyFn, problem_json, refusal};
 use crate::rule::chain::{Chain, ChainConfig, Verdict};
@@ -47,19 +48,21 @@ pub(crate) struct Shared {
     deny: Arc<DenyFn>,
 }
 
-/// What happens next to a request.
-pub(crate) enum Conclusion {
-    Go(crate::headers::Rendered, RateLimitDecision),
-    Stop(Response<Full<Bytes>>),
-}
-
 impl Shared {
-    pub(crate) fn conclude(&self, verdict: Verdict, grpc: bool) -> Conclusion {
+    /// Turns the chain's verdict into headers and, when allowed, puts the
+    /// decision in the extensions for the handler.
+    pub(crate) fn conclude(
+        &self,
+        verdict: Verdict,
+        grpc: bool,
+        parts: &mut Parts,
+    ) -> Admission<()> {
         let mut headers = crate::headers::Rendered::new();
         match verdict {
             Verdict::Allow(rules) => {
                 self.headers.render(&rules, &mut headers);
-                Conclusion::Go(headers, RateLimitDecision { rules })
+                parts.extensions.insert(RateLimitDecision { rules });
+                Admission::Go(headers, ())
             }
             Verdict::Deny(rules) => {
                 self.headers.render(&rules, &mut headers);
@@ -69,7 +72,7 @@ impl Shared {
                     retry_after: last.decision.retry_after(),
                     status: StatusCode::TOO_MANY_REQUESTS,
                 };
-                Conclusion::Stop(refusal(&*self.deny, &denied, grpc, headers))
+                Admission::Stop(refusal(&*self.deny, &denied, grpc, headers))
             }
             Verdict::Reject {
                 rule,
@@ -82,7 +85,7 @@ impl Shared {
                     retry_after: None,
                     status,
                 };
-                Conclusion::Stop(refusal(&*self.deny, &denied, grpc, headers))
+                Admission::Stop(refusal(&*self.deny, &denied, grpc, headers))
             }
         }
     }

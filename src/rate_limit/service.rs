@@ -4,8 +4,9 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower::Service;
 
+use super::Shared;
 use super::future::ResponseFuture;
-use super::{Conclusion, Shared};
+use crate::gate::Gate;
 use crate::response::{ResponseBody, is_grpc};
 
 /// The middleware [`RateLimitLayer`](super::RateLimitLayer) wraps a service with.
@@ -70,25 +71,24 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        let (mut parts, body) = req.into_parts();
-        let grpc = is_grpc(&parts.headers);
-        match self.shared.chain.evaluate(&parts) {
-            Ok(verdict) => match self.shared.conclude(verdict, grpc) {
-                Conclusion::Go(headers, decision) => {
-                    parts.extensions.insert(decision);
-                    let fut = self.inner.call(Request::from_parts(parts, body));
-                    ResponseFuture::calling(fut, headers)
+        let shared = &self.shared;
+        ResponseFuture::new(Gate::call(&mut self.inner, req, |mut parts| {
+            let grpc = is_grpc(&parts.headers);
+            match shared.chain.evaluate(&parts) {
+                Ok(verdict) => {
+                    let admission = shared.conclude(verdict, grpc, &mut parts);
+                    Ok((parts, admission))
                 }
-                Conclusion::Stop(res) => ResponseFuture::refused(res),
-            },
-            Err(suspended) => {
-                // `self.inner` is the service `poll_ready` readied: take it
-                // and leave a clone, as tower's docs prescribe.
-                let clone = self.inner.clone();
-                let inner = std::mem::replace(&mut self.inner, clone);
-                let decide = Box::pin(self.shared.chain.clone().resume(parts, suspended));
-                ResponseFuture::deciding(decide, inner, body, self.shared.clone(), grpc)
+                Err(suspended) => {
+                    let shared = shared.clone();
+                    Err(Box::pin(async move {
+                        let (mut parts, verdict) =
+                            shared.chain.clone().resume(parts, suspended).await;
+                        let admission = shared.conclude(verdict, grpc, &mut parts);
+                        (parts, admission)
+                    }))
+                }
             }
-        }
+        }))
     }
 }
