@@ -128,6 +128,7 @@ async fn shadow_rules_let_everything_through_and_are_recorded() {
         HashMap::from([(("trial".to_owned(), "shadow_deny".to_owned()), 3)])
     );
 
+    let events_handle = events.clone();
     let events = events.lock().unwrap();
     let shadow: Vec<_> = events
         .iter()
@@ -149,4 +150,57 @@ async fn shadow_rules_let_everything_through_and_are_recorded() {
             .all(|e| e.get("message").map(String::as_str) != Some("rate limited")),
         "nothing was enforced"
     );
+    drop(events);
+
+    // An enforced deny is logged the same way, and counted as a deny.
+    let enforced = RateLimitLayer::builder()
+        .rule(Rule::new(
+            "enforced",
+            KeyExtractor::header("x-api-key"),
+            Quota::per_minute(1),
+        ))
+        .build()
+        .unwrap();
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(enforced);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let mut statuses = Vec::new();
+    for _ in 0..2 {
+        let res = client
+            .get(format!("http://{addr}/"))
+            .header("x-api-key", API_KEY)
+            .send()
+            .await
+            .unwrap();
+        statuses.push(res.status().as_u16());
+    }
+    assert_eq!(statuses, [200, 429]);
+    let events = events_handle.lock().unwrap();
+    let denied: Vec<_> = events
+        .iter()
+        .filter(|e| e.get("message").map(String::as_str) == Some("rate limited"))
+        .collect();
+    assert_eq!(denied.len(), 1, "{events:?}");
+    assert_eq!(denied[0]["rule"], "enforced");
+    assert_eq!(denied[0]["key"], fingerprint);
+    assert!(denied[0]["retry_after_ms"].parse::<u64>().unwrap() > 0);
+    let deny_count: u64 = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(k, ..)| {
+            k.key().name() == "rate_limit_decisions_total"
+                && k.key()
+                    .labels()
+                    .any(|l| l.key() == "rule" && l.value() == "enforced")
+                && k.key()
+                    .labels()
+                    .any(|l| l.key() == "outcome" && l.value() == "deny")
+        })
+        .map(|(.., v)| if let DebugValue::Counter(n) = v { n } else { 0 })
+        .sum();
+    assert_eq!(deny_count, 1);
 }
