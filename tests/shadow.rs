@@ -129,28 +129,30 @@ async fn shadow_rules_let_everything_through_and_are_recorded() {
     );
 
     let events_handle = events.clone();
-    let events = events.lock().unwrap();
-    let shadow: Vec<_> = events
-        .iter()
-        .filter(|e| e.get("message").map(String::as_str) == Some("shadow rule would deny"))
-        .collect();
-    assert_eq!(shadow.len(), 3, "{events:?}");
     let fingerprint = Key::from(API_KEY).fingerprint();
-    for e in &shadow {
-        assert_eq!(e["rule"], "trial");
-        assert_eq!(e["key"], fingerprint);
+    {
+        let events = events.lock().unwrap();
+        let shadow: Vec<_> = events
+            .iter()
+            .filter(|e| e.get("message").map(String::as_str) == Some("shadow rule would deny"))
+            .collect();
+        assert_eq!(shadow.len(), 3, "{events:?}");
+        let fingerprint = Key::from(API_KEY).fingerprint();
+        for e in &shadow {
+            assert_eq!(e["rule"], "trial");
+            assert_eq!(e["key"], fingerprint);
+            assert!(
+                e.values().all(|v| !v.contains(API_KEY)),
+                "raw key logged: {e:?}"
+            );
+        }
         assert!(
-            e.values().all(|v| !v.contains(API_KEY)),
-            "raw key logged: {e:?}"
+            events
+                .iter()
+                .all(|e| e.get("message").map(String::as_str) != Some("rate limited")),
+            "nothing was enforced"
         );
     }
-    assert!(
-        events
-            .iter()
-            .all(|e| e.get("message").map(String::as_str) != Some("rate limited")),
-        "nothing was enforced"
-    );
-    drop(events);
 
     // An enforced deny is logged the same way, and counted as a deny.
     let enforced = RateLimitLayer::builder()
