@@ -137,7 +137,6 @@ async fn shadow_rules_let_everything_through_and_are_recorded() {
             .filter(|e| e.get("message").map(String::as_str) == Some("shadow rule would deny"))
             .collect();
         assert_eq!(shadow.len(), 3, "{events:?}");
-        let fingerprint = Key::from(API_KEY).fingerprint();
         for e in &shadow {
             assert_eq!(e["rule"], "trial");
             assert_eq!(e["key"], fingerprint);
