@@ -128,7 +128,6 @@ async fn shadow_rules_let_everything_through_and_are_recorded() {
         HashMap::from([(("trial".to_owned(), "shadow_deny".to_owned()), 3)])
     );
 
-    let events_handle = events.clone();
     let fingerprint = Key::from(API_KEY).fingerprint();
     {
         let events = events.lock().unwrap();
@@ -179,7 +178,7 @@ async fn shadow_rules_let_everything_through_and_are_recorded() {
         statuses.push(res.status().as_u16());
     }
     assert_eq!(statuses, [200, 429]);
-    let events = events_handle.lock().unwrap();
+    let events = events.lock().unwrap();
     let denied: Vec<_> = events
         .iter()
         .filter(|e| e.get("message").map(String::as_str) == Some("rate limited"))
