@@ -341,6 +341,8 @@ impl RedisBackend {
         quota: &Quota,
         cost: u32,
     ) -> Result<Decision, RedisBackendError> {
+        keys::validate_name("rule", rule)?;
+        quota.validate().map_err(RedisBackendError::InvalidQuota)?;
         let (decision, _) = self.check_next(rule, key, algorithm, quota, cost).await?;
         Ok(decision)
     }
@@ -356,8 +358,8 @@ impl RedisBackend {
         quota: &Quota,
         cost: u32,
     ) -> Result<(Decision, Option<Duration>), RedisBackendError> {
-        keys::validate_name("rule", rule)?;
-        quota.validate().map_err(RedisBackendError::InvalidQuota)?;
+        // The rule chain checked the name and quota when it was built (and
+        // request-time quotas before calling): no per-request re-check.
         if cost > script::max_cost(algorithm, quota) {
             return Ok((Decision::never(quota.limit(), quota.window()), None));
         }
