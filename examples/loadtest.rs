@@ -24,51 +24,22 @@
 #[path = "../tests/support/redis_server.rs"]
 mod redis_server;
 
+#[path = "support/app.rs"]
+mod support;
+
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::routing::get;
-use http::Request;
+use keyed_rate_limit::RateLimitLayer;
 use keyed_rate_limit::backend::redis::RedisBackend;
-use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
-use tower_governor::GovernorError;
-use tower_governor::GovernorLayer;
-use tower_governor::governor::GovernorConfigBuilder;
-
-const KEY_HEADER: &str = "x-api-key";
-const KEY: &str = "loadtest";
+use support::{KEY, KEY_HEADER, app};
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn app() -> Router {
-    Router::new().route("/", get(|| async { "Hello, World!" }))
-}
-
-/// 1e9 per second with a burst of 1e9: never denies, like the benches.
-fn huge() -> Quota {
-    Quota::new(1_000_000_000, Duration::from_secs(1))
-}
-
-/// tower_governor keyed by the same header as ours.
-#[derive(Clone)]
-struct HeaderKey;
-
-impl tower_governor::key_extractor::KeyExtractor for HeaderKey {
-    type Key = bytes::Bytes;
-
-    fn extract<T>(&self, req: &Request<T>) -> Result<Self::Key, GovernorError> {
-        req.headers()
-            .get(KEY_HEADER)
-            .map(|v| bytes::Bytes::copy_from_slice(v.as_bytes()))
-            .ok_or(GovernorError::UnableToExtractKey)
-    }
 }
 
 async fn serve(router: Router) -> SocketAddr {
@@ -219,13 +190,9 @@ async fn main() {
         .await
         .expect("connect to the private redis");
 
-    let local = RateLimitLayer::builder()
-        .rule(Rule::new("local", KeyExtractor::header(KEY_HEADER), huge()))
-        .build()
-        .unwrap();
     let global = RateLimitLayer::builder()
         .rule(
-            Rule::new("global", KeyExtractor::header(KEY_HEADER), huge())
+            support::local_rule("global")
                 .global(backend)
                 // Generous: a timeout would answer from the local fallback
                 // and flatter the Redis numbers.
@@ -233,23 +200,11 @@ async fn main() {
         )
         .build()
         .unwrap();
-    let governor = Arc::new(
-        GovernorConfigBuilder::default()
-            .period(Duration::from_nanos(1))
-            .burst_size(1_000_000_000)
-            .key_extractor(HeaderKey)
-            .use_headers()
-            .finish()
-            .unwrap(),
-    );
 
     let variants: Vec<(&str, SocketAddr)> = vec![
         ("bare", serve(app()).await),
-        ("layer-local", serve(app().layer(local)).await),
-        (
-            "tower_governor",
-            serve(app().layer(GovernorLayer::new(governor))).await,
-        ),
+        ("layer-local", serve(support::layer_local()).await),
+        ("tower_governor", serve(support::tower_governor()).await),
         ("layer-redis", serve(app().layer(global.clone())).await),
     ];
 

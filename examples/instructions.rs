@@ -1,0 +1,180 @@
+//! CPU cost per HTTP request, counted rather than timed: each variant of the
+//! load-test app runs alone under `valgrind --tool=callgrind`, which counts
+//! the instructions the server process executes. Counts repeat from run to
+//! run whatever else the machine is doing, unlike req/s on a shared 2-core
+//! box, so they show the layer's cost on the full axum + hyper stack.
+//!
+//! ```sh
+//! cargo run --example instructions --release
+//! ```
+//!
+//! For each variant the server is started twice, to exit after `N` and after
+//! `3N` requests, and only the connection tasks are counted; the difference
+//! over `2N` cancels what is left of start-up (connection set-up, first-use
+//! initialisation). The server runs on a current-thread runtime, so the count
+//! is one core's work per request. It is user space only: the kernel's share
+//! (the socket reads and writes) is the same for every variant apart from a
+//! few more header bytes, so these ratios overstate what the layer costs in
+//! req/s, which `loadtest` measures.
+//!
+//! Environment: `INSTR_REQUESTS` (`N`, default 2000), `INSTR_CONNS` (1: one
+//! request per wake-up, the same for every variant).
+//! Needs `valgrind` (`apt-get install -y valgrind`).
+
+#[path = "support/app.rs"]
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use axum::Router;
+
+const VARIANTS: [&str; 3] = ["bare", "layer-local", "tower_governor"];
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn router(variant: &str) -> Router {
+    match variant {
+        "bare" => support::app(),
+        "layer-local" => support::layer_local(),
+        "tower_governor" => support::tower_governor(),
+        other => panic!("unknown variant {other}"),
+    }
+}
+
+static SERVED: AtomicU64 = AtomicU64::new(0);
+
+/// The child: serve `variant` until `n` requests are done, then exit at the
+/// first byte of the next one.
+fn serve(variant: &str, n: u64) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let app = router(variant).layer(axum::middleware::from_fn(
+            move |req, next: axum::middleware::Next| async move {
+                if SERVED.fetch_add(1, Ordering::Relaxed) == n {
+                    std::process::exit(0);
+                }
+                next.run(req).await
+            },
+        ));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        println!("{}", listener.local_addr().unwrap());
+        axum::serve(listener, app).await.unwrap();
+    });
+}
+
+/// Keep-alive requests on `conns` connections until the server goes away.
+async fn load(addr: SocketAddr, conns: u64) {
+    let url = format!("http://{addr}/");
+    let tasks: Vec<_> = (0..conns)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                let client = reqwest::Client::builder()
+                    .pool_max_idle_per_host(1)
+                    .build()
+                    .unwrap();
+                loop {
+                    let req = client.get(&url).header(support::KEY_HEADER, support::KEY);
+                    match req.send().await {
+                        Ok(res) => {
+                            assert!(res.status().is_success(), "{}", res.status());
+                            if res.bytes().await.is_err() {
+                                break;
+                            }
+                        }
+                        Err(_) => break,
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        let _ = t.await;
+    }
+}
+
+/// Instructions the server ran for `variant` with `n` requests.
+async fn count(variant: &str, n: u64, conns: u64) -> u64 {
+    let exe = std::env::current_exe().unwrap();
+    let mut child = Command::new("valgrind")
+        .args(["--tool=callgrind", "--callgrind-out-file=/dev/null"])
+        // Count inside the connection tasks only: start-up (the runtime,
+        // governor's clock calibration, which varies) stays out.
+        .args([
+            "--collect-atstart=no",
+            "--toggle-collect=*handle_connection*",
+        ])
+        .arg(exe)
+        .args(["--serve", variant, &n.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run valgrind (apt-get install -y valgrind)");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr: SocketAddr = line.trim().parse().expect("the server's address");
+    load(addr, conns).await;
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    err.lines()
+        .find_map(|l| {
+            l.split_once("I   refs:")
+                .map(|(_, n)| n.trim().replace(',', ""))
+        })
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no instruction count from valgrind:\n{err}"))
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() == 4 && args[1] == "--serve" {
+        return serve(&args[2], args[3].parse().unwrap());
+    }
+    let n = env_u64("INSTR_REQUESTS", 2000);
+    let conns = env_u64("INSTR_CONNS", 1);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    println!(
+        "instructions per request (callgrind, server on a current-thread runtime, {conns} keep-alive connections, (I(3N) - I(N)) / 2N with N = {n})"
+    );
+    let mut per_request = Vec::new();
+    for variant in VARIANTS {
+        let (small, large) = rt.block_on(async {
+            (
+                count(variant, n, conns).await,
+                count(variant, 3 * n, conns).await,
+            )
+        });
+        let per = large.saturating_sub(small) as f64 / (2 * n) as f64;
+        println!("{variant:>15}: {per:>8.0}   (I(N) {small}, I(3N) {large})");
+        per_request.push(per);
+    }
+    let bare = per_request[0];
+    println!(
+        "\nratios (a cost ratio c gives at most 1/c of the bare throughput when the server's CPU is the limit):"
+    );
+    for (variant, per) in VARIANTS.iter().zip(&per_request).skip(1) {
+        println!(
+            "{variant:>15}: {:.3} of bare's instructions, +{:.0} per request, throughput bound {:.3} of bare",
+            per / bare,
+            per - bare,
+            bare / per
+        );
+    }
+    println!(
+        "layer-local / tower_governor instructions = {:.3}",
+        per_request[1] / per_request[2]
+    );
+}

@@ -1,0 +1,68 @@
+//! The app and the limiter setups the load examples share, so that every
+//! measurement compares the same things.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::get;
+use http::Request;
+use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use tower_governor::GovernorError;
+use tower_governor::GovernorLayer;
+use tower_governor::governor::GovernorConfigBuilder;
+
+pub const KEY_HEADER: &str = "x-api-key";
+pub const KEY: &str = "loadtest";
+
+pub fn app() -> Router {
+    Router::new().route("/", get(|| async { "Hello, World!" }))
+}
+
+/// 1e9 per second with a burst of 1e9: never denies, like the benches.
+pub fn huge() -> Quota {
+    Quota::new(1_000_000_000, Duration::from_secs(1))
+}
+
+/// The local rule every comparison uses.
+pub fn local_rule(name: &str) -> Rule {
+    Rule::new(name, KeyExtractor::header(KEY_HEADER), huge())
+}
+
+pub fn layer_local() -> Router {
+    let layer = RateLimitLayer::builder()
+        .rule(local_rule("local"))
+        .build()
+        .unwrap();
+    app().layer(layer)
+}
+
+/// tower_governor keyed by the same header as ours.
+#[derive(Clone)]
+struct HeaderKey;
+
+impl tower_governor::key_extractor::KeyExtractor for HeaderKey {
+    type Key = bytes::Bytes;
+
+    fn extract<T>(&self, req: &Request<T>) -> Result<Self::Key, GovernorError> {
+        req.headers()
+            .get(KEY_HEADER)
+            .map(|v| bytes::Bytes::copy_from_slice(v.as_bytes()))
+            .ok_or(GovernorError::UnableToExtractKey)
+    }
+}
+
+/// `tower_governor` with the same key and quota, and its rate-limit headers
+/// on (`use_headers`), so both limiters answer with headers.
+pub fn tower_governor() -> Router {
+    let config = Arc::new(
+        GovernorConfigBuilder::default()
+            .period(Duration::from_nanos(1))
+            .burst_size(1_000_000_000)
+            .key_extractor(HeaderKey)
+            .use_headers()
+            .finish()
+            .unwrap(),
+    );
+    app().layer(GovernorLayer::new(config))
+}
