@@ -118,7 +118,7 @@ impl KeyExtractor {
                 .get(&header)
                 .map(|v| v.as_bytes())
                 .filter(|v| !v.is_empty())
-                .map(|v| Key::new(bytes::Bytes::copy_from_slice(v)))
+                .map(Key::copy_from_slice)
         })
     }
 
@@ -191,7 +191,7 @@ impl KeyExtractor {
         Self::new("matched_route", |p| {
             p.extensions
                 .get::<MatchedPath>()
-                .map(|m| Key::new(bytes::Bytes::copy_from_slice(m.as_str().as_bytes())))
+                .map(|m| Key::copy_from_slice(m.as_str().as_bytes()))
         })
     }
 

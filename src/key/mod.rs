@@ -12,35 +12,69 @@ use sha2::{Digest, Sha256};
 
 /// The identity a request counts against: opaque bytes, binary-safe, cheap to clone.
 ///
+/// Keys of up to 38 bytes (API keys, IP addresses, ids) live inline, so
+/// extracting one and keeping it in the local store allocate nothing;
+/// longer keys share a [`Bytes`].
+///
 /// ```
 /// use keyed_rate_limit::Key;
 /// let k = Key::from("tenant-42");
 /// assert_eq!(k.as_bytes(), b"tenant-42");
 /// let ip: std::net::IpAddr = "10.0.0.1".parse().unwrap();
 /// assert_eq!(Key::from(ip).as_bytes(), b"10.0.0.1");
+/// assert_eq!(Key::copy_from_slice(b"10.0.0.1"), Key::from(ip));
 /// ```
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Key(Bytes);
+#[derive(Clone)]
+pub struct Key(Repr);
+
+const INLINE: usize = 38;
+
+#[derive(Clone)]
+enum Repr {
+    Inline(u8, [u8; INLINE]),
+    Shared(Bytes),
+}
 
 impl Key {
     /// A key from any bytes.
     pub fn new(bytes: impl Into<Bytes>) -> Self {
-        Self(bytes.into())
+        Self(Repr::Shared(bytes.into()))
+    }
+
+    /// A key holding a copy of `bytes`: inline when short, else in a new [`Bytes`].
+    pub fn copy_from_slice(bytes: &[u8]) -> Self {
+        Self::inline_with(|buf| {
+            buf.get_mut(..bytes.len())
+                .map(|b| b.copy_from_slice(bytes))
+                .map(|()| bytes.len())
+        })
+        .unwrap_or_else(|| Self::new(Bytes::copy_from_slice(bytes)))
+    }
+
+    /// An inline key written by `write`, which returns the length it wrote,
+    /// or `None` when it does not fit.
+    fn inline_with(write: impl FnOnce(&mut [u8; INLINE]) -> Option<usize>) -> Option<Self> {
+        let mut buf = [0; INLINE];
+        let len = write(&mut buf)?;
+        Some(Self(Repr::Inline(len as u8, buf)))
     }
 
     /// The key's bytes.
     pub fn as_bytes(&self) -> &[u8] {
-        &self.0
+        match &self.0 {
+            Repr::Inline(len, buf) => &buf[..usize::from(*len)],
+            Repr::Shared(b) => b,
+        }
     }
 
     /// The key's length in bytes.
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.as_bytes().len()
     }
 
     /// Whether the key is empty.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.len() == 0
     }
 
     /// Keeps keys at most `max` bytes long: a longer key is replaced by the
@@ -55,12 +89,12 @@ impl Key {
     /// assert_eq!(Key::from("short").bounded(128), Key::from("short"));
     /// ```
     pub fn bounded(self, max: usize) -> Self {
-        if self.0.len() <= max {
+        if self.len() <= max {
             return self;
         }
-        let mut hex = hex_sha256(&self.0);
+        let mut hex = hex_sha256(self.as_bytes());
         hex.truncate(max.max(1));
-        Self(Bytes::from(hex))
+        Self::from(hex)
     }
 
     /// A short, stable fingerprint for logs: never log raw keys (API keys are secrets).
@@ -72,7 +106,7 @@ impl Key {
     /// assert!(!f.contains("secret"));
     /// ```
     pub fn fingerprint(&self) -> String {
-        let mut hex = hex_sha256(&self.0);
+        let mut hex = hex_sha256(self.as_bytes());
         hex.truncate(16);
         hex
     }
@@ -88,6 +122,33 @@ fn hex_sha256(bytes: &[u8]) -> String {
     out
 }
 
+// Equal bytes are equal keys, however they are stored.
+impl PartialEq for Key {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl Eq for Key {}
+
+impl std::hash::Hash for Key {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_bytes().hash(state);
+    }
+}
+
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Key {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_bytes().cmp(other.as_bytes())
+    }
+}
+
 impl fmt::Debug for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Key({})", self.fingerprint())
@@ -96,37 +157,43 @@ impl fmt::Debug for Key {
 
 impl From<&'static str> for Key {
     fn from(s: &'static str) -> Self {
-        Self(Bytes::from_static(s.as_bytes()))
+        Self::new(Bytes::from_static(s.as_bytes()))
     }
 }
 
 impl From<String> for Key {
     fn from(s: String) -> Self {
-        Self(Bytes::from(s))
+        Self::new(s)
     }
 }
 
 impl From<Vec<u8>> for Key {
     fn from(v: Vec<u8>) -> Self {
-        Self(Bytes::from(v))
+        Self::new(v)
     }
 }
 
 impl From<Bytes> for Key {
     fn from(b: Bytes) -> Self {
-        Self(b)
+        Self::new(b)
     }
 }
 
 impl From<IpAddr> for Key {
     fn from(ip: IpAddr) -> Self {
-        Self(Bytes::from(ip.to_string()))
+        use std::io::Write;
+        Self::inline_with(|buf| {
+            let mut out = &mut buf[..];
+            write!(out, "{ip}").ok()?;
+            Some(INLINE - out.len())
+        })
+        .unwrap_or_else(|| Self::from(ip.to_string()))
     }
 }
 
 impl From<u64> for Key {
     fn from(n: u64) -> Self {
-        Self(Bytes::from(n.to_string()))
+        Self::copy_from_slice(itoa::Buffer::new().format(n).as_bytes())
     }
 }
 
@@ -136,3 +203,37 @@ mod forwarded;
 pub(crate) use extractor::Extracted;
 pub use extractor::KeyExtractor;
 pub use forwarded::{ForwardedHeader, TrustedProxies};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn inline_and_shared_keys_with_equal_bytes_are_one_key() {
+        let short = Key::copy_from_slice(b"api-key-1");
+        assert!(matches!(short.0, Repr::Inline(..)));
+        let shared = Key::new(Bytes::from_static(b"api-key-1"));
+        assert_eq!(short, shared);
+        assert_eq!(HashSet::from([short.clone(), shared]).len(), 1);
+        assert!(Key::from("a") < Key::copy_from_slice(b"b"));
+
+        let long = vec![b'x'; INLINE + 1];
+        let k = Key::copy_from_slice(&long);
+        assert!(matches!(k.0, Repr::Shared(_)));
+        assert_eq!(k.as_bytes(), &long[..]);
+        assert_eq!(Key::copy_from_slice(b"").len(), 0);
+    }
+
+    #[test]
+    fn numbers_and_addresses_render_as_text() {
+        assert_eq!(Key::from(u64::MAX).as_bytes(), b"18446744073709551615");
+        let v6: IpAddr = "2001:db8:85a3:1234:5678:8a2e:370:7334".parse().unwrap();
+        assert_eq!(Key::from(v6).as_bytes(), v6.to_string().as_bytes());
+        // 39 characters, one more than fits inline.
+        let widest: IpAddr = "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff".parse().unwrap();
+        let k = Key::from(widest);
+        assert!(matches!(k.0, Repr::Shared(_)));
+        assert_eq!(k.as_bytes(), widest.to_string().as_bytes());
+    }
+}
