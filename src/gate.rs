@@ -11,11 +11,10 @@ use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use http::request::Parts;
 use http::{Request, Response};
-use http_body_util::Full;
 use tower::Service;
 
 use crate::headers::Rendered;
-use crate::response::ResponseBody;
+use crate::response::RefusalBody;
 
 /// What a middleware decided for a request.
 pub(crate) enum Admission<G> {
@@ -23,14 +22,11 @@ pub(crate) enum Admission<G> {
     /// concurrency permit) until the response is ready.
     Go(Rendered, G),
     /// Answer with this instead.
-    Stop(Response<Full<Bytes>>),
+    Stop(Response<Bytes>),
 }
 
 /// A decision that has to await (an async key, a Redis call).
 pub(crate) type Pending<G> = BoxFuture<'static, (Parts, Admission<G>)>;
-
-/// A decision made at once, or the future that makes it.
-pub(crate) type Start<G> = Result<(Parts, Admission<G>), Pending<G>>;
 
 pin_project_lite::pin_project! {
     pub(crate) struct Gate<S, ReqBody, G>
@@ -57,7 +53,7 @@ pin_project_lite::pin_project! {
             guard: Option<G>,
         },
         Refused {
-            res: Option<Response<Full<Bytes>>>,
+            res: Option<Response<Bytes>>,
         },
     }
 }
@@ -66,27 +62,30 @@ impl<S, ReqBody, G> Gate<S, ReqBody, G>
 where
     S: Service<Request<ReqBody>> + Clone,
 {
-    /// Starts `req` through `inner`, which `poll_ready` readied; `start`
-    /// decides on the head.
-    pub(crate) fn call(
+    /// Starts `req` through `inner`, which `poll_ready` readied. `decide`
+    /// decides on the head in place when it can; otherwise it returns what
+    /// it has so far, and `suspend` turns that and the head into the future
+    /// that decides. The head is only moved when it has to go with a future.
+    pub(crate) fn call<X>(
         inner: &mut S,
         req: Request<ReqBody>,
-        start: impl FnOnce(Parts) -> Start<G>,
+        decide: impl FnOnce(&mut Parts) -> Result<Admission<G>, X>,
+        suspend: impl FnOnce(Parts, X) -> Pending<G>,
     ) -> Self {
-        let (parts, body) = req.into_parts();
-        let state = match start(parts) {
-            Ok((parts, Admission::Go(headers, guard))) => State::Calling {
+        let (mut parts, body) = req.into_parts();
+        let state = match decide(&mut parts) {
+            Ok(Admission::Go(headers, guard)) => State::Calling {
                 fut: inner.call(Request::from_parts(parts, body)),
                 headers,
                 guard: Some(guard),
             },
-            Ok((_, Admission::Stop(res))) => State::Refused { res: Some(res) },
-            Err(decide) => {
+            Ok(Admission::Stop(res)) => State::Refused { res: Some(res) },
+            Err(x) => {
                 // The readied service goes with the request; a clone stays,
                 // as tower's docs prescribe.
                 let clone = inner.clone();
                 State::Deciding {
-                    decide,
+                    decide: suspend(parts, x),
                     inner: Some(std::mem::replace(inner, clone)),
                     body: Some(body),
                 }
@@ -99,9 +98,10 @@ where
 impl<S, ReqBody, ResBody, G> Future for Gate<S, ReqBody, G>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    ResBody: RefusalBody,
 {
     /// The response, and the guard when the service was called.
-    type Output = Result<(Response<ResponseBody<ResBody>>, Option<G>), S::Error>;
+    type Output = Result<(Response<ResBody>, Option<G>), S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut state = self.project().state;
@@ -134,11 +134,11 @@ where
                 } => {
                     let mut res = ready!(fut.poll(cx))?;
                     crate::headers::apply(res.headers_mut(), std::mem::take(headers));
-                    return Poll::Ready(Ok((res.map(ResponseBody::inner), guard.take())));
+                    return Poll::Ready(Ok((res, guard.take())));
                 }
                 StateProj::Refused { res } => {
                     let res = res.take().expect("polled after completion");
-                    return Poll::Ready(Ok((res.map(ResponseBody::refusal), None)));
+                    return Poll::Ready(Ok((res.map(ResBody::from_refusal), None)));
                 }
             }
         }

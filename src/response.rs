@@ -1,17 +1,15 @@
 //! The answers the layer gives itself: 429, gRPC RESOURCE_EXHAUSTED, and
-//! missing-key rejections; plus the body type that carries them.
+//! missing-key rejections; plus the trait that puts them in the inner
+//! service's body type.
 
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use headers::{HeaderMapExt, RetryAfter};
 use http::header::{CONTENT_TYPE, HeaderName, HeaderValue};
 use http::{HeaderMap, Response, StatusCode};
-use http_body::{Body, Frame, SizeHint};
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
 
 use crate::headers::retry_after_secs;
 
@@ -100,7 +98,7 @@ pub(crate) fn refusal(
     d: &Denied,
     grpc: bool,
     extra: crate::headers::Rendered,
-) -> Response<Full<Bytes>> {
+) -> Response<Bytes> {
     let mut res = if grpc {
         grpc_refusal(d)
     } else {
@@ -114,7 +112,7 @@ pub(crate) fn refusal(
             .typed_insert(RetryAfter::delay(Duration::from_secs(secs)));
     }
     crate::headers::apply(res.headers_mut(), extra);
-    res.map(Full::new)
+    res
 }
 
 const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
@@ -181,66 +179,61 @@ pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
 }
 
-pin_project_lite::pin_project! {
-    /// The body of a response through the layer: the inner service's, or
-    /// the layer's own refusal.
-    #[project = BodyProj]
-    #[allow(missing_docs)] // the variants say it all
-    pub enum ResponseBody<B> {
-        /// The inner service's body.
-        Inner {
-            #[pin]
-            body: B,
-        },
-        /// A refusal built by the layer.
-        Refusal {
-            #[pin]
-            body: Full<Bytes>,
-        },
+/// A response body the layer can write its own refusals in (429, the
+/// gRPC refusal, a rejected missing key), so that responses keep the inner
+/// service's body type: wrapping it in a body of the layer's would make
+/// axum box every response once more.
+///
+/// Implemented for axum's and tonic's bodies, [`Full<Bytes>`] and
+/// `http-body-util`'s boxed bodies. For a body type of your own:
+///
+/// ```
+/// use bytes::Bytes;
+/// use keyed_rate_limit::response::RefusalBody;
+///
+/// struct MyBody(Bytes);
+///
+/// impl RefusalBody for MyBody {
+///     fn from_refusal(body: Bytes) -> Self {
+///         MyBody(body)
+///     }
+/// }
+/// assert_eq!(MyBody::from_refusal(Bytes::from("slow down")).0, "slow down");
+/// ```
+pub trait RefusalBody {
+    /// A body holding `body`, the refusal's whole content.
+    fn from_refusal(body: Bytes) -> Self;
+}
+
+impl RefusalBody for axum::body::Body {
+    fn from_refusal(body: Bytes) -> Self {
+        body.into()
     }
 }
 
-impl<B> ResponseBody<B> {
-    pub(crate) fn inner(body: B) -> Self {
-        Self::Inner { body }
-    }
-
-    pub(crate) fn refusal(body: Full<Bytes>) -> Self {
-        Self::Refusal { body }
+impl RefusalBody for tonic::body::Body {
+    fn from_refusal(body: Bytes) -> Self {
+        Self::new(Full::new(body))
     }
 }
 
-impl<B> Body for ResponseBody<B>
-where
-    B: Body<Data = Bytes>,
-{
-    type Data = Bytes;
-    type Error = B::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        match self.project() {
-            BodyProj::Inner { body } => body.poll_frame(cx),
-            BodyProj::Refusal { body } => body
-                .poll_frame(cx)
-                .map(|f| f.map(|r| r.map_err(|never| match never {}))),
-        }
+impl RefusalBody for Full<Bytes> {
+    fn from_refusal(body: Bytes) -> Self {
+        Full::new(body)
     }
+}
 
-    fn is_end_stream(&self) -> bool {
-        match self {
-            Self::Inner { body } => body.is_end_stream(),
-            Self::Refusal { body } => body.is_end_stream(),
-        }
+impl<E: 'static> RefusalBody for http_body_util::combinators::BoxBody<Bytes, E> {
+    fn from_refusal(body: Bytes) -> Self {
+        Full::new(body).map_err(|never| match never {}).boxed()
     }
+}
 
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            Self::Inner { body } => body.size_hint(),
-            Self::Refusal { body } => body.size_hint(),
-        }
+impl<E: 'static> RefusalBody for http_body_util::combinators::UnsyncBoxBody<Bytes, E> {
+    fn from_refusal(body: Bytes) -> Self {
+        Full::new(body)
+            .map_err(|never| match never {})
+            .boxed_unsync()
     }
 }
 

@@ -34,13 +34,13 @@ pin_project_lite::pin_project! {
     /// ```
     pub struct ResponseBody<B> {
         #[pin]
-        body: crate::response::ResponseBody<B>,
+        body: B,
         permit: Option<Permit>,
     }
 }
 
 impl<B> ResponseBody<B> {
-    pub(crate) fn new(body: crate::response::ResponseBody<B>, permit: Option<Permit>) -> Self {
+    pub(crate) fn new(body: B, permit: Option<Permit>) -> Self {
         Self { body, permit }
     }
 }

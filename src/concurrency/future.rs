@@ -33,6 +33,7 @@ where
 impl<S, ReqBody, ResBody> Future for ResponseFuture<S, ReqBody>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    ResBody: crate::response::RefusalBody,
 {
     type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
 

@@ -100,6 +100,14 @@ enum Ready {
     Skip,
 }
 
+/// Where [`Shared::decide`] stopped to await.
+pub(crate) enum Stopped {
+    /// The key extractor is async.
+    Finding(BoxFuture<'static, Found>),
+    /// The backend is.
+    Taking(Key, BoxFuture<'static, Outcome>),
+}
+
 enum Taken {
     Ready(Ready),
     /// Redis is deciding.
@@ -120,38 +128,35 @@ type Admission = crate::gate::Admission<Option<Permit>>;
 
 impl Shared {
     /// Finds the key and takes a slot without awaiting when it can (a
-    /// sync key extractor and the local backend), else returns the future
-    /// that does.
-    pub(crate) fn start(
-        self: &Arc<Self>,
-        mut parts: Parts,
-        grpc: bool,
-    ) -> crate::gate::Start<Option<Permit>> {
-        let found = match self.on_missing.lookup(&self.key, &parts) {
+    /// sync key extractor and the local backend), else returns where it
+    /// stopped for [`suspend`](Self::suspend).
+    pub(crate) fn decide(&self, parts: &mut Parts, grpc: bool) -> Result<Admission, Stopped> {
+        let found = match self.on_missing.lookup(&self.key, parts) {
             Lookup::Ready(found) => found,
-            Lookup::Pending(find) => {
-                let this = self.clone();
-                return Err(Box::pin(async move {
-                    let taken = this.take(find.await).resolve().await;
-                    let admission = this.admit(&mut parts, taken, grpc);
-                    (parts, admission)
-                }));
-            }
+            Lookup::Pending(find) => return Err(Stopped::Finding(find)),
         };
         match self.take(found) {
-            Taken::Ready(t) => {
-                let admission = self.admit(&mut parts, t, grpc);
-                Ok((parts, admission))
-            }
-            pending => {
-                let this = self.clone();
-                Err(Box::pin(async move {
-                    let taken = pending.resolve().await;
-                    let admission = this.admit(&mut parts, taken, grpc);
-                    (parts, admission)
-                }))
-            }
+            Taken::Ready(t) => Ok(self.admit(parts, t, grpc)),
+            Taken::Pending(key, fut) => Err(Stopped::Taking(key, fut)),
         }
+    }
+
+    /// The rest of [`decide`](Self::decide), awaited.
+    pub(crate) fn suspend(
+        self: &Arc<Self>,
+        mut parts: Parts,
+        stopped: Stopped,
+        grpc: bool,
+    ) -> crate::gate::Pending<Option<Permit>> {
+        let this = self.clone();
+        Box::pin(async move {
+            let taken = match stopped {
+                Stopped::Finding(find) => this.take(find.await).resolve().await,
+                Stopped::Taking(key, fut) => Taken::Pending(key, fut).resolve().await,
+            };
+            let admission = this.admit(&mut parts, taken, grpc);
+            (parts, admission)
+        })
     }
 
     fn take(&self, found: Found) -> Taken {
@@ -592,7 +597,7 @@ impl ConcurrencyLimitBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http_body_util::Empty;
+    use http_body_util::Full;
     use tower::{Service, ServiceExt};
 
     #[tokio::test]
@@ -602,7 +607,7 @@ mod tests {
             .build()
             .unwrap();
         let mut svc = layer.layer(tower::service_fn(|_req: http::Request<()>| async {
-            Ok::<_, std::convert::Infallible>(Response::new(Empty::<Bytes>::new()))
+            Ok::<_, std::convert::Infallible>(Response::new(Full::<Bytes>::default()))
         }));
         let grpc = || {
             http::Request::builder()

@@ -72,6 +72,7 @@ impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for ConcurrencyLimitService<
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
     ReqBody: Send + 'static,
+    ResBody: crate::response::RefusalBody,
 {
     type Response = Response<ResponseBody<ResBody>>;
     type Error = S::Error;
@@ -85,9 +86,12 @@ where
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         let shared = &self.shared;
-        ResponseFuture::new(Gate::call(&mut self.inner, req, |parts| {
-            let grpc = is_grpc(&parts.headers);
-            shared.start(parts, grpc)
-        }))
+        let grpc = is_grpc(req.headers());
+        ResponseFuture::new(Gate::call(
+            &mut self.inner,
+            req,
+            |parts| shared.decide(parts, grpc),
+            |parts, stopped| shared.suspend(parts, stopped, grpc),
+        ))
     }
 }

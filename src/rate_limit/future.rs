@@ -6,7 +6,7 @@ use http::{Request, Response};
 use tower::Service;
 
 use crate::gate::Gate;
-use crate::response::ResponseBody;
+use crate::response::RefusalBody;
 
 pin_project_lite::pin_project! {
     /// Response future of [`RateLimitService`](super::RateLimitService).
@@ -31,8 +31,9 @@ where
 impl<S, ReqBody, ResBody> Future for ResponseFuture<S, ReqBody>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    ResBody: RefusalBody,
 {
-    type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
+    type Output = Result<Response<ResBody>, S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         self.project().gate.poll(cx).map(|r| r.map(|(res, _)| res))

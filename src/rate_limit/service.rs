@@ -7,7 +7,7 @@ use tower::Service;
 use super::Shared;
 use super::future::ResponseFuture;
 use crate::gate::Gate;
-use crate::response::{ResponseBody, is_grpc};
+use crate::response::{RefusalBody, is_grpc};
 
 /// The middleware [`RateLimitLayer`](super::RateLimitLayer) wraps a service with.
 ///
@@ -61,8 +61,9 @@ impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimitService<S>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
     ReqBody: Send + 'static,
+    ResBody: RefusalBody,
 {
-    type Response = Response<ResponseBody<ResBody>>;
+    type Response = Response<ResBody>;
     type Error = S::Error;
     type Future = ResponseFuture<S, ReqBody>;
 
@@ -72,23 +73,23 @@ where
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         let shared = &self.shared;
-        ResponseFuture::new(Gate::call(&mut self.inner, req, |mut parts| {
-            let grpc = is_grpc(&parts.headers);
-            match shared.chain.evaluate(&parts) {
-                Ok(verdict) => {
+        let grpc = is_grpc(req.headers());
+        ResponseFuture::new(Gate::call(
+            &mut self.inner,
+            req,
+            |parts| {
+                let verdict = shared.chain.evaluate(parts)?;
+                Ok(shared.conclude(verdict, grpc, parts))
+            },
+            |mut parts, suspended| {
+                let shared = shared.clone();
+                Box::pin(async move {
+                    let verdict;
+                    (parts, verdict) = shared.chain.clone().resume(parts, suspended).await;
                     let admission = shared.conclude(verdict, grpc, &mut parts);
-                    Ok((parts, admission))
-                }
-                Err(suspended) => {
-                    let shared = shared.clone();
-                    Err(Box::pin(async move {
-                        let (mut parts, verdict) =
-                            shared.chain.clone().resume(parts, suspended).await;
-                        let admission = shared.conclude(verdict, grpc, &mut parts);
-                        (parts, admission)
-                    }))
-                }
-            }
-        }))
+                    (parts, admission)
+                })
+            },
+        ))
     }
 }
