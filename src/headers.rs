@@ -187,11 +187,15 @@ impl HeaderStyle {
 /// Appends a structured-field string (RFC 8941 §3.3.3): quoted, `"` and `\` escaped.
 fn push_sf_string(out: &mut String, s: &str) {
     out.push('"');
-    for c in s.chars() {
-        if c == '"' || c == '\\' {
-            out.push('\\');
+    if s.contains(['"', '\\']) {
+        for c in s.chars() {
+            if c == '"' || c == '\\' {
+                out.push('\\');
+            }
+            out.push(c);
         }
-        out.push(c);
+    } else {
+        out.push_str(s);
     }
     out.push('"');
 }
