@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::Router;
 
-const VARIANTS: [&str; 3] = ["bare", "layer-local", "tower_governor"];
+const VARIANTS: [&str; 4] = ["bare", "layer-local", "layer-local-noext", "tower_governor"];
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -43,7 +43,8 @@ fn env_u64(name: &str, default: u64) -> u64 {
 fn router(variant: &str) -> Router {
     match variant {
         "bare" => support::app(),
-        "layer-local" => support::layer_local(),
+        "layer-local" => support::layer_local(true),
+        "layer-local-noext" => support::layer_local(false),
         "tower_governor" => support::tower_governor(),
         other => panic!("unknown variant {other}"),
     }
@@ -158,7 +159,7 @@ fn main() {
             )
         });
         let per = large.saturating_sub(small) as f64 / (2 * n) as f64;
-        println!("{variant:>15}: {per:>8.0}   (I(N) {small}, I(3N) {large})");
+        println!("{variant:>17}: {per:>8.0}   (I(N) {small}, I(3N) {large})");
         per_request.push(per);
     }
     let bare = per_request[0];
@@ -167,14 +168,15 @@ fn main() {
     );
     for (variant, per) in VARIANTS.iter().zip(&per_request).skip(1) {
         println!(
-            "{variant:>15}: {:.3} of bare's instructions, +{:.0} per request, throughput bound {:.3} of bare",
+            "{variant:>17}: {:.3} of bare's instructions, +{:.0} per request, throughput bound {:.3} of bare",
             per / bare,
             per - bare,
             bare / per
         );
     }
     println!(
-        "layer-local / tower_governor instructions = {:.3}",
-        per_request[1] / per_request[2]
+        "layer-local / tower_governor instructions = {:.3}; without the decision extension {:.3}",
+        per_request[1] / per_request[3],
+        per_request[2] / per_request[3]
     );
 }

@@ -1,4 +1,4 @@
-//! HTTP load test: the same axum hello-world app served four ways, side by side.
+//! HTTP load test: the same axum hello-world app served five ways, side by side.
 //!
 //! ```sh
 //! cargo run --example loadtest --release
@@ -6,9 +6,12 @@
 //!
 //! 1. `bare`: no rate limiting;
 //! 2. `layer-local`: this layer, one local rule keyed by `x-api-key` that never denies;
-//! 3. `tower_governor`: `tower_governor` 0.8 with the same key, the same quota
+//! 3. `local-noext`: the same without the decision in the request extensions
+//!    ([`decision_extension(false)`](keyed_rate_limit::RateLimitBuilder::decision_extension)),
+//!    which `tower_governor` has no counterpart of;
+//! 4. `tower_governor`: `tower_governor` 0.8 with the same key, the same quota
 //!    and its rate-limit headers (`use_headers`), so both answer with headers;
-//! 4. `layer-redis`: this layer, the same rule made global on a private
+//! 5. `layer-redis`: this layer, the same rule made global on a private
 //!    `redis-server` this program starts on a free port (never 6379).
 //!
 //! The load generator is `wrk` when it is on `PATH`, otherwise a built-in
@@ -203,7 +206,8 @@ async fn main() {
 
     let variants: Vec<(&str, SocketAddr)> = vec![
         ("bare", serve(app()).await),
-        ("layer-local", serve(support::layer_local()).await),
+        ("layer-local", serve(support::layer_local(true)).await),
+        ("local-noext", serve(support::layer_local(false)).await),
         ("tower_governor", serve(support::tower_governor()).await),
         ("layer-redis", serve(app().layer(global.clone())).await),
     ];
@@ -285,9 +289,10 @@ async fn main() {
         );
     }
     println!(
-        "layer-local / tower_governor req/s = {:.2}; layer-redis / layer-local = {:.2}",
-        med[1].rps / med[2].rps,
-        med[3].rps / med[1].rps
+        "layer-local / tower_governor req/s = {:.2} (without the decision extension {:.2}); layer-redis / layer-local = {:.2}",
+        med[1].rps / med[3].rps,
+        med[2].rps / med[3].rps,
+        med[4].rps / med[1].rps
     );
     println!("redis breaker after the runs: {:?}", global.breakers());
 }

@@ -85,3 +85,25 @@ async fn a_deny_never_reaches_the_inner_service() {
     assert_eq!(statuses, [200, 200, 200, 429, 429]);
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 3);
 }
+
+#[tokio::test]
+async fn decision_extension_can_be_turned_off_and_headers_stay() {
+    for on in [true, false] {
+        let layer = RateLimitLayer::builder()
+            .rule(Rule::new("r", KeyExtractor::global(), Quota::per_minute(3)))
+            .decision_extension(on)
+            .build()
+            .unwrap();
+        let svc =
+            ServiceBuilder::new()
+                .layer(layer)
+                .service_fn(|req: Request<Full<Bytes>>| async move {
+                    let seen = req.extensions().get::<RateLimitDecision>().is_some();
+                    Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(seen.to_string()))))
+                });
+        let res = svc.oneshot(Request::new(Full::default())).await.unwrap();
+        assert_eq!(res.headers()["ratelimit"], r#""r";r=2;t=20"#, "on={on}");
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(body, on.to_string());
+    }
+}

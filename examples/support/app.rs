@@ -29,9 +29,12 @@ pub fn local_rule(name: &str) -> Rule {
     Rule::new(name, KeyExtractor::header(KEY_HEADER), huge())
 }
 
-pub fn layer_local() -> Router {
+/// The layer with the local rule; `extension: false` leaves the decision
+/// out of the request extensions (nothing here reads it).
+pub fn layer_local(extension: bool) -> Router {
     let layer = RateLimitLayer::builder()
         .rule(local_rule("local"))
+        .decision_extension(extension)
         .build()
         .unwrap();
     app().layer(layer)

@@ -46,6 +46,7 @@ pub(crate) struct Shared {
     pub(crate) chain: Arc<Chain>,
     headers: HeaderStyle,
     deny: Arc<DenyFn>,
+    extension: bool,
 }
 
 impl Shared {
@@ -61,7 +62,9 @@ impl Shared {
         match verdict {
             Verdict::Allow(rules) => {
                 self.headers.render(&rules, &mut headers);
-                parts.extensions.insert(RateLimitDecision { rules });
+                if self.extension {
+                    parts.extensions.insert(RateLimitDecision { rules });
+                }
                 Admission::Go(headers, ())
             }
             Verdict::Deny(rules) => {
@@ -194,6 +197,7 @@ pub struct RateLimitBuilder {
     rules: Vec<Rule>,
     headers: HeaderStyle,
     deny: Arc<DenyFn>,
+    extension: bool,
     config: ChainConfig,
 }
 
@@ -203,6 +207,7 @@ impl Default for RateLimitBuilder {
             rules: Vec::new(),
             headers: HeaderStyle::default(),
             deny: Arc::new(problem_json),
+            extension: true,
             config: ChainConfig {
                 instances: 1,
                 max_key_len: 256,
@@ -256,6 +261,26 @@ impl RateLimitBuilder {
         self
     }
 
+    /// Whether allowed requests carry their [`RateLimitDecision`] in the
+    /// request extensions for the handler (default `true`). Turning it off
+    /// saves an allocation and an extension-map insert per request when no
+    /// handler reads it; the response headers are the same either way.
+    ///
+    /// ```
+    /// use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+    ///
+    /// let layer = RateLimitLayer::builder()
+    ///     .rule(Rule::new("api", KeyExtractor::global(), Quota::per_second(5)))
+    ///     .decision_extension(false)
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = layer;
+    /// ```
+    pub fn decision_extension(mut self, on: bool) -> Self {
+        self.extension = on;
+        self
+    }
+
     /// How many gateway instances share the traffic (default 1). Rules with
     /// [`Rule::split_across_instances`] enforce `quota / instances` locally.
     pub fn instances(mut self, n: u32) -> Self {
@@ -304,6 +329,7 @@ impl RateLimitBuilder {
                 chain: Arc::new(Chain::compile(self.rules, self.config)?),
                 headers: self.headers,
                 deny: self.deny,
+                extension: self.extension,
             }),
         })
     }
