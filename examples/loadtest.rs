@@ -274,12 +274,25 @@ async fn main() {
     let bare = med[0];
     println!("\nmedians over {rounds} rounds, ratios to bare:");
     println!(
-        "{:>15} {:>10} {:>9} {:>9} {:>8} {:>8} {:>8}",
-        "variant", "req/s", "p50 us", "p99 us", "rps/bare", "p50/bare", "p99/bare"
+        "{:>15} {:>10} {:>9} {:>9} {:>8} {:>8} {:>8} {:>10}",
+        "variant", "req/s", "p50 us", "p99 us", "rps/bare", "p50/bare", "p99/bare", "paired"
     );
-    for ((name, _), m) in variants.iter().zip(&med) {
+    // The same round's runs are seconds apart, so their ratio cancels much
+    // of the drift between rounds; the median of those ratios is the
+    // steadier estimate.
+    let paired = |a: usize, b: usize| {
+        median(
+            samples[a]
+                .iter()
+                .zip(&samples[b])
+                .map(|(x, y)| x.rps / y.rps)
+                .collect(),
+        )
+    };
+    for (i, ((name, _), m)) in variants.iter().zip(&med).enumerate() {
+        let paired = paired(i, 0);
         println!(
-            "{name:>15} {:>10.0} {:>9.0} {:>9.0} {:>8.2} {:>8.2} {:>8.2}",
+            "{name:>15} {:>10.0} {:>9.0} {:>9.0} {:>8.2} {:>8.2} {:>8.2} {paired:>10.2}",
             m.rps,
             m.p50_us,
             m.p99_us,
@@ -289,9 +302,11 @@ async fn main() {
         );
     }
     println!(
-        "layer-local / tower_governor req/s = {:.2} (without the decision extension {:.2}); layer-redis / layer-local = {:.2}",
+        "layer-local / tower_governor req/s = {:.2}, paired {:.2} (without the decision extension {:.2}, paired {:.2}); layer-redis / layer-local = {:.2}",
         med[1].rps / med[3].rps,
+        paired(1, 3),
         med[2].rps / med[3].rps,
+        paired(2, 3),
         med[4].rps / med[1].rps
     );
     println!("redis breaker after the runs: {:?}", global.breakers());
