@@ -154,7 +154,18 @@ impl HeaderStyle {
                     HeaderValue::try_from(policy).ok()
                 }
             };
-            let mut state = String::with_capacity(24 * decisions.len());
+            // Exactly sized: `Bytes` takes a `String` that is full as is, but
+            // allocates again for one with spare capacity.
+            let len = visible()
+                .map(|d| {
+                    let dec = &d.decision;
+                    sf_string_len(&d.rule)
+                        + ";r=;t=".len()
+                        + digits(dec.remaining().into())
+                        + digits(ceil_secs(dec.reset()))
+                })
+                .fold(0, |sum, l| if sum == 0 { l } else { sum + ", ".len() + l });
+            let mut state = String::with_capacity(len);
             for d in visible() {
                 if !state.is_empty() {
                     state.push_str(", ");
@@ -168,6 +179,7 @@ impl HeaderStyle {
                 state.push_str(";t=");
                 state.push_str(n.format(ceil_secs(dec.reset())));
             }
+            debug_assert_eq!(state.len(), len, "state header sized exactly");
             // Rule names are checked to be printable ASCII at build time.
             if let (Some(policy), Ok(state)) = (policy, HeaderValue::try_from(state)) {
                 out.push((RATELIMIT_POLICY, policy));
@@ -182,6 +194,15 @@ impl HeaderStyle {
             }
         }
     }
+}
+
+fn digits(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |d| d as usize + 1)
+}
+
+/// The length of `s` as a structured-field string.
+fn sf_string_len(s: &str) -> usize {
+    s.len() + 2 + s.bytes().filter(|&b| b == b'"' || b == b'\\').count()
 }
 
 /// Appends a structured-field string (RFC 8941 §3.3.3): quoted, `"` and `\` escaped.
@@ -268,6 +289,10 @@ mod tests {
         };
         assert_eq!(get(&RATELIMIT_POLICY), r#""a";q=100;w=60, "q\"b";q=10;w=1"#);
         assert_eq!(get(&RATELIMIT), r#""a";r=50;t=30, "q\"b";r=9;t=0"#);
+        assert_eq!(digits(0), 1);
+        assert_eq!(digits(10), 2);
+        assert_eq!(digits(u64::MAX), 20);
+        assert_eq!(sf_string_len("q\"b"), r#""q\"b""#.len());
         assert_eq!(get(&X_RATELIMIT_REMAINING), "9");
         assert_eq!(get(&X_RATELIMIT_LIMIT), "10");
         assert_eq!(get(&X_RATELIMIT_RESET), "0");
