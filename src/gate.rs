@@ -133,7 +133,7 @@ where
                     guard,
                 } => {
                     let mut res = ready!(fut.poll(cx))?;
-                    crate::headers::apply(res.headers_mut(), std::mem::take(headers));
+                    crate::headers::apply(res.headers_mut(), headers);
                     return Poll::Ready(Ok((res, guard.take())));
                 }
                 StateProj::Refused { res } => {

@@ -223,9 +223,8 @@ fn push_sf_string(out: &mut String, s: &str) {
 
 /// Appends the headers: lists may span several lines, so an outer layer's
 /// entries join an inner one's instead of replacing them.
-pub(crate) fn apply(headers: &mut HeaderMap, entries: Rendered) {
-    headers.reserve(entries.len());
-    for (name, value) in entries {
+pub(crate) fn apply(headers: &mut HeaderMap, entries: &mut Rendered) {
+    for (name, value) in entries.drain(..) {
         if name.as_str().starts_with("x-") {
             headers.insert(name, value);
         } else {

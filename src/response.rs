@@ -97,7 +97,7 @@ pub(crate) fn refusal(
     deny: &DenyFn,
     d: &Denied,
     grpc: bool,
-    extra: crate::headers::Rendered,
+    mut extra: crate::headers::Rendered,
 ) -> Response<Bytes> {
     let mut res = if grpc {
         grpc_refusal(d)
@@ -111,7 +111,7 @@ pub(crate) fn refusal(
         res.headers_mut()
             .typed_insert(RetryAfter::delay(Duration::from_secs(secs)));
     }
-    crate::headers::apply(res.headers_mut(), extra);
+    crate::headers::apply(res.headers_mut(), &mut extra);
     res
 }
 
