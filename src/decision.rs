@@ -170,11 +170,19 @@ pub struct RuleDecision {
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RateLimitDecision {
-    /// The rules that applied to this request, in evaluation order.
-    pub rules: Vec<RuleDecision>,
+    pub(crate) rules: Decisions,
 }
 
+/// The decisions of one request: inline for the usual single rule, so the
+/// extension is the request's only allocation for them.
+pub(crate) type Decisions = smallvec::SmallVec<[RuleDecision; 1]>;
+
 impl RateLimitDecision {
+    /// The rules that applied to this request, in evaluation order.
+    pub fn rules(&self) -> &[RuleDecision] {
+        &self.rules
+    }
+
     /// The applied rule with the fewest units left (the first on a tie).
     pub fn most_restrictive(&self) -> Option<&RuleDecision> {
         tightest(self.rules.iter())

@@ -270,7 +270,7 @@ async fn async_key_from_extensions_set_by_auth() {
         .route(
             "/",
             get(|Extension(d): Extension<RateLimitDecision>| async move {
-                d.rules[0].decision.remaining().to_string()
+                d.rules()[0].decision.remaining().to_string()
             }),
         )
         .layer(layer)

@@ -29,7 +29,7 @@ fn app(layer: RateLimitLayer) -> Router {
         .route(
             "/",
             get(|Extension(d): Extension<RateLimitDecision>| async move {
-                d.rules
+                d.rules()
                     .first()
                     .map_or("none", |r| r.source.as_str())
                     .to_owned()

@@ -15,7 +15,10 @@ async fn echo_remaining(req: Request<Full<Bytes>>) -> Result<Response<Full<Bytes
         .get::<RateLimitDecision>()
         .cloned()
         .unwrap_or_default();
-    let left = d.rules.first().map_or(u32::MAX, |r| r.decision.remaining());
+    let left = d
+        .rules()
+        .first()
+        .map_or(u32::MAX, |r| r.decision.remaining());
     Ok(Response::new(Full::new(Bytes::from(left.to_string()))))
 }
 

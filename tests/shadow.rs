@@ -40,7 +40,7 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Capture {
 
 /// The handler reports what the shadow rule decided.
 async fn handler(Extension(d): Extension<RateLimitDecision>) -> String {
-    let trial = d.rules.iter().find(|r| &*r.rule == "trial").unwrap();
+    let trial = d.rules().iter().find(|r| &*r.rule == "trial").unwrap();
     format!(
         "shadow={} allowed={}",
         trial.shadow,

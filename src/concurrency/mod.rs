@@ -209,9 +209,9 @@ impl Shared {
                 match parts.extensions.get_mut::<RateLimitDecision>() {
                     Some(d) => d.rules.push(rule),
                     None => {
-                        parts
-                            .extensions
-                            .insert(RateLimitDecision { rules: vec![rule] });
+                        parts.extensions.insert(RateLimitDecision {
+                            rules: smallvec::smallvec![rule],
+                        });
                     }
                 }
                 Admission::Go(headers, Some(permit))

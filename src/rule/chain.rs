@@ -13,6 +13,7 @@ use crate::backend::deny_cache::DenyCache;
 use crate::backend::failure::{Admit, BreakerState, Cause, Guard};
 use crate::backend::local::LocalStore;
 use crate::backend::redis::RedisBackend;
+use crate::decision::Decisions;
 use crate::error::BuildError;
 use crate::headers::StaticPolicy;
 use crate::{Decision, Key, Quota, RuleDecision, Source};
@@ -95,20 +96,20 @@ pub(crate) enum Step {
 /// The chain's verdict on a request.
 pub(crate) enum Verdict {
     /// Go on; these rules applied.
-    Allow(Vec<RuleDecision>),
+    Allow(Decisions),
     /// The last decision is the deny (or the rejection's rule is `rule`).
-    Deny(Vec<RuleDecision>),
+    Deny(Decisions),
     Reject {
         rule: Arc<str>,
         status: StatusCode,
-        decisions: Vec<RuleDecision>,
+        decisions: Decisions,
     },
 }
 
 /// Where evaluation stopped to await.
 pub(crate) struct Suspended {
     next: usize,
-    decisions: Vec<RuleDecision>,
+    decisions: Decisions,
     pending: BoxFuture<'static, Outcome>,
 }
 
@@ -226,7 +227,7 @@ impl Chain {
     /// Evaluates without awaiting while every step is ready.
     pub(crate) fn evaluate(self: &Arc<Self>, parts: &Parts) -> Result<Verdict, Suspended> {
         self.start_sweeper();
-        let mut decisions = Vec::with_capacity(self.rules.len());
+        let mut decisions = Decisions::new();
         for (i, rule) in self.rules.iter().enumerate() {
             match rule.step(parts) {
                 Step::Done(o) => {
@@ -264,7 +265,7 @@ impl Chain {
 }
 
 /// Adds one outcome; returns the verdict when it ends evaluation.
-fn fold(rule: &Rule, decisions: &mut Vec<RuleDecision>, outcome: Outcome) -> Option<Verdict> {
+fn fold(rule: &Rule, decisions: &mut Decisions, outcome: Outcome) -> Option<Verdict> {
     match outcome {
         Outcome::Skip => None,
         Outcome::Reject(status) => Some(Verdict::Reject {
