@@ -119,21 +119,27 @@ impl StaticPolicy {
 
 impl HeaderStyle {
     /// Renders the headers for `decisions` (the rules that applied, in order).
-    pub(crate) fn render(self, decisions: &[RuleDecision], out: &mut Rendered) {
+    ///
+    /// A lone rule's pre-rendered policy value is moved out of its decision
+    /// into the header rather than cloned again: each clone touches a
+    /// reference count that every core shares.
+    pub(crate) fn render(self, decisions: &mut [RuleDecision], out: &mut Rendered) {
         // Shadow rules are not the client's business; a fail-open rule knows no numbers.
-        let visible = || {
-            decisions
-                .iter()
-                .filter(|d| !d.shadow && d.source != crate::Source::FailOpen)
+        let shown = |d: &RuleDecision| !d.shadow && d.source != crate::Source::FailOpen;
+        let mut at = (0..decisions.len()).filter(|&i| shown(&decisions[i]));
+        let Some(first) = at.next() else { return };
+        let single = at.next().is_none();
+        let lone_policy = if single && matches!(self, Self::Draft | Self::Both) {
+            decisions[first].policy.take()
+        } else {
+            None
         };
-        let mut shown = visible();
-        let Some(first) = shown.next() else { return };
-        let single = shown.next().is_none();
+        let decisions = &*decisions;
+        let visible = || decisions.iter().filter(|d| shown(d));
         if matches!(self, Self::Draft | Self::Both) {
-            let policy = match (&first.policy, single) {
-                // The common case costs a reference count, not a format.
-                (Some(v), true) => Some(v.clone()),
-                _ => {
+            let policy = match lone_policy {
+                Some(v) => Some(v),
+                None => {
                     let mut policy = String::with_capacity(32 * decisions.len());
                     for d in visible() {
                         if !policy.is_empty() {
@@ -264,7 +270,7 @@ mod tests {
         let w = Duration::from_secs(60);
         let mut shadow = rd("hidden", Decision::allowed(1, w, 0, w));
         shadow.shadow = true;
-        let ds = [
+        let mut ds = [
             rd(
                 "a",
                 Decision::allowed(100, w, 50, Duration::from_millis(29_500)),
@@ -276,7 +282,7 @@ mod tests {
             ),
         ];
         let mut out = Rendered::new();
-        HeaderStyle::Both.render(&ds, &mut out);
+        HeaderStyle::Both.render(&mut ds, &mut out);
         let get = |n: &HeaderName| {
             out.iter()
                 .find(|(k, _)| k == n)
@@ -305,7 +311,7 @@ mod tests {
         );
         d.concurrency = true;
         let mut out = Rendered::new();
-        HeaderStyle::Draft.render(&[d], &mut out);
+        HeaderStyle::Draft.render(&mut [d], &mut out);
         assert_eq!(out[0].1, r#""exports";q=2;qu="concurrent-requests""#);
         assert_eq!(out[1].1, r#""exports";r=1;t=0"#);
     }
@@ -314,10 +320,10 @@ mod tests {
     fn nothing_for_none_or_only_shadow() {
         let w = Duration::from_secs(1);
         let mut out = Rendered::new();
-        HeaderStyle::None.render(&[rd("a", Decision::allowed(1, w, 0, w))], &mut out);
+        HeaderStyle::None.render(&mut [rd("a", Decision::allowed(1, w, 0, w))], &mut out);
         let mut s = rd("a", Decision::allowed(1, w, 0, w));
         s.shadow = true;
-        HeaderStyle::Both.render(&[s], &mut out);
+        HeaderStyle::Both.render(&mut [s], &mut out);
         assert!(out.is_empty());
     }
 }

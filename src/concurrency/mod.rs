@@ -203,9 +203,9 @@ impl Shared {
                     self.limit.saturating_sub(held),
                     Duration::ZERO,
                 );
-                let rule = self.rule_decision(decision, source);
+                let mut rule = self.rule_decision(decision, source);
                 self.headers
-                    .render(std::slice::from_ref(&rule), &mut headers);
+                    .render(std::slice::from_mut(&mut rule), &mut headers);
                 match parts.extensions.get_mut::<RateLimitDecision>() {
                     Some(d) => d.rules.push(rule),
                     None => {
@@ -221,7 +221,7 @@ impl Shared {
                 let decision = Decision::denied(self.limit, self.retry_after, wait, wait);
                 record_deny(&self.name, &key, &decision, false);
                 self.headers
-                    .render(&[self.rule_decision(decision, source)], &mut headers);
+                    .render(&mut [self.rule_decision(decision, source)], &mut headers);
                 let denied = Denied {
                     rule: self.name.clone(),
                     retry_after: Some(wait),

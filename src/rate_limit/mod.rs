@@ -60,15 +60,15 @@ impl Shared {
     ) -> Admission<()> {
         let mut headers = crate::headers::Rendered::new();
         match verdict {
-            Verdict::Allow(rules) => {
-                self.headers.render(&rules, &mut headers);
+            Verdict::Allow(mut rules) => {
+                self.headers.render(&mut rules, &mut headers);
                 if self.extension {
                     parts.extensions.insert(RateLimitDecision { rules });
                 }
                 Admission::Go(headers, ())
             }
-            Verdict::Deny(rules) => {
-                self.headers.render(&rules, &mut headers);
+            Verdict::Deny(mut rules) => {
+                self.headers.render(&mut rules, &mut headers);
                 let last = rules.last().expect("a deny carries its decision");
                 let denied = Denied {
                     rule: last.rule.clone(),
@@ -80,9 +80,9 @@ impl Shared {
             Verdict::Reject {
                 rule,
                 status,
-                decisions,
+                mut decisions,
             } => {
-                self.headers.render(&decisions, &mut headers);
+                self.headers.render(&mut decisions, &mut headers);
                 let denied = Denied {
                     rule,
                     retry_after: None,
