@@ -224,8 +224,9 @@ impl Chain {
         }
     }
 
-    /// Evaluates without awaiting while every step is ready.
-    pub(crate) fn evaluate(self: &Arc<Self>, parts: &Parts) -> Result<Verdict, Suspended> {
+    /// Evaluates without awaiting while every step is ready, else returns
+    /// where it stopped (boxed: it moves into a boxed future anyway).
+    pub(crate) fn evaluate(self: &Arc<Self>, parts: &Parts) -> Result<Verdict, Box<Suspended>> {
         self.start_sweeper();
         let mut decisions = Decisions::new();
         for (i, rule) in self.rules.iter().enumerate() {
@@ -236,11 +237,11 @@ impl Chain {
                     }
                 }
                 Step::Pending(pending) => {
-                    return Err(Suspended {
+                    return Err(Box::new(Suspended {
                         next: i + 1,
                         decisions,
                         pending,
-                    });
+                    }));
                 }
             }
         }
@@ -248,7 +249,11 @@ impl Chain {
     }
 
     /// Finishes an evaluation that had to await.
-    pub(crate) async fn resume(self: Arc<Self>, parts: Parts, s: Suspended) -> (Parts, Verdict) {
+    pub(crate) async fn resume(
+        self: Arc<Self>,
+        parts: Parts,
+        s: Box<Suspended>,
+    ) -> (Parts, Verdict) {
         let mut decisions = s.decisions;
         let outcome = s.pending.await;
         if let Some(v) = fold(&self.rules[s.next - 1].rule, &mut decisions, outcome) {
