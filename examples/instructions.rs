@@ -30,8 +30,18 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::Router;
+use keyed_rate_limit::HeaderStyle;
 
-const VARIANTS: [&str; 4] = ["bare", "layer-local", "layer-local-noext", "tower_governor"];
+/// The last two drop everything but the limiter: no decision extension and
+/// no rate-limit headers, against `tower_governor` without its headers.
+const VARIANTS: [&str; 6] = [
+    "bare",
+    "layer-local",
+    "layer-local-noext",
+    "tower_governor",
+    "local-minimal",
+    "tg-no-headers",
+];
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -43,8 +53,10 @@ fn env_u64(name: &str, default: u64) -> u64 {
 fn router(variant: &str) -> Router {
     match variant {
         "bare" => support::app(),
-        "layer-local" => support::layer_local(true),
-        "layer-local-noext" => support::layer_local(false),
+        "layer-local" => support::layer_local(true, HeaderStyle::Draft),
+        "layer-local-noext" => support::layer_local(false, HeaderStyle::Draft),
+        "local-minimal" => support::layer_local(false, HeaderStyle::None),
+        "tg-no-headers" => support::tower_governor_no_headers(),
         "tower_governor" => support::tower_governor(),
         other => panic!("unknown variant {other}"),
     }
@@ -175,8 +187,9 @@ fn main() {
         );
     }
     println!(
-        "layer-local / tower_governor instructions = {:.3}; without the decision extension {:.3}",
+        "layer-local / tower_governor instructions = {:.3}; without the decision extension {:.3}; limiter only (no extension, no headers, either side) {:.3}",
         per_request[1] / per_request[3],
-        per_request[2] / per_request[3]
+        per_request[2] / per_request[3],
+        per_request[4] / per_request[5]
     );
 }

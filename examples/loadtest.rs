@@ -34,8 +34,8 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use keyed_rate_limit::RateLimitLayer;
 use keyed_rate_limit::backend::redis::RedisBackend;
+use keyed_rate_limit::{HeaderStyle, RateLimitLayer};
 use support::{KEY, KEY_HEADER, app};
 
 fn env_u64(name: &str, default: u64) -> u64 {
@@ -206,8 +206,14 @@ async fn main() {
 
     let variants: Vec<(&str, SocketAddr)> = vec![
         ("bare", serve(app()).await),
-        ("layer-local", serve(support::layer_local(true)).await),
-        ("local-noext", serve(support::layer_local(false)).await),
+        (
+            "layer-local",
+            serve(support::layer_local(true, HeaderStyle::Draft)).await,
+        ),
+        (
+            "local-noext",
+            serve(support::layer_local(false, HeaderStyle::Draft)).await,
+        ),
         ("tower_governor", serve(support::tower_governor()).await),
         ("layer-redis", serve(app().layer(global.clone())).await),
     ];

@@ -91,15 +91,16 @@ pub fn problem_json(d: &Denied) -> Response<Bytes> {
     res
 }
 
-/// Builds the full refusal: the user's body for HTTP, the gRPC shape for
-/// gRPC, with `Retry-After` and the rate-limit headers.
+/// Builds the full refusal: the user's body for HTTP, the gRPC shape for a
+/// gRPC request (told by its `request` headers), with `Retry-After` and the
+/// rate-limit headers.
 pub(crate) fn refusal(
     deny: &DenyFn,
     d: &Denied,
-    grpc: bool,
+    request: &HeaderMap,
     mut extra: crate::headers::Rendered,
 ) -> Response<Bytes> {
-    let mut res = if grpc {
+    let mut res = if is_grpc(request) {
         grpc_refusal(d)
     } else {
         let mut res = deny(d);
@@ -173,7 +174,7 @@ fn percent_encode(s: &str) -> String {
     out
 }
 
-pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
+fn is_grpc(headers: &HeaderMap) -> bool {
     headers
         .get(CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
@@ -241,6 +242,17 @@ impl<E: 'static> RefusalBody for http_body_util::combinators::UnsyncBoxBody<Byte
 mod tests {
     use super::*;
 
+    fn request(grpc: bool) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        if grpc {
+            h.insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static("application/grpc+proto"),
+            );
+        }
+        h
+    }
+
     fn denied(wait: Option<Duration>) -> Denied {
         Denied {
             rule: "api".into(),
@@ -254,7 +266,7 @@ mod tests {
         let res = refusal(
             &problem_json,
             &denied(Some(Duration::from_millis(1001))),
-            false,
+            &request(false),
             Default::default(),
         );
         assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
@@ -267,7 +279,7 @@ mod tests {
         let res = refusal(
             &problem_json,
             &denied(Some(Duration::from_micros(1500))),
-            true,
+            &request(true),
             Default::default(),
         );
         assert_eq!(res.status(), StatusCode::OK);
@@ -279,7 +291,12 @@ mod tests {
 
     #[test]
     fn no_retry_after_when_waiting_cannot_help() {
-        let res = refusal(&problem_json, &denied(None), true, Default::default());
+        let res = refusal(
+            &problem_json,
+            &denied(None),
+            &request(true),
+            Default::default(),
+        );
         assert!(res.headers().get("retry-after").is_none());
         assert!(res.headers().get("grpc-retry-pushback-ms").is_none());
         assert_eq!(

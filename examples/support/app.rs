@@ -1,13 +1,18 @@
 //! The app and the limiter setups the load examples share, so that every
 //! measurement compares the same things.
 
+// Each example uses its own part of this.
+#![allow(dead_code)]
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
 use axum::routing::get;
+use governor::clock::QuantaInstant;
+use governor::middleware::NoOpMiddleware;
 use http::Request;
-use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit::{HeaderStyle, Quota, RateLimitLayer, Rule, key::KeyExtractor};
 use tower_governor::GovernorError;
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
@@ -31,10 +36,11 @@ pub fn local_rule(name: &str) -> Rule {
 
 /// The layer with the local rule; `extension: false` leaves the decision
 /// out of the request extensions (nothing here reads it).
-pub fn layer_local(extension: bool) -> Router {
+pub fn layer_local(extension: bool, headers: HeaderStyle) -> Router {
     let layer = RateLimitLayer::builder()
         .rule(local_rule("local"))
         .decision_extension(extension)
+        .headers(headers)
         .build()
         .unwrap();
     app().layer(layer)
@@ -55,17 +61,23 @@ impl tower_governor::key_extractor::KeyExtractor for HeaderKey {
     }
 }
 
+fn governor_config() -> GovernorConfigBuilder<HeaderKey, NoOpMiddleware<QuantaInstant>> {
+    let mut config = GovernorConfigBuilder::default().key_extractor(HeaderKey);
+    config
+        .period(Duration::from_nanos(1))
+        .burst_size(1_000_000_000);
+    config
+}
+
 /// `tower_governor` with the same key and quota, and its rate-limit headers
 /// on (`use_headers`), so both limiters answer with headers.
 pub fn tower_governor() -> Router {
-    let config = Arc::new(
-        GovernorConfigBuilder::default()
-            .period(Duration::from_nanos(1))
-            .burst_size(1_000_000_000)
-            .key_extractor(HeaderKey)
-            .use_headers()
-            .finish()
-            .unwrap(),
-    );
-    app().layer(GovernorLayer::new(config))
+    let config = governor_config().use_headers().finish().unwrap();
+    app().layer(GovernorLayer::new(Arc::new(config)))
+}
+
+/// `tower_governor` without headers.
+pub fn tower_governor_no_headers() -> Router {
+    let config = governor_config().finish().unwrap();
+    app().layer(GovernorLayer::new(Arc::new(config)))
 }

@@ -130,13 +130,13 @@ impl Shared {
     /// Finds the key and takes a slot without awaiting when it can (a
     /// sync key extractor and the local backend), else returns where it
     /// stopped for [`suspend`](Self::suspend).
-    pub(crate) fn decide(&self, parts: &mut Parts, grpc: bool) -> Result<Admission, Stopped> {
+    pub(crate) fn decide(&self, parts: &mut Parts) -> Result<Admission, Stopped> {
         let found = match self.on_missing.lookup(&self.key, parts) {
             Lookup::Ready(found) => found,
             Lookup::Pending(find) => return Err(Stopped::Finding(find)),
         };
         match self.take(found) {
-            Taken::Ready(t) => Ok(self.admit(parts, t, grpc)),
+            Taken::Ready(t) => Ok(self.admit(parts, t)),
             Taken::Pending(key, fut) => Err(Stopped::Taking(key, fut)),
         }
     }
@@ -146,7 +146,6 @@ impl Shared {
         self: &Arc<Self>,
         mut parts: Parts,
         stopped: Stopped,
-        grpc: bool,
     ) -> crate::gate::Pending<Option<Permit>> {
         let this = self.clone();
         Box::pin(async move {
@@ -154,7 +153,7 @@ impl Shared {
                 Stopped::Finding(find) => this.take(find.await).resolve().await,
                 Stopped::Taking(key, fut) => Taken::Pending(key, fut).resolve().await,
             };
-            let admission = this.admit(&mut parts, taken, grpc);
+            let admission = this.admit(&mut parts, taken);
             (parts, admission)
         })
     }
@@ -177,7 +176,7 @@ impl Shared {
 
     /// Builds the admission from a slot or a refusal; an admitted request's
     /// decision joins the rate limiter's in the extensions.
-    fn admit(&self, parts: &mut Parts, taken: Ready, grpc: bool) -> Admission {
+    fn admit(&self, parts: &mut Parts, taken: Ready) -> Admission {
         let (key, outcome) = match taken {
             Ready::Key(key, outcome) => (key, outcome),
             Ready::Skip => return Admission::Go(Headers::new(), None),
@@ -188,7 +187,12 @@ impl Shared {
                         retry_after: None,
                         status,
                     };
-                    return Admission::Stop(refusal(&*self.deny, &denied, grpc, Headers::new()));
+                    return Admission::Stop(refusal(
+                        &*self.deny,
+                        &denied,
+                        &parts.headers,
+                        Headers::new(),
+                    ));
                 }
                 _ => return Admission::Go(Headers::new(), None),
             },
@@ -227,7 +231,7 @@ impl Shared {
                     retry_after: Some(wait),
                     status: StatusCode::TOO_MANY_REQUESTS,
                 };
-                Admission::Stop(refusal(&*self.deny, &denied, grpc, headers))
+                Admission::Stop(refusal(&*self.deny, &denied, &parts.headers, headers))
             }
         }
     }

@@ -8,7 +8,6 @@ use super::Shared;
 use super::body::ResponseBody;
 use super::future::ResponseFuture;
 use crate::gate::Gate;
-use crate::response::is_grpc;
 
 /// The middleware [`ConcurrencyLimitLayer`](super::ConcurrencyLimitLayer)
 /// wraps a service with.
@@ -86,12 +85,11 @@ where
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         let shared = &self.shared;
-        let grpc = is_grpc(req.headers());
         ResponseFuture::new(Gate::call(
             &mut self.inner,
             req,
-            |parts| shared.decide(parts, grpc),
-            |parts, stopped| shared.suspend(parts, stopped, grpc),
+            |parts| shared.decide(parts),
+            |parts, stopped| shared.suspend(parts, stopped),
         ))
     }
 }

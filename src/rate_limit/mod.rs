@@ -52,12 +52,7 @@ pub(crate) struct Shared {
 impl Shared {
     /// Turns the chain's verdict into headers and, when allowed, puts the
     /// decision in the extensions for the handler.
-    pub(crate) fn conclude(
-        &self,
-        verdict: Verdict,
-        grpc: bool,
-        parts: &mut Parts,
-    ) -> Admission<()> {
+    pub(crate) fn conclude(&self, verdict: Verdict, parts: &mut Parts) -> Admission<()> {
         let mut headers = crate::headers::Rendered::new();
         match verdict {
             Verdict::Allow(mut rules) => {
@@ -75,7 +70,7 @@ impl Shared {
                     retry_after: last.decision.retry_after(),
                     status: StatusCode::TOO_MANY_REQUESTS,
                 };
-                Admission::Stop(refusal(&*self.deny, &denied, grpc, headers))
+                Admission::Stop(refusal(&*self.deny, &denied, &parts.headers, headers))
             }
             Verdict::Reject {
                 rule,
@@ -88,7 +83,7 @@ impl Shared {
                     retry_after: None,
                     status,
                 };
-                Admission::Stop(refusal(&*self.deny, &denied, grpc, headers))
+                Admission::Stop(refusal(&*self.deny, &denied, &parts.headers, headers))
             }
         }
     }

@@ -7,7 +7,7 @@ use tower::Service;
 use super::Shared;
 use super::future::ResponseFuture;
 use crate::gate::Gate;
-use crate::response::{RefusalBody, is_grpc};
+use crate::response::RefusalBody;
 
 /// The middleware [`RateLimitLayer`](super::RateLimitLayer) wraps a service with.
 ///
@@ -73,20 +73,19 @@ where
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         let shared = &self.shared;
-        let grpc = is_grpc(req.headers());
         ResponseFuture::new(Gate::call(
             &mut self.inner,
             req,
             |parts| {
                 let verdict = shared.chain.evaluate(parts)?;
-                Ok(shared.conclude(verdict, grpc, parts))
+                Ok(shared.conclude(verdict, parts))
             },
             |mut parts, suspended| {
                 let shared = shared.clone();
                 Box::pin(async move {
                     let verdict;
                     (parts, verdict) = shared.chain.clone().resume(parts, suspended).await;
-                    let admission = shared.conclude(verdict, grpc, &mut parts);
+                    let admission = shared.conclude(verdict, &mut parts);
                     (parts, admission)
                 })
             },
