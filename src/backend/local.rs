@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use governor::clock::{Clock, DefaultClock};
 use governor::middleware::StateInformationMiddleware;
@@ -17,8 +18,9 @@ type Keyed =
 /// Keyed limiters for one rule: one governor limiter per distinct quota, so
 /// per-plan quotas don't share cells.
 pub(crate) struct LocalStore {
-    /// The static quota's limiter: the hot path skips the map.
-    fixed: Option<(Quota, Arc<Keyed>)>,
+    /// The static quota's limiter and emission interval: the hot path skips
+    /// the map and the division.
+    fixed: Option<(Quota, Duration, Arc<Keyed>)>,
     dynamic: RwLock<HashMap<Quota, Arc<Keyed>>>,
     clock: DefaultClock,
 }
@@ -27,7 +29,7 @@ impl LocalStore {
     pub(crate) fn new(fixed: Option<Quota>) -> Self {
         let clock = DefaultClock::default();
         Self {
-            fixed: fixed.map(|q| (q, Arc::new(limiter(q, &clock)))),
+            fixed: fixed.map(|q| (q, q.emission_interval(), Arc::new(limiter(q, &clock)))),
             dynamic: RwLock::new(HashMap::new()),
             clock,
         }
@@ -38,13 +40,24 @@ impl LocalStore {
     pub(crate) fn check(&self, key: &Key, quota: Quota, cost: NonZeroU32) -> Decision {
         match &self.fixed {
             // The hot path borrows: no reference count shared across cores.
-            Some((q, l)) if *q == quota => self.check_with(l, key, quota, cost),
-            _ => self.check_with(&self.dynamic_limiter(quota), key, quota, cost),
+            Some((q, interval, l)) if *q == quota => {
+                self.check_with(l, *interval, key, quota, cost)
+            }
+            _ => {
+                let interval = quota.emission_interval();
+                self.check_with(&self.dynamic_limiter(quota), interval, key, quota, cost)
+            }
         }
     }
 
-    fn check_with(&self, limiter: &Keyed, key: &Key, quota: Quota, cost: NonZeroU32) -> Decision {
-        let interval = quota.emission_interval();
+    fn check_with(
+        &self,
+        limiter: &Keyed,
+        interval: Duration,
+        key: &Key,
+        quota: Quota,
+        cost: NonZeroU32,
+    ) -> Decision {
         // governor's single-cell check skips the multiplication of the n-cell one.
         let outcome = if cost == NonZeroU32::MIN {
             Ok(limiter.check_key(key))
@@ -96,7 +109,7 @@ impl LocalStore {
     }
 
     fn limiters(&self) -> Vec<Arc<Keyed>> {
-        let mut all: Vec<_> = self.fixed.iter().map(|(_, l)| l.clone()).collect();
+        let mut all: Vec<_> = self.fixed.iter().map(|(_, _, l)| l.clone()).collect();
         all.extend(self.dynamic.read().expect("poisoned").values().cloned());
         all
     }
