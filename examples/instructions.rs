@@ -34,13 +34,16 @@ use keyed_rate_limit::HeaderStyle;
 
 /// The last two drop everything but the limiter: no decision extension and
 /// no rate-limit headers, against `tower_governor` without its headers.
-const VARIANTS: [&str; 6] = [
+/// `layer-outer` is the default layer wrapped around the whole router
+/// instead of added with `Router::layer`.
+const VARIANTS: [&str; 7] = [
     "bare",
     "layer-local",
     "layer-local-noext",
     "tower_governor",
     "local-minimal",
     "tg-no-headers",
+    "layer-outer",
 ];
 
 fn env_u64(name: &str, default: u64) -> u64 {
@@ -72,7 +75,12 @@ fn serve(variant: &str, n: u64) {
         .build()
         .unwrap();
     rt.block_on(async {
-        let app = router(variant).layer(axum::middleware::from_fn(
+        let routed = if variant == "layer-outer" {
+            "bare"
+        } else {
+            variant
+        };
+        let app = router(routed).layer(axum::middleware::from_fn(
             move |req, next: axum::middleware::Next| async move {
                 if SERVED.fetch_add(1, Ordering::Relaxed) == n {
                     std::process::exit(0);
@@ -82,7 +90,17 @@ fn serve(variant: &str, n: u64) {
         ));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         println!("{}", listener.local_addr().unwrap());
-        axum::serve(listener, app).await.unwrap();
+        if variant == "layer-outer" {
+            let svc = support::layer_local_outer(app);
+            axum::serve(
+                listener,
+                axum::ServiceExt::<axum::extract::Request>::into_make_service(svc),
+            )
+            .await
+            .unwrap();
+        } else {
+            axum::serve(listener, app).await.unwrap();
+        }
     });
 }
 
@@ -187,9 +205,10 @@ fn main() {
         );
     }
     println!(
-        "layer-local / tower_governor instructions = {:.3}; without the decision extension {:.3}; limiter only (no extension, no headers, either side) {:.3}",
+        "layer-local / tower_governor instructions = {:.3}; without the decision extension {:.3}; limiter only (no extension, no headers, either side) {:.3}; around the router {:.3}",
         per_request[1] / per_request[3],
         per_request[2] / per_request[3],
-        per_request[4] / per_request[5]
+        per_request[4] / per_request[5],
+        per_request[6] / per_request[3]
     );
 }

@@ -12,7 +12,9 @@ use axum::routing::get;
 use governor::clock::QuantaInstant;
 use governor::middleware::NoOpMiddleware;
 use http::Request;
-use keyed_rate_limit::{HeaderStyle, Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit::{
+    HeaderStyle, Quota, RateLimitLayer, RateLimitService, Rule, key::KeyExtractor,
+};
 use tower_governor::GovernorError;
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
@@ -44,6 +46,18 @@ pub fn layer_local(extension: bool, headers: HeaderStyle) -> Router {
         .build()
         .unwrap();
     app().layer(layer)
+}
+
+/// The same local layer wrapped around the whole router (`tower::Layer`)
+/// rather than added to its routes with `Router::layer`, which boxes every
+/// layer's service and future per request; keys then can't use the
+/// matched route, which the router hasn't found yet.
+pub fn layer_local_outer(app: Router) -> RateLimitService<Router> {
+    let layer = RateLimitLayer::builder()
+        .rule(local_rule("local"))
+        .build()
+        .unwrap();
+    tower::Layer::layer(&layer, app)
 }
 
 /// tower_governor keyed by the same header as ours.
