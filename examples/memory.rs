@@ -144,8 +144,8 @@ fn main() {
     );
     allocations_per_request();
     println!(
-        "key bytes: {} per key ({} B of data, a `Bytes` of 32 B inline)",
-        key_name(0).len() + 32,
+        "key: {} B each, the {} B of data inline (keys up to 38 B need no allocation of their own)",
+        std::mem::size_of::<Key>(),
         key_name(0).len()
     );
 }
