@@ -14,6 +14,10 @@ use crate::response::RefusalBody;
 /// Rules whose keys and backends answer at once are evaluated inside `call`
 /// with no allocation for a future; an async key or a Redis rule moves the
 /// rest of the evaluation into the response future.
+///
+/// Responses keep the inner service's body type; the layer writes its own
+/// refusals in it through [`RefusalBody`](crate::response::RefusalBody),
+/// implemented for axum's and tonic's bodies and `Full<Bytes>`.
 pub struct RateLimitService<S> {
     inner: S,
     shared: Arc<Shared>,
