@@ -46,13 +46,6 @@ const VARIANTS: [&str; 7] = [
     "layer-outer",
 ];
 
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 fn router(variant: &str) -> Router {
     match variant {
         "bare" => support::app(),
@@ -111,20 +104,12 @@ async fn load(addr: SocketAddr, conns: u64) {
         .map(|_| {
             let url = url.clone();
             tokio::spawn(async move {
-                let client = reqwest::Client::builder()
-                    .pool_max_idle_per_host(1)
-                    .build()
-                    .unwrap();
-                loop {
-                    let req = client.get(&url).header(support::KEY_HEADER, support::KEY);
-                    match req.send().await {
-                        Ok(res) => {
-                            assert!(res.status().is_success(), "{}", res.status());
-                            if res.bytes().await.is_err() {
-                                break;
-                            }
-                        }
-                        Err(_) => break,
+                let client = support::connection();
+                // Until the server exits: the request or its body then fails.
+                while let Ok(res) = support::hello(&client, &url).send().await {
+                    assert!(res.status().is_success(), "{}", res.status());
+                    if res.bytes().await.is_err() {
+                        break;
                     }
                 }
             })
@@ -174,8 +159,8 @@ fn main() {
     if args.len() == 4 && args[1] == "--serve" {
         return serve(&args[2], args[3].parse().unwrap());
     }
-    let n = env_u64("INSTR_REQUESTS", 2000);
-    let conns = env_u64("INSTR_CONNS", 1);
+    let n = support::env_u64("INSTR_REQUESTS", 2000);
+    let conns = support::env_u64("INSTR_CONNS", 1);
     let rt = tokio::runtime::Runtime::new().unwrap();
     println!(
         "instructions per request (callgrind, server on a current-thread runtime, {conns} keep-alive connections, (I(3N) - I(N)) / 2N with N = {n})"

@@ -38,13 +38,6 @@ use keyed_rate_limit::backend::redis::RedisBackend;
 use keyed_rate_limit::{HeaderStyle, RateLimitLayer};
 use support::{KEY, KEY_HEADER, app};
 
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 async fn serve(router: Router) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -137,14 +130,11 @@ async fn run_rust(addr: SocketAddr, secs: u64, conns: u64) -> Sample {
         .map(|_| {
             let url = url.clone();
             tokio::spawn(async move {
-                let client = reqwest::Client::builder()
-                    .pool_max_idle_per_host(1)
-                    .build()
-                    .unwrap();
+                let client = support::connection();
                 let mut lat = Vec::new();
                 while Instant::now() < deadline {
                     let t = Instant::now();
-                    let res = client.get(&url).header(KEY_HEADER, KEY).send().await;
+                    let res = support::hello(&client, &url).send().await;
                     let res = res.expect("request");
                     assert!(res.status().is_success());
                     res.bytes().await.expect("body");
@@ -180,10 +170,10 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 #[tokio::main]
 async fn main() {
-    let secs = env_u64("LOADTEST_SECS", 4);
-    let conns = env_u64("LOADTEST_CONNS", 32);
-    let threads = env_u64("LOADTEST_THREADS", 2);
-    let rounds = env_u64("LOADTEST_ROUNDS", 2).max(1);
+    let secs = support::env_u64("LOADTEST_SECS", 4);
+    let conns = support::env_u64("LOADTEST_CONNS", 32);
+    let threads = support::env_u64("LOADTEST_THREADS", 2);
+    let rounds = support::env_u64("LOADTEST_ROUNDS", 2).max(1);
     let use_wrk = std::env::var("LOADTEST_GEN").as_deref() != Ok("rust") && wrk_on_path();
 
     let redis = redis_server::RedisServer::start();

@@ -22,6 +22,26 @@ use tower_governor::governor::GovernorConfigBuilder;
 pub const KEY_HEADER: &str = "x-api-key";
 pub const KEY: &str = "loadtest";
 
+pub fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A client that keeps one connection alive: a load task each.
+pub fn connection() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(1)
+        .build()
+        .unwrap()
+}
+
+/// The request every load sends.
+pub fn hello(client: &reqwest::Client, url: &str) -> reqwest::RequestBuilder {
+    client.get(url).header(KEY_HEADER, KEY)
+}
+
 pub fn app() -> Router {
     Router::new().route("/", get(|| async { "Hello, World!" }))
 }
