@@ -1,0 +1,104 @@
+//! Heap allocations the layer adds to an allowed request on the local path:
+//! counted, so that a change that allocates again per request fails here
+//! rather than in a noisy benchmark.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::convert::Infallible;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::FutureExt;
+use http::{HeaderValue, Request, Response};
+use http_body_util::Full;
+use keyed_rate_limit::{HeaderStyle, Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use tower::{Layer, Service, service_fn};
+
+/// Counts this thread's allocations, so tests running beside it don't count.
+struct Counting;
+
+thread_local! {
+    static ALLOCS: Cell<u64> = const { Cell::new(0) };
+}
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let _ = ALLOCS.try_with(|n| n.set(n.get() + 1));
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let _ = ALLOCS.try_with(|n| n.set(n.get() + 1));
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Allocations per call of `f`, after a warm-up call (first-use caches).
+fn per_call(mut f: impl FnMut()) -> u64 {
+    const N: u64 = 100;
+    f();
+    let before = ALLOCS.with(Cell::get);
+    for _ in 0..N {
+        f();
+    }
+    let total = ALLOCS.with(Cell::get) - before;
+    assert_eq!(total % N, 0, "the same allocations on every request");
+    total / N
+}
+
+/// What `svc` allocates per request beyond the bare service, with a key of
+/// `key_len` bytes in `x-api-key`.
+fn added(build: impl FnOnce(Rule) -> RateLimitLayer, key_len: usize) -> u64 {
+    let inner = service_fn(|_req: Request<Full<Bytes>>| async {
+        Ok::<_, Infallible>(Response::new(Full::<Bytes>::default()))
+    });
+    let huge = Quota::new(1_000_000_000, Duration::from_secs(1));
+    let layer = build(Rule::new("a", KeyExtractor::header("x-api-key"), huge));
+    let value = HeaderValue::try_from("k".repeat(key_len)).unwrap();
+    let request = || {
+        let mut req = Request::new(Full::<Bytes>::default());
+        req.headers_mut().insert("x-api-key", value.clone());
+        req
+    };
+    let mut bare = inner;
+    let mut svc = layer.layer(inner);
+    // The local path answers without awaiting, so no runtime is needed.
+    let b = per_call(|| {
+        let res = bare.call(request()).now_or_never().unwrap().unwrap();
+        assert!(res.status().is_success());
+    });
+    let l = per_call(|| {
+        let res = svc.call(request()).now_or_never().unwrap().unwrap();
+        assert!(res.status().is_success());
+    });
+    l - b
+}
+
+#[test]
+fn an_allowed_local_request_allocates_only_what_it_hands_out() {
+    let defaults = |rule| RateLimitLayer::builder().rule(rule).build().unwrap();
+    // The decision in the extensions (its box, and the extension map this
+    // bare request did not have: 3), the `RateLimit` value (1) and the
+    // response header map the bare response did not have (2). The key and
+    // the decisions list are inline.
+    assert_eq!(added(defaults, 16), 6);
+    // A key longer than fits inline is copied to the heap once.
+    assert_eq!(added(defaults, 64), 7);
+
+    let lean = |rule| {
+        RateLimitLayer::builder()
+            .rule(rule)
+            .decision_extension(false)
+            .headers(HeaderStyle::None)
+            .build()
+            .unwrap()
+    };
+    assert_eq!(added(lean, 16), 0);
+}
