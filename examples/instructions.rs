@@ -34,9 +34,9 @@ use keyed_rate_limit::HeaderStyle;
 
 /// The last two drop everything but the limiter: no decision extension and
 /// no rate-limit headers, against `tower_governor` without its headers.
-/// `layer-outer` is the default layer wrapped around the whole router
-/// instead of added with `Router::layer`.
-const VARIANTS: [&str; 7] = [
+/// `layer-outer` and `tg-outer` wrap the whole router instead of being
+/// added with `Router::layer`.
+const VARIANTS: [&str; 8] = [
     "bare",
     "layer-local",
     "layer-local-noext",
@@ -44,6 +44,7 @@ const VARIANTS: [&str; 7] = [
     "local-minimal",
     "tg-no-headers",
     "layer-outer",
+    "tg-outer",
 ];
 
 fn router(variant: &str) -> Router {
@@ -68,7 +69,7 @@ fn serve(variant: &str, n: u64) {
         .build()
         .unwrap();
     rt.block_on(async {
-        let routed = if variant == "layer-outer" {
+        let routed = if variant.ends_with("-outer") {
             "bare"
         } else {
             variant
@@ -84,13 +85,9 @@ fn serve(variant: &str, n: u64) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         println!("{}", listener.local_addr().unwrap());
         if variant == "layer-outer" {
-            let svc = support::layer_local_outer(app);
-            axum::serve(
-                listener,
-                axum::ServiceExt::<axum::extract::Request>::into_make_service(svc),
-            )
-            .await
-            .unwrap();
+            support::serve_outer(listener, support::layer_local_outer(app)).await;
+        } else if variant == "tg-outer" {
+            support::serve_outer(listener, support::tower_governor_outer(app)).await;
         } else {
             axum::serve(listener, app).await.unwrap();
         }
@@ -190,10 +187,10 @@ fn main() {
         );
     }
     println!(
-        "layer-local / tower_governor instructions = {:.3}; without the decision extension {:.3}; limiter only (no extension, no headers, either side) {:.3}; around the router {:.3}",
+        "layer-local / tower_governor instructions = {:.3}; without the decision extension {:.3}; limiter only (no extension, no headers, either side) {:.3}; both around the router {:.3}",
         per_request[1] / per_request[3],
         per_request[2] / per_request[3],
         per_request[4] / per_request[5],
-        per_request[6] / per_request[3]
+        per_request[6] / per_request[7]
     );
 }

@@ -1,4 +1,4 @@
-//! HTTP load test: the same axum hello-world app served five ways, side by side.
+//! HTTP load test: the same axum hello-world app served seven ways, side by side.
 //!
 //! ```sh
 //! cargo run --example loadtest --release
@@ -12,7 +12,9 @@
 //! 4. `tower_governor`: `tower_governor` 0.8 with the same key, the same quota
 //!    and its rate-limit headers (`use_headers`), so both answer with headers;
 //! 5. `layer-redis`: this layer, the same rule made global on a private
-//!    `redis-server` this program starts on a free port (never 6379).
+//!    `redis-server` this program starts on a free port (never 6379);
+//! 6. `layer-outer` and `tg-outer`: `layer-local` and `tower_governor`
+//!    wrapped around the whole router instead of added with `Router::layer`.
 //!
 //! The load generator is `wrk` when it is on `PATH`, otherwise a built-in
 //! keep-alive client (reqwest). Variants run interleaved for several rounds
@@ -42,6 +44,14 @@ async fn serve(router: Router) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    addr
+}
+
+/// A limiter around the whole router rather than on its routes.
+async fn serve_outer(svc: impl support::OuterService) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(support::serve_outer(listener, svc));
     addr
 }
 
@@ -206,6 +216,14 @@ async fn main() {
         ),
         ("tower_governor", serve(support::tower_governor()).await),
         ("layer-redis", serve(app().layer(global.clone())).await),
+        (
+            "layer-outer",
+            serve_outer(support::layer_local_outer(app())).await,
+        ),
+        (
+            "tg-outer",
+            serve_outer(support::tower_governor_outer(app())).await,
+        ),
     ];
 
     // One request each: 200, and the rate-limit headers each sends.
@@ -298,11 +316,13 @@ async fn main() {
         );
     }
     println!(
-        "layer-local / tower_governor req/s = {:.2}, paired {:.2} (without the decision extension {:.2}, paired {:.2}); layer-redis / layer-local = {:.2}",
+        "layer-local / tower_governor req/s = {:.2}, paired {:.2} (without the decision extension {:.2}, paired {:.2}; both around the router {:.2}, paired {:.2}); layer-redis / layer-local = {:.2}",
         med[1].rps / med[3].rps,
         paired(1, 3),
         med[2].rps / med[3].rps,
         paired(2, 3),
+        med[5].rps / med[6].rps,
+        paired(5, 6),
         med[4].rps / med[1].rps
     );
     println!("redis breaker after the runs: {:?}", global.breakers());

@@ -12,9 +12,7 @@ use axum::routing::get;
 use governor::clock::QuantaInstant;
 use governor::middleware::NoOpMiddleware;
 use http::Request;
-use keyed_rate_limit::{
-    HeaderStyle, Quota, RateLimitLayer, RateLimitService, Rule, key::KeyExtractor,
-};
+use keyed_rate_limit::{HeaderStyle, Quota, RateLimitLayer, Rule, key::KeyExtractor};
 use tower_governor::GovernorError;
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
@@ -72,7 +70,7 @@ pub fn layer_local(extension: bool, headers: HeaderStyle) -> Router {
 /// rather than added to its routes with `Router::layer`, which boxes every
 /// layer's service and future per request; keys then can't use the
 /// matched route, which the router hasn't found yet.
-pub fn layer_local_outer(app: Router) -> RateLimitService<Router> {
+pub fn layer_local_outer(app: Router) -> impl OuterService {
     let layer = RateLimitLayer::builder()
         .rule(local_rule("local"))
         .build()
@@ -108,6 +106,43 @@ fn governor_config() -> GovernorConfigBuilder<HeaderKey, NoOpMiddleware<QuantaIn
 pub fn tower_governor() -> Router {
     let config = governor_config().use_headers().finish().unwrap();
     app().layer(GovernorLayer::new(Arc::new(config)))
+}
+
+/// `tower_governor` (with headers) around the whole router.
+pub fn tower_governor_outer(app: Router) -> impl OuterService {
+    let config = governor_config().use_headers().finish().unwrap();
+    tower::Layer::layer(&GovernorLayer::new(Arc::new(config)), app)
+}
+
+/// What `axum::serve` takes once made into a service maker.
+pub trait OuterService:
+    tower::Service<
+        axum::extract::Request,
+        Response = axum::response::Response,
+        Error = std::convert::Infallible,
+        Future: Send,
+    > + Clone
+    + Send
+    + 'static
+{
+}
+
+impl<S> OuterService for S where
+    S: tower::Service<
+            axum::extract::Request,
+            Response = axum::response::Response,
+            Error = std::convert::Infallible,
+            Future: Send,
+        > + Clone
+        + Send
+        + 'static
+{
+}
+
+/// Serves a service wrapped around the whole router.
+pub async fn serve_outer(listener: tokio::net::TcpListener, svc: impl OuterService) {
+    let make = axum::ServiceExt::<axum::extract::Request>::into_make_service(svc);
+    axum::serve(listener, make).await.unwrap();
 }
 
 /// `tower_governor` without headers.
