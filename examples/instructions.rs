@@ -85,9 +85,9 @@ fn serve(variant: &str, n: u64) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         println!("{}", listener.local_addr().unwrap());
         if variant == "layer-outer" {
-            support::serve_outer(listener, support::layer_local_outer(app)).await;
+            support::serve_outer(listener, app, support::Outer::Layer).await;
         } else if variant == "tg-outer" {
-            support::serve_outer(listener, support::tower_governor_outer(app)).await;
+            support::serve_outer(listener, app, support::Outer::TowerGovernor).await;
         } else {
             axum::serve(listener, app).await.unwrap();
         }

@@ -48,10 +48,10 @@ async fn serve(router: Router) -> SocketAddr {
 }
 
 /// A limiter around the whole router rather than on its routes.
-async fn serve_outer(svc: impl support::OuterService) -> SocketAddr {
+async fn serve_outer(outer: support::Outer) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(support::serve_outer(listener, svc));
+    tokio::spawn(support::serve_outer(listener, app(), outer));
     addr
 }
 
@@ -216,14 +216,8 @@ async fn main() {
         ),
         ("tower_governor", serve(support::tower_governor()).await),
         ("layer-redis", serve(app().layer(global.clone())).await),
-        (
-            "layer-outer",
-            serve_outer(support::layer_local_outer(app())).await,
-        ),
-        (
-            "tg-outer",
-            serve_outer(support::tower_governor_outer(app())).await,
-        ),
+        ("layer-outer", serve_outer(support::Outer::Layer).await),
+        ("tg-outer", serve_outer(support::Outer::TowerGovernor).await),
     ];
 
     // One request each: 200, and the rate-limit headers each sends.

@@ -66,18 +66,6 @@ pub fn layer_local(extension: bool, headers: HeaderStyle) -> Router {
     app().layer(layer)
 }
 
-/// The same local layer wrapped around the whole router (`tower::Layer`)
-/// rather than added to its routes with `Router::layer`, which boxes every
-/// layer's service and future per request; keys then can't use the
-/// matched route, which the router hasn't found yet.
-pub fn layer_local_outer(app: Router) -> impl OuterService {
-    let layer = RateLimitLayer::builder()
-        .rule(local_rule("local"))
-        .build()
-        .unwrap();
-    tower::Layer::layer(&layer, app)
-}
-
 /// tower_governor keyed by the same header as ours.
 #[derive(Clone)]
 struct HeaderKey;
@@ -108,39 +96,45 @@ pub fn tower_governor() -> Router {
     app().layer(GovernorLayer::new(Arc::new(config)))
 }
 
-/// `tower_governor` (with headers) around the whole router.
-pub fn tower_governor_outer(app: Router) -> impl OuterService {
-    let config = governor_config().use_headers().finish().unwrap();
-    tower::Layer::layer(&GovernorLayer::new(Arc::new(config)), app)
+/// Which limiter [`serve_outer`] wraps around the whole router.
+#[derive(Clone, Copy)]
+pub enum Outer {
+    Layer,
+    TowerGovernor,
 }
 
-/// What `axum::serve` takes once made into a service maker.
-pub trait OuterService:
-    tower::Service<
-        axum::extract::Request,
-        Response = axum::response::Response,
-        Error = std::convert::Infallible,
-        Future: Send,
-    > + Clone
-    + Send
-    + 'static
-{
+/// Serves `app` with a limiter wrapped around the whole router (a
+/// `tower::Layer`) rather than added to its routes with `Router::layer`,
+/// which boxes every layer's service and future per request. Keys then
+/// can't use the matched route, which the router hasn't found yet.
+pub async fn serve_outer(listener: tokio::net::TcpListener, app: Router, outer: Outer) {
+    match outer {
+        Outer::Layer => {
+            let layer = RateLimitLayer::builder()
+                .rule(local_rule("local"))
+                .build()
+                .unwrap();
+            serve_made(listener, tower::Layer::layer(&layer, app)).await
+        }
+        Outer::TowerGovernor => {
+            let config = governor_config().use_headers().finish().unwrap();
+            let layer = GovernorLayer::new(Arc::new(config));
+            serve_made(listener, tower::Layer::layer(&layer, app)).await
+        }
+    }
 }
 
-impl<S> OuterService for S where
+async fn serve_made<S>(listener: tokio::net::TcpListener, svc: S)
+where
     S: tower::Service<
             axum::extract::Request,
             Response = axum::response::Response,
             Error = std::convert::Infallible,
-            Future: Send,
         > + Clone
         + Send
-        + 'static
+        + 'static,
+    S::Future: Send,
 {
-}
-
-/// Serves a service wrapped around the whole router.
-pub async fn serve_outer(listener: tokio::net::TcpListener, svc: impl OuterService) {
     let make = axum::ServiceExt::<axum::extract::Request>::into_make_service(svc);
     axum::serve(listener, make).await.unwrap();
 }
