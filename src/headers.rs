@@ -162,7 +162,7 @@ impl HeaderStyle {
             };
             // Exactly sized: `Bytes` takes a `String` that is full as is, but
             // allocates again for one with spare capacity.
-            let len = visible()
+            let items: usize = visible()
                 .map(|d| {
                     let dec = &d.decision;
                     sf_string_len(&d.rule)
@@ -170,7 +170,8 @@ impl HeaderStyle {
                         + digits(dec.remaining().into())
                         + digits(ceil_secs(dec.reset()))
                 })
-                .fold(0, |sum, l| if sum == 0 { l } else { sum + ", ".len() + l });
+                .sum();
+            let len = items + ", ".len() * (visible().count() - 1);
             let mut state = String::with_capacity(len);
             for d in visible() {
                 if !state.is_empty() {
