@@ -110,3 +110,28 @@ async fn decision_extension_can_be_turned_off_and_headers_stay() {
         assert_eq!(body, on.to_string());
     }
 }
+
+#[tokio::test]
+async fn stacked_layers_report_every_rule_in_order() {
+    let rule = |name: &str| {
+        RateLimitLayer::builder()
+            .rule(Rule::new(
+                name,
+                KeyExtractor::global(),
+                Quota::per_minute(3),
+            ))
+            .build()
+            .unwrap()
+    };
+    let svc = ServiceBuilder::new()
+        .layer(rule("outer"))
+        .layer(rule("inner"))
+        .service_fn(|req: Request<Full<Bytes>>| async move {
+            let d = req.extensions().get::<RateLimitDecision>().unwrap();
+            let names: Vec<_> = d.rules().iter().map(|r| r.rule.to_string()).collect();
+            Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(names.join(",")))))
+        });
+    let res = svc.oneshot(Request::new(Full::default())).await.unwrap();
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body, "outer,inner");
+}

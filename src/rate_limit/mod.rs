@@ -58,7 +58,12 @@ impl Shared {
             Verdict::Allow(mut rules) => {
                 self.headers.render(&mut rules, &mut headers);
                 if self.extension {
-                    parts.extensions.insert(RateLimitDecision { rules });
+                    // Under an outer rate limiter, its decisions come first.
+                    if let Some(outer) = parts.extensions.insert(RateLimitDecision { rules }) {
+                        if let Some(d) = parts.extensions.get_mut::<RateLimitDecision>() {
+                            d.rules.insert_many(0, outer.rules);
+                        }
+                    }
                 }
                 Admission::Go(headers, ())
             }
