@@ -178,7 +178,15 @@ pub struct RateLimitDecision {
 pub(crate) type Decisions = smallvec::SmallVec<[RuleDecision; 1]>;
 
 impl RateLimitDecision {
-    /// The rules that applied to this request, in evaluation order.
+    /// The rules that applied to this request, in evaluation order; with
+    /// stacked rate limiters, the outer one's first.
+    ///
+    /// ```
+    /// use keyed_rate_limit::RateLimitDecision;
+    /// let d = RateLimitDecision::default();
+    /// assert!(d.rules().is_empty());
+    /// assert!(d.most_restrictive().is_none());
+    /// ```
     pub fn rules(&self) -> &[RuleDecision] {
         &self.rules
     }
