@@ -19,6 +19,9 @@
 
 #[path = "../tests/support/redis_server.rs"]
 mod redis_server;
+#[path = "support/rounds.rs"]
+mod rounds;
+use rounds::median;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -236,16 +239,6 @@ impl Run {
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 fn main() {
     // The harness ignores its arguments (`cargo bench` passes `--bench`).
     let dur = secs("REDIS_BENCH_SECS", 2);
@@ -294,12 +287,7 @@ fn main() {
         ];
         let mut results: Vec<Vec<f64>> = vec![Vec::new(); runs.len()];
         for round in 0..rounds {
-            let order: Vec<usize> = if round % 2 == 0 {
-                (0..runs.len()).collect()
-            } else {
-                (0..runs.len()).rev().collect()
-            };
-            for i in order {
+            for i in rounds::order(round, runs.len()) {
                 let tag = format!("r{round}-{i}");
                 let r = match runs[i] {
                     Run::Ceiling => ceiling(&url, dur).await,

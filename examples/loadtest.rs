@@ -29,6 +29,9 @@
 #[path = "../tests/support/redis_server.rs"]
 mod redis_server;
 
+#[path = "../benches/support/rounds.rs"]
+mod rounds;
+use rounds::median;
 #[path = "support/app.rs"]
 mod support;
 
@@ -168,16 +171,6 @@ async fn run_rust(addr: SocketAddr, secs: u64, conns: u64) -> Sample {
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 #[tokio::main]
 async fn main() {
     let secs = support::env_u64("LOADTEST_SECS", 4);
@@ -250,13 +243,7 @@ async fn main() {
     );
     let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); variants.len()];
     for round in 0..rounds {
-        // Alternate the order so no variant always runs first or last.
-        let order: Vec<usize> = if round % 2 == 0 {
-            (0..variants.len()).collect()
-        } else {
-            (0..variants.len()).rev().collect()
-        };
-        for i in order {
+        for i in rounds::order(round as usize, variants.len()) {
             let (name, addr) = variants[i];
             let s = if use_wrk {
                 run_wrk(addr, secs, conns, threads).await
