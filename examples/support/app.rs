@@ -8,9 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use axum::body::Body;
 use axum::routing::get;
 use governor::clock::QuantaInstant;
-use governor::middleware::NoOpMiddleware;
+use governor::middleware::{NoOpMiddleware, StateInformationMiddleware};
 use http::Request;
 use keyed_rate_limit::{HeaderStyle, Quota, RateLimitLayer, Rule, key::KeyExtractor};
 use tower_governor::GovernorError;
@@ -56,14 +57,18 @@ pub fn local_rule(name: &str) -> Rule {
 
 /// The layer with the local rule; `extension: false` leaves the decision
 /// out of the request extensions (nothing here reads it).
-pub fn layer_local(extension: bool, headers: HeaderStyle) -> Router {
-    let layer = RateLimitLayer::builder()
+fn local_layer(extension: bool, headers: HeaderStyle) -> RateLimitLayer {
+    RateLimitLayer::builder()
         .rule(local_rule("local"))
         .decision_extension(extension)
         .headers(headers)
         .build()
-        .unwrap();
-    app().layer(layer)
+        .unwrap()
+}
+
+/// [`local_layer`] on the app's routes.
+pub fn layer_local(extension: bool, headers: HeaderStyle) -> Router {
+    app().layer(local_layer(extension, headers))
 }
 
 /// tower_governor keyed by the same header as ours.
@@ -91,9 +96,14 @@ fn governor_config() -> GovernorConfigBuilder<HeaderKey, NoOpMiddleware<QuantaIn
 
 /// `tower_governor` with the same key and quota, and its rate-limit headers
 /// on (`use_headers`), so both limiters answer with headers.
-pub fn tower_governor() -> Router {
+fn governor_with_headers() -> GovernorLayer<HeaderKey, StateInformationMiddleware, Body> {
     let config = governor_config().use_headers().finish().unwrap();
-    app().layer(GovernorLayer::new(Arc::new(config)))
+    GovernorLayer::new(Arc::new(config))
+}
+
+/// [`governor_with_headers`] on the app's routes.
+pub fn tower_governor() -> Router {
+    app().layer(governor_with_headers())
 }
 
 /// Which limiter [`serve_outer`] wraps around the whole router.
@@ -110,15 +120,11 @@ pub enum Outer {
 pub async fn serve_outer(listener: tokio::net::TcpListener, app: Router, outer: Outer) {
     match outer {
         Outer::Layer => {
-            let layer = RateLimitLayer::builder()
-                .rule(local_rule("local"))
-                .build()
-                .unwrap();
+            let layer = local_layer(true, HeaderStyle::Draft);
             serve_made(listener, tower::Layer::layer(&layer, app)).await
         }
         Outer::TowerGovernor => {
-            let config = governor_config().use_headers().finish().unwrap();
-            let layer = GovernorLayer::new(Arc::new(config));
+            let layer = governor_with_headers();
             serve_made(listener, tower::Layer::layer(&layer, app)).await
         }
     }
