@@ -326,7 +326,11 @@ impl RateLimitBuilder {
         }
         Ok(RateLimitLayer {
             shared: Arc::new(Shared {
-                chain: Arc::new(Chain::compile(self.rules, self.config)?),
+                chain: Arc::new(Chain::compile(
+                    self.rules,
+                    self.config,
+                    matches!(self.headers, HeaderStyle::Draft | HeaderStyle::Both),
+                )?),
                 headers: self.headers,
                 deny: self.deny,
                 extension: self.extension,

@@ -120,7 +120,13 @@ pub(crate) struct Chain {
 }
 
 impl Chain {
-    pub(crate) fn compile(rules: Vec<Rule>, cfg: ChainConfig) -> Result<Self, BuildError> {
+    /// `policies`: the headers include `RateLimit-Policy`, so each static
+    /// rule's member is rendered once here; otherwise decisions carry none.
+    pub(crate) fn compile(
+        rules: Vec<Rule>,
+        cfg: ChainConfig,
+        policies: bool,
+    ) -> Result<Self, BuildError> {
         if rules.is_empty() {
             return Err(BuildError::NoRules);
         }
@@ -141,7 +147,7 @@ impl Chain {
                     denies: DenyCache::default(),
                 })),
             };
-            let policy = rule.static_quota().and_then(|q| {
+            let policy = rule.static_quota().filter(|_| policies).and_then(|q| {
                 let q = share(&rule, q, cfg.instances);
                 StaticPolicy::new(&rule.name, q.limit(), q.window(), false)
             });
