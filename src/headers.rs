@@ -118,6 +118,11 @@ impl StaticPolicy {
 }
 
 impl HeaderStyle {
+    /// Whether responses carry the draft fields, `RateLimit-Policy` among them.
+    pub(crate) fn draft(self) -> bool {
+        matches!(self, Self::Draft | Self::Both)
+    }
+
     /// Renders the headers for `decisions` (the rules that applied, in order).
     ///
     /// A lone rule's pre-rendered policy value is moved out of its decision
@@ -129,14 +134,14 @@ impl HeaderStyle {
         let mut at = (0..decisions.len()).filter(|&i| shown(&decisions[i]));
         let Some(first) = at.next() else { return };
         let single = at.next().is_none();
-        let lone_policy = if single && matches!(self, Self::Draft | Self::Both) {
+        let lone_policy = if single && self.draft() {
             decisions[first].policy.take()
         } else {
             None
         };
         let decisions = &*decisions;
         let visible = || decisions.iter().filter(|d| shown(d));
-        if matches!(self, Self::Draft | Self::Both) {
+        if self.draft() {
             let policy = match lone_policy {
                 Some(v) => Some(v),
                 None => {

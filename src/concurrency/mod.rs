@@ -583,7 +583,12 @@ impl ConcurrencyLimitBuilder {
         };
         Ok(ConcurrencyLimitLayer {
             shared: Arc::new(Shared {
-                policy: StaticPolicy::new(&self.name, self.limit, self.retry_after, true),
+                // Rendered once, and only when `RateLimit-Policy` is sent.
+                policy: self
+                    .headers
+                    .draft()
+                    .then(|| StaticPolicy::new(&self.name, self.limit, self.retry_after, true))
+                    .flatten(),
                 name: self.name,
                 key: self.key,
                 limit: self.limit,

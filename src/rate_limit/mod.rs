@@ -329,7 +329,7 @@ impl RateLimitBuilder {
                 chain: Arc::new(Chain::compile(
                     self.rules,
                     self.config,
-                    matches!(self.headers, HeaderStyle::Draft | HeaderStyle::Both),
+                    self.headers.draft(),
                 )?),
                 headers: self.headers,
                 deny: self.deny,
