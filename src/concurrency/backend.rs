@@ -83,13 +83,7 @@ impl Backend {
             }),
             Self::Redis(g) => {
                 if let Admit::Skip(_) = g.guard.admit() {
-                    return Acquire::Ready(g.fail(
-                        name,
-                        key,
-                        limit,
-                        retry_hint,
-                        Cause::CircuitOpen,
-                    ));
+                    return Acquire::Ready(g.fail(key, limit, retry_hint, Cause::CircuitOpen));
                 }
                 let (g, name) = (g.clone(), name.clone());
                 Acquire::Pending(Box::pin(async move {
@@ -132,7 +126,11 @@ impl Global {
         };
         // A timeout may leave a lease acquired that no permit owns; it
         // expires after its TTL.
-        match self.guard.call(self.redis.lease(&name, &key, op)).await {
+        match self
+            .guard
+            .call(self.redis.liveness(), self.redis.lease(&name, &key, op))
+            .await
+        {
             Ok(r) if r.ok => {
                 let local = self.local.take(key.clone());
                 let lease = Lease::start(self, name, key, id);
@@ -153,21 +151,14 @@ impl Global {
                     retry_after: r.retry_after,
                 }),
             },
-            Err(cause) => self.fail(&name, key, limit, retry_hint, cause),
+            Err(cause) => self.fail(key, limit, retry_hint, cause),
         }
     }
 
     /// Decides without Redis. The local fallback allows this instance's
     /// share of `limit`.
-    fn fail(
-        &self,
-        name: &Arc<str>,
-        key: Key,
-        limit: u32,
-        retry_hint: Duration,
-        cause: Cause,
-    ) -> Outcome {
-        let (verdict, source) = self.guard.fail_with(name, &key, cause, |mode| {
+    fn fail(&self, key: Key, limit: u32, retry_hint: Duration, cause: Cause) -> Outcome {
+        let (verdict, source) = self.guard.fail_with(&key, cause, |mode| {
             let verdict = match mode {
                 FailureMode::FailOpen => {
                     let permit = self.local.take(key.clone());
@@ -189,7 +180,10 @@ impl Global {
     }
 
     async fn call(&self, name: &str, key: &Key, op: LeaseOp<'_>) -> Result<bool, Cause> {
-        let reply = self.guard.call(self.redis.lease(name, key, op)).await?;
+        let reply = self
+            .guard
+            .call(self.redis.liveness(), self.redis.lease(name, key, op))
+            .await?;
         Ok(reply.ok)
     }
 }

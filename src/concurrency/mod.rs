@@ -576,7 +576,7 @@ impl ConcurrencyLimitBuilder {
                 // guard's rate store.
                 Backend::redis(
                     redis,
-                    Guard::new(self.failure, self.instances),
+                    Guard::new(self.name.clone(), self.failure, self.instances),
                     self.lease_ttl,
                 )
             }

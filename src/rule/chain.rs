@@ -58,7 +58,7 @@ impl Global {
         let check = self
             .redis
             .check_next(name, key, rule.algorithm, &quota, cost.get());
-        match self.guard.call(check).await {
+        match self.guard.call(self.redis.liveness(), check).await {
             Ok((d, next)) => {
                 match next {
                     // The next request would be denied until `next`: cache that now.
@@ -73,7 +73,7 @@ impl Global {
             }
             Err(cause) => {
                 self.denies.forget(key);
-                self.guard.fail(name, key, quota, cost, cause)
+                self.guard.fail(key, quota, cost, cause)
             }
         }
     }
@@ -143,7 +143,7 @@ impl Chain {
                 )),
                 Scope::Global(redis) => Backend::Global(Arc::new(Global {
                     redis: redis.clone(),
-                    guard: Guard::new(rule.failure, cfg.instances),
+                    guard: Guard::new(rule.name.clone(), rule.failure, cfg.instances),
                     denies: DenyCache::default(),
                 })),
             };
@@ -428,9 +428,7 @@ impl CompiledRule {
                     return Step::Done(self.outcome(&key, d, Source::Global));
                 }
                 if let Admit::Skip(_) = g.guard.admit() {
-                    let (d, source) =
-                        g.guard
-                            .fail(&self.rule.name, &bounded, quota, cost, Cause::CircuitOpen);
+                    let (d, source) = g.guard.fail(&bounded, quota, cost, Cause::CircuitOpen);
                     return Step::Done(self.outcome(&key, d, source));
                 }
                 let (this, g) = (self.clone(), g.clone());

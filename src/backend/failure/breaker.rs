@@ -131,6 +131,23 @@ impl CircuitBreaker {
         self.failure_at(Instant::now())
     }
 
+    /// Opens the breaker whatever the count: the connection is known lost.
+    /// Returns true when this call opened it.
+    pub(crate) fn trip(&self) -> bool {
+        self.trip_at(Instant::now())
+    }
+
+    fn trip_at(&self, now: Instant) -> bool {
+        let mut s = self.state.lock().expect("poisoned");
+        if matches!(*s, State::Open { .. }) {
+            return false;
+        }
+        *s = State::Open {
+            until: now + self.cfg.open_for,
+        };
+        true
+    }
+
     fn failure_at(&self, now: Instant) -> bool {
         let mut s = self.state.lock().expect("poisoned");
         let failures = match *s {
@@ -217,6 +234,19 @@ mod tests {
         b.success();
         assert_eq!(b.state(), BreakerState::Closed);
         assert_eq!(b.admit_at(later + Duration::from_secs(1)), Admit::Call);
+    }
+
+    #[test]
+    fn a_lost_connection_trips_it_at_once() {
+        let b = breaker();
+        let t = Instant::now();
+        assert!(b.trip_at(t));
+        assert!(!b.trip_at(t), "already open");
+        assert_eq!(
+            b.admit_at(t + Duration::from_millis(250)),
+            Admit::Skip(Duration::from_millis(750))
+        );
+        assert_eq!(b.admit_at(t + Duration::from_secs(1)), Admit::Call);
     }
 
     #[test]

@@ -4,15 +4,19 @@
 //! because a limiter that fails open silently isn't a limiter.
 
 mod breaker;
+mod liveness;
 
 use std::fmt;
 use std::future::Future;
 use std::num::NonZeroU32;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use futures_util::FutureExt;
 
 pub(crate) use breaker::{Admit, CircuitBreaker};
 pub use breaker::{BreakerConfig, BreakerState};
+pub(crate) use liveness::{Heard, Liveness};
 
 use crate::backend::local::LocalStore;
 use crate::rule::FailurePolicy;
@@ -97,9 +101,20 @@ impl fmt::Display for Cause {
     }
 }
 
+/// How many timeouts a call may wait in all while the server keeps
+/// answering: with the default 20 ms, 1 s.
+pub(crate) const PATIENCE: u32 = 50;
+
+/// A failed call's error, as the guard needs to see it.
+pub(crate) trait CallError: fmt::Display {
+    /// The connection is gone (refused, reset, dropped): no reply will come.
+    fn connection_lost(&self) -> bool;
+}
+
 /// A global rule's failure handling: the mode, the per-decision timeout,
 /// the breaker, and the local store the fallback counts in.
 pub(crate) struct Guard {
+    rule: Arc<str>,
     mode: FailureMode,
     timeout: Duration,
     breaker: CircuitBreaker,
@@ -108,19 +123,26 @@ pub(crate) struct Guard {
 }
 
 impl Guard {
-    pub(crate) fn new(policy: FailurePolicy, instances: u32) -> Self {
+    pub(crate) fn new(rule: Arc<str>, policy: FailurePolicy, instances: u32) -> Self {
         // A probe is lost once its own timeout has long passed.
         let probe_deadline = policy
             .timeout
             .saturating_mul(4)
             .max(Duration::from_millis(50));
         Self {
+            rule,
             mode: policy.mode,
             timeout: policy.timeout,
             breaker: CircuitBreaker::new(policy.breaker, probe_deadline),
             fallback: LocalStore::new(None),
             instances,
         }
+    }
+
+    fn breaker_opened_event(&self, cause: &dyn fmt::Display) {
+        tracing::warn!(target: "keyed_rate_limit", rule = %self.rule, detail = %cause, "redis circuit breaker opened");
+        metrics::counter!("rate_limit_breaker_opened_total", "rule" => self.rule.clone())
+            .increment(1);
     }
 
     pub(crate) fn admit(&self) -> Admit {
@@ -139,19 +161,59 @@ impl Guard {
         self.fallback.cleanup();
     }
 
-    /// One guarded Redis call: under the timeout, and a success closes the
-    /// breaker. The caller checks [`admit`](Self::admit) first.
-    pub(crate) async fn call<T, E: fmt::Display>(
+    /// One guarded Redis call. The timeout ends waiting only when the server
+    /// is silent: a call that outlives it arms the [`Liveness`] pinger, and
+    /// keeps waiting while replies or pongs show the server alive (its reply
+    /// is queued behind others, or the runtime is too busy to read it), up
+    /// to [`PATIENCE`] timeouts. Failing it instead would hand a unit Redis
+    /// may already have spent to the failure mode, admitting it twice. With
+    /// nothing heard for a timeout after arming, the call fails. A lost
+    /// connection (refused, reset) opens the breaker at once, so later calls
+    /// don't each wait for it.
+    ///
+    /// The caller checks [`admit`](Self::admit) first.
+    pub(crate) async fn call<T, E: CallError>(
         &self,
+        liveness: &Liveness,
         fut: impl Future<Output = Result<T, E>>,
     ) -> Result<T, Cause> {
-        match tokio::time::timeout(self.timeout, fut).await {
-            Ok(Ok(v)) => {
+        let mut fut = std::pin::pin!(fut);
+        let start = Instant::now();
+        let give_up = start + self.timeout.saturating_mul(PATIENCE);
+        let mut since = start;
+        let mut deadline = start + self.timeout;
+        let mut armed = None;
+        let outcome = loop {
+            if let Ok(out) = tokio::time::timeout_at(deadline.into(), &mut fut).await {
+                break out;
+            }
+            // A timer can fire before the connection's reader, woken by the
+            // same driver tick, has run: let it run once before judging.
+            tokio::task::yield_now().await;
+            if let Some(out) = (&mut fut).now_or_never() {
+                break out;
+            }
+            let now = Instant::now();
+            let alive = liveness.heard_since(since);
+            if now >= give_up || (!alive && armed.is_some()) {
+                return Err(Cause::Timeout(now - start));
+            }
+            armed.get_or_insert_with(|| liveness.arm());
+            since = now;
+            deadline = (now + self.timeout).min(give_up);
+        };
+        drop(armed);
+        match outcome {
+            Ok(v) => {
                 self.breaker.success();
                 Ok(v)
             }
-            Ok(Err(e)) => Err(Cause::Error(e.to_string())),
-            Err(_) => Err(Cause::Timeout(self.timeout)),
+            Err(e) => {
+                if e.connection_lost() && self.breaker.trip() {
+                    self.breaker_opened_event(&e);
+                }
+                Err(Cause::Error(e.to_string()))
+            }
         }
     }
 
@@ -172,13 +234,12 @@ impl Guard {
     /// Decides a rate rule without Redis, and says so loudly.
     pub(crate) fn fail(
         &self,
-        rule: &Arc<str>,
         key: &Key,
         quota: Quota,
         cost: NonZeroU32,
         cause: Cause,
     ) -> (Decision, Source) {
-        self.fail_with(rule, key, cause, |mode| {
+        self.fail_with(key, cause, |mode| {
             let decision = match mode {
                 FailureMode::FailOpen => {
                     Decision::allowed(quota.limit(), quota.window(), quota.burst(), Duration::ZERO)
@@ -189,10 +250,19 @@ impl Guard {
                     self.closed_retry(),
                     quota.window(),
                 ),
+                // A cost the share can't hold waits for Redis, not a local bucket.
                 FailureMode::LocalFallback => {
                     let share = quota.divided_by(self.instances);
-                    let cost = cost.min(NonZeroU32::new(share.burst()).unwrap_or(NonZeroU32::MIN));
-                    self.fallback.check(key, share, cost)
+                    if cost.get() > share.burst() {
+                        Decision::denied(
+                            share.limit(),
+                            share.window(),
+                            self.closed_retry(),
+                            share.window(),
+                        )
+                    } else {
+                        self.fallback.check(key, share, cost)
+                    }
                 }
             };
             let allowed = decision.is_allowed();
@@ -205,30 +275,28 @@ impl Guard {
     /// decided. `decide` returns its result and whether it admits.
     pub(crate) fn fail_with<T>(
         &self,
-        rule: &Arc<str>,
         key: &Key,
         cause: Cause,
         decide: impl FnOnce(FailureMode) -> (T, bool),
     ) -> (T, Source) {
         if !matches!(cause, Cause::CircuitOpen) && self.breaker.failure() {
-            tracing::warn!(target: "keyed_rate_limit", rule = %rule, "redis circuit breaker opened");
-            metrics::counter!("rate_limit_breaker_opened_total", "rule" => rule.clone())
-                .increment(1);
+            self.breaker_opened_event(&cause);
         }
         let (out, allowed) = decide(self.mode);
         let mode = self.mode.as_str();
         tracing::warn!(
             target: "keyed_rate_limit",
-            rule = %rule,
+            rule = %self.rule,
             key = %key.fingerprint(),
-            %cause,
+            cause = cause.kind(),
+            detail = %cause,
             mode,
             allowed,
             "redis unavailable; rule decided by its failure mode"
         );
         metrics::counter!(
             "rate_limit_decisions_total",
-            "rule" => rule.clone(),
+            "rule" => self.rule.clone(),
             "outcome" => mode,
             "cause" => cause.kind(),
         )

@@ -28,6 +28,7 @@
 
 mod error;
 mod keys;
+mod pinger;
 mod script;
 
 use std::fmt;
@@ -43,6 +44,7 @@ use redis::{ClientTlsConfig, TlsCertificates};
 pub use error::RedisBackendError;
 pub(crate) use script::{LeaseOp, LeaseReply};
 
+use crate::backend::failure::Liveness;
 use crate::{Algorithm, Decision, Key, Quota};
 
 /// How the backend talks to Redis.
@@ -186,9 +188,26 @@ impl RedisBackendBuilder {
     /// `redis://:password@host:6379/0` or `redis://user:password@host`.
     pub async fn build(self) -> Result<RedisBackend, RedisBackendError> {
         keys::validate_name("prefix", &self.prefix)?;
+        let conn = self.connect(self.mode, self.lazy).await?;
+        let pinger = self.clone();
+        let backend = RedisBackend {
+            inner: Arc::new(Inner {
+                prefix: self.prefix,
+                max_key_len: self.max_key_len,
+                conn,
+                liveness: Liveness::new(Some(Box::new(move |heard| pinger::start(pinger, heard)))),
+            }),
+        };
+        if !(self.lazy && self.mode == ConnectionMode::Multiplexed) {
+            backend.eviction_policy_warning().await;
+        }
+        Ok(backend)
+    }
+
+    async fn connect(&self, mode: ConnectionMode, lazy: bool) -> Result<Conn, RedisBackendError> {
         let url = self.urls.first().map_or("", String::as_str);
         let certs = self.tls.certificates();
-        let conn = match self.mode {
+        Ok(match mode {
             ConnectionMode::Multiplexed => {
                 let client = match certs {
                     Some(c) => redis::Client::build_with_tls(url, c)?,
@@ -197,7 +216,7 @@ impl RedisBackendBuilder {
                 // Few retries so a bad URL fails the build fast; after a drop,
                 // every later call starts a new reconnect attempt anyway.
                 let config = ConnectionManagerConfig::new().set_number_of_retries(2);
-                Conn::Multiplexed(if self.lazy {
+                Conn::Multiplexed(if lazy {
                     ConnectionManager::new_lazy_with_config(client, config)?
                 } else {
                     ConnectionManager::new_with_config(client, config).await?
@@ -228,18 +247,7 @@ impl RedisBackendBuilder {
                 let client = client.build()?;
                 Conn::Cluster(client.get_async_connection().await?)
             }
-        };
-        let backend = RedisBackend {
-            inner: Arc::new(Inner {
-                prefix: self.prefix,
-                max_key_len: self.max_key_len,
-                conn,
-            }),
-        };
-        if !(self.lazy && self.mode == ConnectionMode::Multiplexed) {
-            backend.eviction_policy_warning().await;
-        }
-        Ok(backend)
+        })
     }
 }
 
@@ -254,7 +262,17 @@ struct Inner {
     prefix: String,
     max_key_len: usize,
     conn: Conn,
+    liveness: Liveness,
 }
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.liveness.stop();
+    }
+}
+
+/// Extra `EVALSHA`/`SCRIPT LOAD` rounds after the redis crate's own one.
+const NOSCRIPT_ROUNDS: u32 = 3;
 
 enum Conn {
     Multiplexed(ConnectionManager),
@@ -389,16 +407,39 @@ impl RedisBackend {
         Ok(script::lease_reply(reply))
     }
 
-    /// The one path every script takes: `EVALSHA`, and `SCRIPT LOAD` after `NOSCRIPT`.
+    /// The one path every script takes: `EVALSHA`, and `SCRIPT LOAD` after
+    /// `NOSCRIPT`. A flush can land between the load and the retry (Redis
+    /// restarting, `SCRIPT FLUSH` in a loop): a few more rounds, then the error.
     async fn invoke<T: redis::FromRedisValue>(
         &self,
         invocation: &redis::ScriptInvocation<'_>,
     ) -> Result<T, RedisBackendError> {
-        Ok(match &self.inner.conn {
-            Conn::Multiplexed(conn) => invocation.invoke_async(&mut conn.clone()).await?,
-            Conn::Pool(pool) => invocation.invoke_async(&mut *pool.get().await?).await?,
-            Conn::Cluster(conn) => invocation.invoke_async(&mut conn.clone()).await?,
-        })
+        let mut rounds = 0;
+        loop {
+            let reply = match &self.inner.conn {
+                Conn::Multiplexed(conn) => invocation.invoke_async(&mut conn.clone()).await,
+                Conn::Pool(pool) => invocation.invoke_async(&mut *pool.get().await?).await,
+                Conn::Cluster(conn) => invocation.invoke_async(&mut conn.clone()).await,
+            };
+            if !reply.as_ref().is_err_and(|e| e.is_io_error()) {
+                self.inner.liveness.heard();
+            }
+            match reply {
+                Err(e)
+                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+                        && rounds < NOSCRIPT_ROUNDS =>
+                {
+                    rounds += 1;
+                }
+                reply => return Ok(reply?),
+            }
+        }
+    }
+
+    /// Replies and pongs, so a guarded call can tell a busy reader from a
+    /// silent server.
+    pub(crate) fn liveness(&self) -> &Liveness {
+        &self.inner.liveness
     }
 
     /// Reads `maxmemory-policy` and warns (`tracing::warn!`) when Redis may evict
@@ -435,6 +476,17 @@ impl RedisBackend {
         }
         Some(policy)
     }
+}
+
+/// `PING`, on every master of a cluster.
+async fn ping(conn: &Conn) -> Result<(), RedisBackendError> {
+    let cmd = redis::cmd("PING");
+    let _: redis::Value = match conn {
+        Conn::Multiplexed(conn) => cmd.query_async(&mut conn.clone()).await?,
+        Conn::Cluster(conn) => cmd.query_async(&mut conn.clone()).await?,
+        Conn::Pool(pool) => cmd.query_async(&mut *pool.get().await?).await?,
+    };
+    Ok(())
 }
 
 async fn query<C: ConnectionLike>(

@@ -1,0 +1,50 @@
+//! The pinger behind [`Liveness`](crate::backend::failure::Liveness): a
+//! thread with its own runtime and connection, so it hears the server even
+//! when the gateway's runtime is too busy to read its own replies.
+
+use std::thread::Thread;
+use std::time::Duration;
+
+use super::{ConnectionMode, RedisBackendBuilder, ping};
+use crate::backend::failure::Heard;
+
+/// Between pings while a call waits past its timeout.
+const EVERY: Duration = Duration::from_millis(2);
+/// A ping unanswered this long is dropped; the next one asks again.
+const PING_TIMEOUT: Duration = Duration::from_secs(1);
+/// Between connection attempts while the server is down.
+const RECONNECT: Duration = Duration::from_millis(100);
+
+pub(super) fn start(builder: RedisBackendBuilder, heard: Heard) -> std::io::Result<Thread> {
+    // The pool's checkout ping is not this ping: one multiplexed connection.
+    let mode = match builder.mode {
+        ConnectionMode::Pool { .. } => ConnectionMode::Multiplexed,
+        mode => mode,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let handle = std::thread::Builder::new()
+        .name("krl-redis-pinger".into())
+        .spawn(move || {
+            let mut conn = None;
+            while let Some(wanted) = heard.wanted() {
+                if !wanted {
+                    std::thread::park_timeout(Duration::from_secs(1));
+                    continue;
+                }
+                let pause = rt.block_on(async {
+                    if conn.is_none() {
+                        conn = builder.connect(mode, false).await.ok();
+                    }
+                    let Some(c) = &conn else { return RECONNECT };
+                    if let Ok(Ok(())) = tokio::time::timeout(PING_TIMEOUT, ping(c)).await {
+                        heard.pong();
+                    }
+                    EVERY
+                });
+                std::thread::sleep(pause);
+            }
+        })?;
+    Ok(handle.thread().clone())
+}

@@ -1,0 +1,167 @@
+//! Exactness under stress with the shipped defaults: four gateways share one
+//! healthy private `redis-server`, and bursts of concurrent requests for one
+//! key must never admit more than the quota, whether the gateways share one
+//! busy 2-worker runtime or run on their own.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use axum::{Router, routing::get};
+use keyed_rate_limit::backend::redis::RedisBackend;
+use keyed_rate_limit::{Algorithm, Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use support::redis_server::RedisServer;
+
+const GATEWAYS: usize = 4;
+const BURST: usize = 400;
+const LIMIT: u32 = 50;
+const WINDOW: Duration = Duration::from_secs(60);
+
+const ALGORITHMS: [Algorithm; 4] = [
+    Algorithm::Gcra,
+    Algorithm::TokenBucket,
+    Algorithm::FixedWindow,
+    Algorithm::SlidingWindow,
+];
+
+/// One gateway: the defaults throughout (20 ms timeout, breaker,
+/// `LocalFallback`), `instances(4)`. Its backend connects from `rt`, so the
+/// Redis connection's reader runs there too, as in a real gateway.
+async fn gateway(
+    url: String,
+    prefix: String,
+    algo: Algorithm,
+    rt: &tokio::runtime::Handle,
+) -> String {
+    rt.spawn(async move {
+        let redis = RedisBackend::builder(url)
+            .prefix(prefix)
+            .build()
+            .await
+            .unwrap();
+        let layer = RateLimitLayer::builder()
+            .rule(
+                Rule::new(
+                    "burst",
+                    KeyExtractor::header("x-api-key"),
+                    Quota::new(LIMIT, WINDOW),
+                )
+                .global(redis)
+                .algorithm(algo),
+            )
+            .instances(GATEWAYS as u32)
+            .build()
+            .unwrap();
+        let app = Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(layer);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        format!("http://{addr}/")
+    })
+    .await
+    .unwrap()
+}
+
+/// Sends `BURST` concurrent requests for `key`, spread over the gateways;
+/// returns how many were admitted and how long the burst took.
+async fn burst(urls: &[String], key: &str) -> (u32, Duration) {
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .pool_max_idle_per_host(BURST)
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..BURST {
+        let (client, url, key) = (client.clone(), urls[i % urls.len()].clone(), key.to_owned());
+        tasks.spawn(async move {
+            let res = client
+                .get(url)
+                .header("x-api-key", key)
+                .send()
+                .await
+                .unwrap();
+            res.status().as_u16()
+        });
+    }
+    let mut admitted = 0;
+    while let Some(status) = tasks.join_next().await {
+        match status.unwrap() {
+            200 => admitted += 1,
+            429 => {}
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    (admitted, start.elapsed())
+}
+
+/// The quota plus what the algorithm earns back while the burst lasts.
+fn bound(algo: Algorithm, elapsed: Duration) -> u32 {
+    let earned = match algo {
+        // A window's limit is the limit, however long the burst lasts (one window).
+        Algorithm::FixedWindow | Algorithm::SlidingWindow => 0,
+        _ => (elapsed.as_secs_f64() * f64::from(LIMIT) / WINDOW.as_secs_f64()).ceil() as u32,
+    };
+    LIMIT + earned
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_gateways_on_one_busy_runtime_never_over_admit() {
+    let server = RedisServer::start();
+    let shared = runtime();
+    let mut report = Vec::new();
+    for algo in ALGORITHMS {
+        let prefix = format!("shared-{algo}");
+        let mut urls = Vec::new();
+        for _ in 0..GATEWAYS {
+            urls.push(gateway(server.url(), prefix.clone(), algo, shared.handle()).await);
+        }
+        for round in 0..3 {
+            let (admitted, elapsed) = burst(&urls, &format!("key-{round}")).await;
+            report.push((algo, round, admitted, elapsed));
+            assert!(
+                admitted <= bound(algo, elapsed),
+                "{algo} burst {round}: admitted {admitted} of {LIMIT} in {elapsed:?}; all: {report:?}"
+            );
+        }
+    }
+    // A burst that admitted nothing would pass the bound without testing it.
+    assert!(report.iter().all(|r| r.2 >= LIMIT / 2), "{report:?}");
+    shared.shutdown_background();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_gateways_on_their_own_runtimes_never_over_admit() {
+    let server = RedisServer::start();
+    let runtimes: Vec<_> = (0..GATEWAYS).map(|_| runtime()).collect();
+    let mut report = Vec::new();
+    for algo in ALGORITHMS {
+        let prefix = format!("own-{algo}");
+        let mut urls = Vec::new();
+        for rt in &runtimes {
+            urls.push(gateway(server.url(), prefix.clone(), algo, rt.handle()).await);
+        }
+        for round in 0..2 {
+            let (admitted, elapsed) = burst(&urls, &format!("key-{round}")).await;
+            report.push((algo, round, admitted, elapsed));
+            assert!(
+                admitted <= bound(algo, elapsed),
+                "{algo} burst {round}: admitted {admitted} of {LIMIT} in {elapsed:?}; all: {report:?}"
+            );
+        }
+    }
+    assert!(report.iter().all(|r| r.2 >= LIMIT / 2), "{report:?}");
+    for rt in runtimes {
+        rt.shutdown_background();
+    }
+}
