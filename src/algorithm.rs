@@ -48,6 +48,24 @@ impl Algorithm {
         self.runs_locally()
     }
 
+    /// The largest cost one request can ever be granted under `quota`: the
+    /// burst for GCRA and the token bucket, the limit for the window
+    /// algorithms. A costlier request is refused without `Retry-After`.
+    ///
+    /// ```
+    /// use keyed_rate_limit::{Algorithm, Quota};
+    /// let q = Quota::per_minute(10).with_burst(3);
+    /// assert_eq!(Algorithm::Gcra.capacity(&q), 3);
+    /// assert_eq!(Algorithm::FixedWindow.capacity(&q), 10);
+    /// ```
+    pub const fn capacity(self, quota: &crate::Quota) -> u32 {
+        if self.has_burst() {
+            quota.burst()
+        } else {
+            quota.limit()
+        }
+    }
+
     /// A short, stable name (`gcra`, `token_bucket`, `fixed_window`, `sliding_window`).
     pub const fn as_str(self) -> &'static str {
         match self {

@@ -402,10 +402,18 @@ impl CompiledRule {
     }
 
     fn decide(self: &Arc<Self>, key: Key, quota: Quota, cost: NonZeroU32) -> Step {
-        // Static quotas were checked at build time.
+        // Static quotas and fixed costs were checked at build time.
         let dynamic = matches!(self.rule.quota, QuotaSource::Dynamic(_));
         if let Some(error) = dynamic.then(|| quota.validate().err()).flatten() {
-            tracing::warn!(rule = %self.rule.name, %quota, %error, "request-time quota admits nothing; denying");
+            tracing::warn!(target: "keyed_rate_limit", rule = %self.rule.name, %quota, %error, "request-time quota admits nothing; denying");
+            let d = Decision::never(quota.limit(), quota.window());
+            return Step::Done(self.outcome(&key, d, self.local_source()));
+        }
+        // Before any backend: governor's n-cell arithmetic overflows on a huge
+        // cost (a panic in debug, an admit in release).
+        let capacity = self.rule.algorithm.capacity(&quota);
+        if cost.get() > capacity {
+            tracing::warn!(target: "keyed_rate_limit", rule = %self.rule.name, cost = cost.get(), capacity, "request cost above the rule's capacity; denying");
             let d = Decision::never(quota.limit(), quota.window());
             return Step::Done(self.outcome(&key, d, self.local_source()));
         }

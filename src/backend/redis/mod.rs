@@ -378,7 +378,7 @@ impl RedisBackend {
     ) -> Result<(Decision, Option<Duration>), RedisBackendError> {
         // The rule chain checked the name and quota when it was built (and
         // request-time quotas before calling): no per-request re-check.
-        if cost > script::max_cost(algorithm, quota) {
+        if cost > algorithm.capacity(quota) {
             return Ok((Decision::never(quota.limit(), quota.window()), None));
         }
         let inner = &*self.inner;

@@ -33,15 +33,6 @@ pub(crate) fn window_us(quota: &Quota) -> u64 {
         .max(1)
 }
 
-/// The most one call may cost under this algorithm; above it waiting never helps.
-pub(crate) fn max_cost(algorithm: Algorithm, quota: &Quota) -> u32 {
-    if algorithm.has_burst() {
-        quota.burst()
-    } else {
-        quota.limit()
-    }
-}
-
 /// Every script returns `{allowed, remaining, retry_after_ms, reset_ms}`.
 pub(crate) type Reply = (i64, i64, i64, i64);
 
@@ -162,12 +153,5 @@ mod tests {
         assert_eq!(r.retry_after, Duration::from_millis(250));
         assert!(lease_reply((1, 1, 0)).ok);
         assert_eq!(ms(Duration::from_micros(10)), 1, "never a zero TTL");
-    }
-
-    #[test]
-    fn max_cost_depends_on_burst() {
-        let q = Quota::per_minute(10).with_burst(3);
-        assert_eq!(max_cost(Algorithm::Gcra, &q), 3);
-        assert_eq!(max_cost(Algorithm::FixedWindow, &q), 10);
     }
 }
