@@ -22,7 +22,7 @@ const HEALTHY_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// The lease set of account `acct` under the limit `exports`.
 fn lease_key(prefix: &str, acct: &str) -> String {
-    format!("{prefix}:{{exports:{acct}}}:lease")
+    format!("{prefix}:{{7:exports:{acct}}}:lease")
 }
 
 fn builder(max_in_flight: u32) -> ConcurrencyLimitBuilder {

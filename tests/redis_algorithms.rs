@@ -344,7 +344,7 @@ async fn binary_and_long_keys() {
     assert!(
         stored
             .iter()
-            .any(|k| k.starts_with(b"keys:{r:\xff\x00}{\xfe}"))
+            .any(|k| k.starts_with(b"keys:{1:r:\xff\x00}{\xfe}"))
     );
 }
 

@@ -401,3 +401,40 @@ async fn a_gateway_starts_while_redis_is_down_and_picks_it_up_later() {
     server.restart();
     until_global(&c, &url).await;
 }
+
+/// Rule names may contain `:`: rule `api` with key `v2:victim` and rule
+/// `api:v2` with key `victim` must not share one counter.
+#[tokio::test]
+async fn rules_whose_name_and_key_concatenate_alike_keep_their_own_counters() {
+    let server = RedisServer::start();
+    let redis = redis(&server, "collide").await;
+    let layer = |name: &str| {
+        RateLimitLayer::builder()
+            .rule(
+                Rule::new(
+                    name,
+                    KeyExtractor::header("x-api-key"),
+                    Quota::per_minute(3),
+                )
+                .global(redis.clone())
+                .redis_timeout(HEALTHY_TIMEOUT),
+            )
+            .build()
+            .unwrap()
+    };
+    let api = serve(app(layer("api"))).await;
+    let api_v2 = serve(app(layer("api:v2"))).await;
+    let c = client();
+    let send =
+        |url: &str, key: &'static str| c.get(format!("{url}/")).header("x-api-key", key).send();
+    for _ in 0..3 {
+        assert_eq!(send(&api, "v2:victim").await.unwrap().status(), 200);
+    }
+    assert_eq!(send(&api, "v2:victim").await.unwrap().status(), 429);
+    let res = send(&api_v2, "victim").await.unwrap();
+    assert_eq!(res.status(), 200, "the other rule's budget is untouched");
+    assert_eq!(
+        header(&res, "ratelimit").as_deref(),
+        Some("\"api:v2\";r=2;t=20")
+    );
+}

@@ -268,7 +268,7 @@ impl ConcurrencyLimitLayer {
             limit: max_in_flight,
             on_missing: OnMissingKey::default(),
             retry_after: Duration::from_secs(1),
-            max_key_len: 256,
+            max_key_len: crate::key::DEFAULT_MAX_KEY_LEN,
             headers: HeaderStyle::default(),
             deny: Arc::new(problem_json),
             redis: None,
@@ -540,7 +540,7 @@ impl ConcurrencyLimitBuilder {
     /// # Errors
     ///
     /// An invalid name, a limit of zero, a zero `retry_after` or a
-    /// `max_key_len` below 16; for a global limit also a name with braces,
+    /// `max_key_len` below 64; for a global limit also a name with braces,
     /// a zero `redis_timeout` or failure threshold, or a `lease_ttl` below
     /// 10 ms; see [`BuildError`].
     pub fn build(self) -> Result<ConcurrencyLimitLayer, BuildError> {
@@ -555,11 +555,7 @@ impl ConcurrencyLimitBuilder {
         if self.retry_after.is_zero() {
             return Err(BuildError::InvalidSetting("retry_after must be positive"));
         }
-        if self.max_key_len < 16 {
-            return Err(BuildError::InvalidSetting(
-                "max_key_len must be at least 16 bytes",
-            ));
-        }
+        crate::key::validate_max_key_len(self.max_key_len)?;
         let backend = match self.redis {
             None => Backend::local(),
             Some(redis) => {

@@ -10,6 +10,24 @@ use std::net::IpAddr;
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
+/// Keys longer than this many bytes are replaced by their SHA-256, unless a
+/// builder's `max_key_len` says otherwise.
+pub const DEFAULT_MAX_KEY_LEN: usize = 256;
+
+/// The smallest key bound a builder accepts: a hashed key's 64 hex digits
+/// fit whole, so distinct long keys stay distinct.
+pub const MIN_MAX_KEY_LEN: usize = 64;
+
+/// Checks a builder's `max_key_len`.
+pub(crate) fn validate_max_key_len(bytes: usize) -> Result<(), crate::error::BuildError> {
+    if bytes < MIN_MAX_KEY_LEN {
+        return Err(crate::error::BuildError::InvalidSetting(
+            "max_key_len must be at least 64 bytes (a hex SHA-256)",
+        ));
+    }
+    Ok(())
+}
+
 /// The identity a request counts against: opaque bytes, binary-safe, cheap to clone.
 ///
 /// Keys of up to 38 bytes (API keys, IP addresses, ids) live inline, so

@@ -210,7 +210,7 @@ impl Default for RateLimitBuilder {
             extension: true,
             config: ChainConfig {
                 instances: 1,
-                max_key_len: 256,
+                max_key_len: crate::key::DEFAULT_MAX_KEY_LEN,
                 cleanup_every: Duration::from_secs(60),
             },
         }
@@ -288,8 +288,9 @@ impl RateLimitBuilder {
         self
     }
 
-    /// Longest key kept as is (default 256 bytes); longer keys are replaced
-    /// by their SHA-256, so a client can't grow memory with huge keys.
+    /// Longest key kept as is (default [`DEFAULT_MAX_KEY_LEN`](crate::key::DEFAULT_MAX_KEY_LEN),
+    /// 256 bytes; at least 64); longer keys are replaced by their SHA-256,
+    /// locally and in Redis, so a client can't grow memory with huge keys.
     pub fn max_key_len(mut self, bytes: usize) -> Self {
         self.config.max_key_len = bytes;
         self
@@ -314,11 +315,7 @@ impl RateLimitBuilder {
         if self.config.instances == 0 {
             return Err(BuildError::InvalidSetting("instances must be at least 1"));
         }
-        if self.config.max_key_len < 16 {
-            return Err(BuildError::InvalidSetting(
-                "max_key_len must be at least 16 bytes",
-            ));
-        }
+        crate::key::validate_max_key_len(self.config.max_key_len)?;
         if self.config.cleanup_every.is_zero() {
             return Err(BuildError::InvalidSetting(
                 "cleanup_interval must be positive",

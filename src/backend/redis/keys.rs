@@ -1,8 +1,15 @@
-//! Redis key layout: `prefix:{rule:key}:algo`, and `prefix:{limit:key}:lease`
-//! for concurrency leases.
+//! Redis key layout: `prefix:{<len>:rule:key}:algo`, and
+//! `prefix:{<len>:limit:key}:lease` for concurrency leases, where `<len>` is
+//! the name's length in bytes.
 //!
-//! Everything a script touches shares the `{rule:key}` hash tag, so it lands
-//! in one cluster slot; the sliding window's per-window suffix comes after the
+//! The length makes the layout injective: names may contain `:`, so without
+//! it rule `api` with key `v2:x` and rule `api:v2` with key `x` would share
+//! one counter. The prefix ends at the first `{` (prefixes have no braces),
+//! the length fixes where the name ends, and the fixed suffix, none of which
+//! ends another, where the key ends.
+//!
+//! Everything a script touches shares the `{...}` hash tag, so it lands in
+//! one cluster slot; the sliding window's per-window suffix comes after the
 //! closing brace. The algorithm suffix keeps state of different shapes apart
 //! when a rule changes algorithm during a rolling deploy (no WRONGTYPE).
 
@@ -34,34 +41,26 @@ const fn suffix(algorithm: Algorithm) -> &'static [u8] {
 /// from a rate rule's state when both share a name.
 pub(crate) const LEASE: &[u8] = b"lease";
 
-/// The key bytes for one rule and key. `key` is hashed first when longer than
-/// `max_key_len`; its bytes need not be UTF-8. A `}` inside `key` ends the tag
-/// early, which is harmless: every key of one call still shares the tag.
-pub(crate) fn redis_key(
-    prefix: &str,
-    rule: &str,
-    key: &Key,
-    max_key_len: usize,
-    algorithm: Algorithm,
-) -> Vec<u8> {
-    tagged_key(prefix, rule, key, max_key_len, suffix(algorithm))
+/// The key bytes for one rule and key, already bounded by the caller; its
+/// bytes need not be UTF-8. A `}` inside `key` ends the tag early, which is
+/// harmless: every key of one call still shares the tag.
+pub(crate) fn redis_key(prefix: &str, rule: &str, key: &Key, algorithm: Algorithm) -> Vec<u8> {
+    tagged_key(prefix, rule, key, suffix(algorithm))
 }
 
-/// `prefix:{name:key}:suffix`, the layout every script's key shares.
-pub(crate) fn tagged_key(
-    prefix: &str,
-    rule: &str,
-    key: &Key,
-    max_key_len: usize,
-    suffix: &[u8],
-) -> Vec<u8> {
-    let key = key.clone().bounded(max_key_len);
-    let mut out = Vec::with_capacity(prefix.len() + rule.len() + key.len() + suffix.len() + 5);
+/// `prefix:{<len>:name:key}:suffix`, the layout every script's key shares.
+pub(crate) fn tagged_key(prefix: &str, rule: &str, key: &Key, suffix: &[u8]) -> Vec<u8> {
+    let mut len = itoa::Buffer::new();
+    let len = len.format(rule.len()).as_bytes();
+    let mut out =
+        Vec::with_capacity(prefix.len() + len.len() + rule.len() + key.len() + suffix.len() + 6);
     if !prefix.is_empty() {
         out.extend_from_slice(prefix.as_bytes());
         out.push(b':');
     }
     out.push(b'{');
+    out.extend_from_slice(len);
+    out.push(b':');
     out.extend_from_slice(rule.as_bytes());
     out.push(b':');
     out.extend_from_slice(key.as_bytes());
@@ -73,6 +72,7 @@ pub(crate) fn tagged_key(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
 
     #[test]
     fn layout_keeps_the_tag_and_binary_keys() {
@@ -80,21 +80,58 @@ mod tests {
             "rl",
             "api",
             &Key::from(vec![0xff, 0, b'x']),
-            128,
             Algorithm::Gcra,
         );
-        assert_eq!(k, b"rl:{api:\xff\x00x}:gcra");
-        let k = redis_key("", "api", &Key::from("a"), 128, Algorithm::SlidingWindow);
-        assert_eq!(k, b"{api:a}:sw");
-        let k = tagged_key("rl", "exports", &Key::from("acct"), 128, LEASE);
-        assert_eq!(k, b"rl:{exports:acct}:lease");
+        assert_eq!(k, b"rl:{3:api:\xff\x00x}:gcra");
+        let k = redis_key("", "api", &Key::from("a"), Algorithm::SlidingWindow);
+        assert_eq!(k, b"{3:api:a}:sw");
+        let k = tagged_key("rl", "exports", &Key::from("acct"), LEASE);
+        assert_eq!(k, b"rl:{7:exports:acct}:lease");
     }
 
+    /// Every (rule, key, suffix) built from separators, braces and digits
+    /// maps to its own Redis key.
     #[test]
-    fn long_keys_are_hashed() {
-        let long = Key::from("x".repeat(500));
-        let k = redis_key("rl", "r", &long, 128, Algorithm::TokenBucket);
-        assert_eq!(k.len(), "rl:{r:".len() + 64 + "}:tb".len());
+    fn distinct_rules_and_keys_never_share_a_counter() {
+        let parts = [
+            "", ":", "::", "{", "}", "}:", ":{", "1", "1:", "3:", "api", "v2", "gcra", "}:gcra",
+            "sw:1",
+        ];
+        let mut names = Vec::new();
+        for a in parts {
+            for b in parts {
+                names.push(format!("{a}{b}"));
+                names.push(format!("{a}:{b}"));
+            }
+        }
+        names.sort();
+        names.dedup();
+        let suffixes: Vec<&[u8]> = vec![b"gcra", b"tb", b"fw", b"sw", LEASE];
+        let mut seen = HashMap::new();
+        for rule in names
+            .iter()
+            .filter(|n| !n.is_empty() && validate_name("rule", n).is_ok())
+        {
+            for key in &names {
+                for suffix in &suffixes {
+                    let k = tagged_key("rl", rule, &Key::from(key.clone()), suffix);
+                    if let Some(prev) = seen.insert(k.clone(), (rule.clone(), key.clone(), *suffix))
+                    {
+                        panic!(
+                            "{prev:?} and {:?} share {:?}",
+                            (rule, key, suffix),
+                            String::from_utf8_lossy(&k)
+                        );
+                    }
+                }
+            }
+        }
+        assert!(seen.len() > 10_000, "{}", seen.len());
+        // The reported collision: rule `api` with key `v2:victim`, rule `api:v2` with key `victim`.
+        assert_ne!(
+            redis_key("rl", "api", &Key::from("v2:victim"), Algorithm::Gcra),
+            redis_key("rl", "api:v2", &Key::from("victim"), Algorithm::Gcra)
+        );
     }
 
     #[test]

@@ -45,6 +45,7 @@ pub use error::RedisBackendError;
 pub(crate) use script::{LeaseOp, LeaseReply};
 
 use crate::backend::failure::Liveness;
+use crate::key::DEFAULT_MAX_KEY_LEN;
 use crate::{Algorithm, Decision, Key, Quota};
 
 /// How the backend talks to Redis.
@@ -78,7 +79,6 @@ pub struct RedisBackendBuilder {
     urls: Vec<String>,
     prefix: String,
     mode: ConnectionMode,
-    max_key_len: usize,
     lazy: bool,
     tls: Tls,
 }
@@ -174,13 +174,6 @@ impl RedisBackendBuilder {
         self
     }
 
-    /// Keys longer than this many bytes are replaced by their SHA-256 (default 128);
-    /// see [`Key::bounded`].
-    pub fn max_key_len(mut self, max: usize) -> Self {
-        self.max_key_len = max;
-        self
-    }
-
     /// Validates the prefix, connects, and warns when Redis may evict limit state
     /// (see [`RedisBackend::eviction_policy_warning`]).
     ///
@@ -193,7 +186,6 @@ impl RedisBackendBuilder {
         let backend = RedisBackend {
             inner: Arc::new(Inner {
                 prefix: self.prefix,
-                max_key_len: self.max_key_len,
                 conn,
                 liveness: Liveness::new(Some(Box::new(move |heard| pinger::start(pinger, heard)))),
             }),
@@ -260,7 +252,6 @@ pub struct RedisBackend {
 
 struct Inner {
     prefix: String,
-    max_key_len: usize,
     conn: Conn,
     liveness: Liveness,
 }
@@ -308,7 +299,6 @@ impl RedisBackend {
             urls: vec![url.into()],
             prefix: "krl".to_owned(),
             mode: ConnectionMode::default(),
-            max_key_len: 128,
             lazy: false,
             tls: Tls::default(),
         }
@@ -350,7 +340,9 @@ impl RedisBackend {
     ///
     /// A cost that can never pass (above the burst for GCRA and token bucket,
     /// above the limit for the window algorithms) returns [`Decision::never`]
-    /// without calling Redis. A deny does not consume anything.
+    /// without calling Redis. A deny does not consume anything. Keys longer
+    /// than [`DEFAULT_MAX_KEY_LEN`](crate::key::DEFAULT_MAX_KEY_LEN) count
+    /// as their SHA-256, as in the layer with its default bound.
     pub async fn check(
         &self,
         rule: &str,
@@ -361,11 +353,12 @@ impl RedisBackend {
     ) -> Result<Decision, RedisBackendError> {
         keys::validate_name("rule", rule)?;
         quota.validate().map_err(RedisBackendError::InvalidQuota)?;
-        let (decision, _) = self.check_next(rule, key, algorithm, quota, cost).await?;
+        let key = key.clone().bounded(DEFAULT_MAX_KEY_LEN);
+        let (decision, _) = self.check_next(rule, &key, algorithm, quota, cost).await?;
         Ok(decision)
     }
 
-    /// [`check`](Self::check), plus, for an allow that left nothing, the
+    /// [`check`](Self::check) for a key the layer already bounded, plus, for an allow that left nothing, the
     /// wait until one more unit fits: the deny cache can then answer the
     /// next requests without asking Redis for the deny first.
     pub(crate) async fn check_next(
@@ -382,7 +375,7 @@ impl RedisBackend {
             return Ok((Decision::never(quota.limit(), quota.window()), None));
         }
         let inner = &*self.inner;
-        let redis_key = keys::redis_key(&inner.prefix, rule, key, inner.max_key_len, algorithm);
+        let redis_key = keys::redis_key(&inner.prefix, rule, key, algorithm);
         let mut invocation = script::script(algorithm).key(redis_key);
         invocation
             .arg(quota.limit())
@@ -402,7 +395,7 @@ impl RedisBackend {
         op: LeaseOp<'_>,
     ) -> Result<LeaseReply, RedisBackendError> {
         let inner = &*self.inner;
-        let redis_key = keys::tagged_key(&inner.prefix, limit, key, inner.max_key_len, keys::LEASE);
+        let redis_key = keys::tagged_key(&inner.prefix, limit, key, keys::LEASE);
         let reply = self.invoke(&script::lease(redis_key, op)).await?;
         Ok(script::lease_reply(reply))
     }
