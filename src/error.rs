@@ -84,6 +84,15 @@ pub enum BuildError {
     InvalidProxy(String),
     /// A setting is out of range.
     InvalidSetting(&'static str),
+    /// A key extractor was configured with something it can't use, e.g.
+    /// [`KeyExtractor::header`](crate::key::KeyExtractor::header) with an
+    /// invalid header name.
+    InvalidKey {
+        /// The rule or concurrency limit.
+        rule: String,
+        /// What is wrong.
+        error: String,
+    },
 }
 
 impl fmt::Display for BuildError {
@@ -115,6 +124,7 @@ impl fmt::Display for BuildError {
             ),
             Self::InvalidProxy(p) => write!(f, "trusted proxy {p:?} is not a CIDR or IP address"),
             Self::InvalidSetting(s) => write!(f, "invalid setting: {s}"),
+            Self::InvalidKey { rule, error } => write!(f, "rule {rule:?}: {error}"),
         }
     }
 }

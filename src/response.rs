@@ -142,7 +142,10 @@ fn grpc_refusal(d: &Denied) -> Response<Bytes> {
     }
     if let Some(wait) = d.retry_after {
         // gRFC A6: a client waits this long before its next attempt.
-        let ms = wait.as_millis().max(1) as u64;
+        // Rounded up, as Retry-After is, so an obedient client is never early.
+        let ms = u64::try_from(wait.as_nanos().div_ceil(1_000_000))
+            .unwrap_or(u64::MAX)
+            .max(1);
         h.insert(GRPC_PUSHBACK, HeaderValue::from(ms));
     }
     res
@@ -284,7 +287,11 @@ mod tests {
         );
         assert_eq!(res.status(), StatusCode::OK);
         assert_eq!(res.headers()["grpc-status"], "8");
-        assert_eq!(res.headers()["grpc-retry-pushback-ms"], "1");
+        assert_eq!(
+            res.headers()["grpc-retry-pushback-ms"],
+            "2",
+            "1.5 ms rounds up"
+        );
         assert_eq!(res.headers()["retry-after"], "1");
         assert_eq!(res.headers()["grpc-message"], "rate limit \"api\" exceeded");
     }

@@ -184,7 +184,7 @@ async fn a_master_failover_keeps_the_limits() {
         .iter()
         .map(|k| {
             let t = tag(k);
-            let key = &t[t.iter().position(|b| *b == b':').unwrap() + 1..];
+            let key = &t[t.iter().rposition(|b| *b == b':').unwrap() + 1..];
             std::str::from_utf8(key).unwrap().parse().unwrap()
         })
         .collect();

@@ -257,7 +257,7 @@ async fn restarted_redis_recovers_and_reloads_its_scripts() {
     assert_eq!(hit(&c, &url).await, (200, "global".into()));
     server.restart(); // empty: the scripts are gone
     until_global(&c, &url).await;
-    assert_eq!(layer.breakers()[0].1, BreakerState::Closed);
+    assert_eq!(layer.breakers()[0].state, BreakerState::Closed);
     let mut conn = server.connection().unwrap();
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg("restart:*")
@@ -291,14 +291,14 @@ async fn a_stalled_redis_times_out_and_the_breaker_opens_then_closes() {
     let url = serve(app(layer.clone())).await;
     let c = client();
     assert_eq!(hit(&c, &url).await, (200, "global".into()));
-    assert_eq!(layer.breakers()[0].1, BreakerState::Closed);
+    assert_eq!(layer.breakers()[0].state, BreakerState::Closed);
 
     server.pause(); // connections stay open, nothing answers
     for _ in 0..3 {
         assert_eq!(hit(&c, &url).await, (200, "fail_open".into()));
     }
     assert_eq!(
-        layer.breakers()[0].1,
+        layer.breakers()[0].state,
         BreakerState::Open,
         "3 timeouts open the breaker"
     );
@@ -316,7 +316,7 @@ async fn a_stalled_redis_times_out_and_the_breaker_opens_then_closes() {
     server.resume();
     until_global(&c, &url).await;
     assert_eq!(
-        layer.breakers()[0].1,
+        layer.breakers()[0].state,
         BreakerState::Closed,
         "a successful probe closes it"
     );
@@ -436,5 +436,61 @@ async fn rules_whose_name_and_key_concatenate_alike_keep_their_own_counters() {
     assert_eq!(
         header(&res, "ratelimit").as_deref(),
         Some("\"api:v2\";r=2;t=20")
+    );
+}
+
+/// A refused or reset connection is a dead server, not a slow one: it opens
+/// the breaker at once instead of after `failure_threshold` timeouts, and
+/// `breakers()` says how long until the next probe.
+#[tokio::test]
+async fn a_killed_redis_opens_the_breaker_on_the_first_lost_connection() {
+    let mut server = RedisServer::start();
+    let open_for = Duration::from_secs(30);
+    let layer = RateLimitLayer::builder()
+        .rule(
+            Rule::new("killed", KeyExtractor::global(), Quota::per_minute(100))
+                .global(redis(&server, "killed").await)
+                .on_redis_failure(FailureMode::FailOpen)
+                .redis_timeout(HEALTHY_TIMEOUT)
+                .circuit_breaker(
+                    BreakerConfig::default()
+                        .failure_threshold(5)
+                        .open_for(open_for),
+                ),
+        )
+        .build()
+        .unwrap();
+    let url = serve(app(layer.clone())).await;
+    let c = client();
+    assert_eq!(hit(&c, &url).await, (200, "global".into()));
+    let status = &layer.breakers()[0];
+    assert_eq!(
+        (&*status.rule, status.state, status.reopens_in),
+        ("killed", BreakerState::Closed, None)
+    );
+
+    server.kill();
+    // The first call may find the old socket already closed and reconnect,
+    // which is refused: either way one or two requests, not five.
+    for _ in 0..2 {
+        assert_eq!(hit(&c, &url).await, (200, "fail_open".into()));
+        if layer.breakers()[0].state == BreakerState::Open {
+            break;
+        }
+    }
+    let status = &layer.breakers()[0];
+    assert_eq!(status.state, BreakerState::Open, "{status:?}");
+    let left = status
+        .reopens_in
+        .expect("an open breaker says when it probes");
+    assert!(left > Duration::ZERO && left <= open_for, "{left:?}");
+    assert_eq!(hit(&c, &url).await, (200, "fail_open".into()));
+    assert_eq!(
+        counter_with(
+            "rate_limit_decisions_total",
+            &[("rule", "killed"), ("cause", "timeout")]
+        ),
+        0,
+        "no request waited for the dead server"
     );
 }

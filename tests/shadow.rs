@@ -3,40 +3,17 @@
 //! global, so this file holds a single test.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 
 use axum::routing::get;
 use axum::{Extension, Router};
 use keyed_rate_limit::{Key, Quota, RateLimitDecision, RateLimitLayer, Rule, key::KeyExtractor};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-use tracing::field::{Field, Visit};
-use tracing_subscriber::layer::{Context, SubscriberExt};
+
+#[path = "common/events.rs"]
+mod events;
+use events::Events;
 
 const API_KEY: &str = "secret-key-123";
-
-type Events = Arc<Mutex<Vec<HashMap<String, String>>>>;
-
-/// Keeps every event of this crate as its fields, rendered.
-struct Capture(Events);
-
-struct Fields<'a>(&'a mut HashMap<String, String>);
-
-impl Visit for Fields<'_> {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        self.0.insert(field.name().to_owned(), format!("{value:?}"));
-    }
-}
-
-impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Capture {
-    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
-        if event.metadata().target() != "keyed_rate_limit" {
-            return;
-        }
-        let mut fields = HashMap::new();
-        event.record(&mut Fields(&mut fields));
-        self.0.lock().unwrap().push(fields);
-    }
-}
 
 /// The handler reports what the shadow rule decided.
 async fn handler(Extension(d): Extension<RateLimitDecision>) -> String {
@@ -53,11 +30,8 @@ async fn shadow_rules_let_everything_through_and_are_recorded() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     recorder.install().unwrap();
-    let events: Events = Arc::default();
-    tracing::subscriber::set_global_default(
-        tracing_subscriber::registry().with(Capture(events.clone())),
-    )
-    .unwrap();
+    let events = Events::default();
+    tracing::subscriber::set_global_default(events::subscriber(events.clone())).unwrap();
 
     let layer = RateLimitLayer::builder()
         .rule(Rule::new(

@@ -274,7 +274,7 @@ impl ConcurrencyLimitLayer {
             redis: None,
             lease_ttl: Duration::from_secs(30),
             failure: FailurePolicy::default(),
-            instances: 1,
+            instances: None,
         }
     }
 
@@ -374,7 +374,7 @@ pub struct ConcurrencyLimitBuilder {
     redis: Option<RedisBackend>,
     lease_ttl: Duration,
     failure: FailurePolicy,
-    instances: u32,
+    instances: Option<u32>,
 }
 
 impl ConcurrencyLimitBuilder {
@@ -421,7 +421,7 @@ impl ConcurrencyLimitBuilder {
     /// # let _ = b;
     /// ```
     pub fn instances(mut self, n: u32) -> Self {
-        self.instances = n;
+        self.instances = Some(n);
         self
     }
 
@@ -556,23 +556,24 @@ impl ConcurrencyLimitBuilder {
             return Err(BuildError::InvalidSetting("retry_after must be positive"));
         }
         crate::key::validate_max_key_len(self.max_key_len)?;
+        self.on_missing.check_keys(&self.key, &self.name)?;
         let backend = match self.redis {
             None => Backend::local(),
             Some(redis) => {
-                validate_global(&self.name, &self.failure)?;
+                validate_global(&self.name, &self.failure, &redis, self.instances)?;
                 if self.lease_ttl < Duration::from_millis(10) {
                     return Err(BuildError::InvalidSetting(
                         "lease_ttl must be at least 10 ms",
                     ));
                 }
-                if self.instances == 0 {
+                if self.instances == Some(0) {
                     return Err(BuildError::InvalidSetting("instances must be at least 1"));
                 }
                 // The fallback is the local backend's own count, not the
                 // guard's rate store.
                 Backend::redis(
                     redis,
-                    Guard::new(self.name.clone(), self.failure, self.instances),
+                    Guard::new(self.name.clone(), self.failure, self.instances.unwrap_or(1)),
                     self.lease_ttl,
                 )
             }

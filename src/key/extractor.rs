@@ -42,6 +42,9 @@ enum Kind {
 pub struct KeyExtractor {
     kind: Kind,
     name: Arc<str>,
+    /// A configuration error, reported by the builder that gets this
+    /// extractor instead of a panic where it is written.
+    invalid: Option<Arc<str>>,
 }
 
 /// The result of running an extractor: most are ready at once, so the
@@ -66,6 +69,7 @@ impl KeyExtractor {
         Self {
             kind: Kind::Sync(Arc::new(f)),
             name: name.into(),
+            invalid: None,
         }
     }
 
@@ -93,25 +97,31 @@ impl KeyExtractor {
         Self {
             kind: Kind::Async(Arc::new(move |p| Box::pin(f(p)))),
             name: name.into(),
+            invalid: None,
         }
     }
 
     /// The value of a request header, e.g. an API key. Absent or empty
     /// headers give no key; non-UTF-8 values are used as raw bytes.
     ///
-    /// # Panics
-    ///
-    /// If `name` is not a valid header name (case does not matter); this
-    /// happens where the layer is configured, never at request time.
+    /// An invalid header name (case does not matter) is a
+    /// [`BuildError::InvalidKey`](crate::error::BuildError::InvalidKey) from
+    /// the builder the extractor is given to, never a panic.
     ///
     /// ```
-    /// use keyed_rate_limit::key::KeyExtractor;
+    /// use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
     /// let k = KeyExtractor::header("x-api-key");
     /// assert_eq!(k.name(), "header:x-api-key");
+    ///
+    /// let bad = Rule::new("r", KeyExtractor::header("x api key"), Quota::per_minute(1));
+    /// assert!(RateLimitLayer::builder().rule(bad).build().is_err());
     /// ```
     pub fn header(name: &str) -> Self {
-        let header = HeaderName::from_bytes(name.as_bytes())
-            .unwrap_or_else(|_| panic!("invalid header name {name:?}"));
+        let Ok(header) = HeaderName::from_bytes(name.as_bytes()) else {
+            let mut never = Self::new(format!("header:{name}"), |_| None);
+            never.invalid = Some(format!("invalid header name {name:?}").into());
+            return never;
+        };
         let label = format!("header:{header}");
         Self::new(label, move |p| {
             p.headers
@@ -120,6 +130,17 @@ impl KeyExtractor {
                 .filter(|v| !v.is_empty())
                 .map(Key::copy_from_slice)
         })
+    }
+
+    /// The configuration error this extractor, or one it combines, carries.
+    pub(crate) fn check(&self, rule: &str) -> Result<(), crate::error::BuildError> {
+        match &self.invalid {
+            None => Ok(()),
+            Some(error) => Err(crate::error::BuildError::InvalidKey {
+                rule: rule.to_owned(),
+                error: error.to_string(),
+            }),
+        }
     }
 
     /// A key from a value an earlier layer put in the request extensions,
@@ -240,7 +261,11 @@ impl KeyExtractor {
             // Sync: don't even run `other` when this key exists.
             (Kind::Sync(a), Kind::Sync(b)) => {
                 let (a, b) = (a.clone(), b.clone());
-                Self::new(name, move |p| a(p).or_else(|| b(p)))
+                let invalid = self.invalid.or(other.invalid);
+                Self {
+                    invalid,
+                    ..Self::new(name, move |p| a(p).or_else(|| b(p)))
+                }
             }
             _ => self.combine(other, name, |a, b| a.or(b)),
         }
@@ -252,17 +277,20 @@ impl KeyExtractor {
         name: String,
         join: fn(Option<Key>, Option<Key>) -> Option<Key>,
     ) -> Self {
-        match (self.kind, other.kind) {
+        let invalid = self.invalid.or(other.invalid);
+        let combined = match (self.kind, other.kind) {
             (Kind::Sync(a), Kind::Sync(b)) => Self::new(name, move |p| join(a(p), b(p))),
             (a, b) => {
                 let (a, b) = (
                     KeyExtractor {
                         kind: a,
                         name: self.name,
+                        invalid: None,
                     },
                     KeyExtractor {
                         kind: b,
                         name: other.name,
+                        invalid: None,
                     },
                 );
                 Self::new_async(name, move |p| {
@@ -270,6 +298,10 @@ impl KeyExtractor {
                     async move { join(fa.resolve().await, fb.resolve().await) }
                 })
             }
+        };
+        Self {
+            invalid,
+            ..combined
         }
     }
 

@@ -142,8 +142,9 @@ impl RateLimitLayer {
         self.shared.chain.local_keys()
     }
 
-    /// The circuit breaker state of each global rule, in rule order: for
-    /// health checks and dashboards.
+    /// The circuit breaker of each global rule, in rule order, with the time
+    /// left until an open one probes Redis again: for health checks and
+    /// dashboards.
     ///
     /// ```
     /// # use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
@@ -151,7 +152,7 @@ impl RateLimitLayer {
     /// #     .rule(Rule::new("a", KeyExtractor::global(), Quota::per_second(1))).build().unwrap();
     /// assert!(layer.breakers().is_empty(), "local rules have no breaker");
     /// ```
-    pub fn breakers(&self) -> Vec<(std::sync::Arc<str>, crate::backend::failure::BreakerState)> {
+    pub fn breakers(&self) -> Vec<crate::backend::failure::BreakerStatus> {
         self.shared.chain.breakers()
     }
 
@@ -209,7 +210,7 @@ impl Default for RateLimitBuilder {
             deny: Arc::new(problem_json),
             extension: true,
             config: ChainConfig {
-                instances: 1,
+                instances: None,
                 max_key_len: crate::key::DEFAULT_MAX_KEY_LEN,
                 cleanup_every: Duration::from_secs(60),
             },
@@ -282,9 +283,13 @@ impl RateLimitBuilder {
     }
 
     /// How many gateway instances share the traffic (default 1). Rules with
-    /// [`Rule::split_across_instances`] enforce `quota / instances` locally.
+    /// [`Rule::split_across_instances`] enforce `quota / instances` locally,
+    /// and so does a global rule's [`FailureMode::LocalFallback`](crate::backend::failure::FailureMode::LocalFallback)
+    /// while Redis is down. A global rule with that fallback logs a warning at
+    /// build time when this was never set: every gateway would fall back to
+    /// the whole quota.
     pub fn instances(mut self, n: u32) -> Self {
-        self.config.instances = n;
+        self.config.instances = Some(n);
         self
     }
 
@@ -312,7 +317,7 @@ impl RateLimitBuilder {
     /// nothing, a fixed cost above the burst, an algorithm the scope cannot
     /// run, or an out-of-range setting; see [`BuildError`].
     pub fn build(self) -> Result<RateLimitLayer, BuildError> {
-        if self.config.instances == 0 {
+        if self.config.instances == Some(0) {
             return Err(BuildError::InvalidSetting("instances must be at least 1"));
         }
         crate::key::validate_max_key_len(self.config.max_key_len)?;

@@ -10,7 +10,7 @@ use http::request::Parts;
 
 use super::{Cost, FailurePolicy, Found, Lookup, OnMissingKey, QuotaSource, Rule, Scope};
 use crate::backend::deny_cache::DenyCache;
-use crate::backend::failure::{Admit, BreakerState, Cause, Guard};
+use crate::backend::failure::{Admit, BreakerStatus, Cause, FailureMode, Guard};
 use crate::backend::local::LocalStore;
 use crate::backend::redis::RedisBackend;
 use crate::decision::Decisions;
@@ -21,7 +21,9 @@ use crate::{Decision, Key, Quota, RuleDecision, Source};
 /// Settings the chain shares with every rule.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ChainConfig {
-    pub(crate) instances: u32,
+    /// `None` until `instances(n)` is called: one instance, and a warning
+    /// for local fallbacks that would each admit the whole quota.
+    pub(crate) instances: Option<u32>,
     pub(crate) max_key_len: usize,
     pub(crate) cleanup_every: Duration,
 }
@@ -132,30 +134,31 @@ impl Chain {
         }
         let mut seen = std::collections::HashSet::new();
         let mut out = Vec::with_capacity(rules.len());
+        let instances = cfg.instances.unwrap_or(1);
         for rule in rules {
-            validate(&rule)?;
+            validate(&rule, cfg.instances)?;
             if !seen.insert(rule.name.clone()) {
                 return Err(BuildError::DuplicateRule(rule.name.to_string()));
             }
             let backend = match &rule.scope {
                 Scope::Local => Backend::Local(LocalStore::new(
-                    rule.static_quota().map(|q| share(&rule, q, cfg.instances)),
+                    rule.static_quota().map(|q| share(&rule, q, instances)),
                 )),
                 Scope::Global(redis) => Backend::Global(Arc::new(Global {
                     redis: redis.clone(),
-                    guard: Guard::new(rule.name.clone(), rule.failure, cfg.instances),
+                    guard: Guard::new(rule.name.clone(), rule.failure, instances),
                     denies: DenyCache::default(),
                 })),
             };
             let policy = rule.static_quota().filter(|_| policies).and_then(|q| {
-                let q = share(&rule, q, cfg.instances);
+                let q = share(&rule, q, instances);
                 StaticPolicy::new(&rule.name, q.limit(), q.window(), false)
             });
             out.push(Arc::new(CompiledRule {
                 backend,
                 policy,
                 rule,
-                instances: cfg.instances,
+                instances,
                 max_key_len: cfg.max_key_len,
             }));
         }
@@ -193,11 +196,11 @@ impl Chain {
     }
 
     /// The circuit breaker of each global rule, by rule name.
-    pub(crate) fn breakers(&self) -> Vec<(Arc<str>, BreakerState)> {
+    pub(crate) fn breakers(&self) -> Vec<BreakerStatus> {
         self.rules
             .iter()
             .filter_map(|r| match &r.backend {
-                Backend::Global(g) => Some((r.rule.name.clone(), g.guard.breaker_state())),
+                Backend::Global(g) => Some(g.guard.breaker_status()),
                 Backend::Local(_) => None,
             })
             .collect()
@@ -297,14 +300,15 @@ pub(crate) fn valid_name(name: &str) -> bool {
     !name.is_empty() && name.bytes().all(|b| (0x20..0x7f).contains(&b))
 }
 
-fn validate(rule: &Rule) -> Result<(), BuildError> {
+fn validate(rule: &Rule, instances: Option<u32>) -> Result<(), BuildError> {
     let name = &rule.name;
     if !valid_name(name) {
         return Err(BuildError::InvalidRuleName(name.to_string()));
     }
     let rule_err = || name.to_string();
-    if let Scope::Global(_) = rule.scope {
-        validate_global(name, &rule.failure)?;
+    rule.on_missing.check_keys(&rule.key, name)?;
+    if let Scope::Global(redis) = &rule.scope {
+        validate_global(name, &rule.failure, redis, instances)?;
     }
     if matches!(rule.scope, Scope::Local) && !rule.algorithm.runs_locally() {
         return Err(BuildError::AlgorithmNotLocal {
@@ -337,8 +341,15 @@ fn validate(rule: &Rule) -> Result<(), BuildError> {
 }
 
 /// What a limit on Redis needs: a name that keeps the hash tag, a timeout
-/// and a breaker that can trip.
-pub(crate) fn validate_global(name: &str, failure: &FailurePolicy) -> Result<(), BuildError> {
+/// and a breaker that can trip. Also warns, naming the limit, about settings
+/// that let a fleet over-admit: a local fallback with no instance count, and
+/// a Redis that may evict limit state.
+pub(crate) fn validate_global(
+    name: &str,
+    failure: &FailurePolicy,
+    redis: &RedisBackend,
+    instances: Option<u32>,
+) -> Result<(), BuildError> {
     if RedisBackend::validate_rule_name(name).is_err() {
         return Err(BuildError::InvalidRuleName(name.to_string()));
     }
@@ -349,6 +360,23 @@ pub(crate) fn validate_global(name: &str, failure: &FailurePolicy) -> Result<(),
         return Err(BuildError::InvalidSetting(
             "failure_threshold must be at least 1",
         ));
+    }
+    if instances.is_none() && failure.mode == FailureMode::LocalFallback {
+        tracing::warn!(
+            target: "keyed_rate_limit",
+            rule = name,
+            "local_fallback without instances(n): when Redis fails, every gateway admits the whole quota; \
+             set instances to the number of gateways (or instances(1) for one)"
+        );
+    }
+    if let Some(policy) = redis.evicting_policy() {
+        tracing::warn!(
+            target: "keyed_rate_limit",
+            rule = name,
+            maxmemory_policy = policy,
+            "redis may evict this rule's keys under memory pressure, resetting its limits; \
+             use maxmemory-policy noeviction"
+        );
     }
     Ok(())
 }

@@ -17,6 +17,7 @@ use crate::Algorithm;
 use crate::Key;
 use crate::backend::failure::{BreakerConfig, FailureMode};
 use crate::backend::redis::RedisBackend;
+use crate::error::BuildError;
 use crate::key::{Extracted, KeyExtractor};
 use futures_util::future::BoxFuture;
 use quota::Quota;
@@ -76,6 +77,15 @@ pub(crate) enum Lookup {
 }
 
 impl OnMissingKey {
+    /// The configuration errors `key`, and the fallback extractor, carry.
+    pub(crate) fn check_keys(&self, key: &KeyExtractor, rule: &str) -> Result<(), BuildError> {
+        key.check(rule)?;
+        match self {
+            Self::Fallback(k) => k.check(rule),
+            _ => Ok(()),
+        }
+    }
+
     /// Runs `key`, then the fallback if it finds nothing; sync extractors
     /// answer at once.
     pub(crate) fn lookup(&self, key: &KeyExtractor, parts: &Parts) -> Lookup {

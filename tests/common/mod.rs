@@ -1,6 +1,7 @@
 //! Shared test harness: real axum servers on ephemeral ports.
 #![allow(dead_code)]
 
+pub mod events;
 pub mod metrics;
 
 use std::net::SocketAddr;

@@ -68,6 +68,19 @@ pub enum BreakerState {
     HalfOpen,
 }
 
+/// One global rule's breaker, as
+/// [`RateLimitLayer::breakers`](crate::RateLimitLayer::breakers) reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BreakerStatus {
+    /// The rule's name.
+    pub rule: std::sync::Arc<str>,
+    /// Closed, open or half-open.
+    pub state: BreakerState,
+    /// While open: how long until a request probes Redis again.
+    pub reopens_in: Option<Duration>,
+}
+
 #[derive(Debug)]
 enum State {
     Closed { failures: u32 },
@@ -175,11 +188,19 @@ impl CircuitBreaker {
         }
     }
 
-    pub(crate) fn state(&self) -> BreakerState {
+    /// The state and, while open, the time left until the next probe.
+    pub(crate) fn status(&self) -> (BreakerState, Option<Duration>) {
+        self.status_at(Instant::now())
+    }
+
+    fn status_at(&self, now: Instant) -> (BreakerState, Option<Duration>) {
         match *self.state.lock().expect("poisoned") {
-            State::Closed { .. } => BreakerState::Closed,
-            State::Open { .. } => BreakerState::Open,
-            State::HalfOpen { .. } => BreakerState::HalfOpen,
+            State::Closed { .. } => (BreakerState::Closed, None),
+            State::Open { until } => (
+                BreakerState::Open,
+                Some(until.saturating_duration_since(now)),
+            ),
+            State::HalfOpen { .. } => (BreakerState::HalfOpen, None),
         }
     }
 }
@@ -205,7 +226,7 @@ mod tests {
         assert!(!b.failure_at(t));
         assert!(!b.failure_at(t));
         assert!(b.failure_at(t));
-        assert_eq!(b.state(), BreakerState::Open);
+        assert_eq!(b.status().0, BreakerState::Open);
         assert_eq!(
             b.admit_at(t + Duration::from_millis(400)),
             Admit::Skip(Duration::from_millis(600))
@@ -221,7 +242,7 @@ mod tests {
         }
         let later = t + Duration::from_secs(1);
         assert_eq!(b.admit_at(later), Admit::Call);
-        assert_eq!(b.state(), BreakerState::HalfOpen);
+        assert_eq!(b.status().0, BreakerState::HalfOpen);
         assert!(matches!(b.admit_at(later), Admit::Skip(_)));
         // A failed probe reopens immediately.
         assert!(b.failure_at(later));
@@ -232,7 +253,7 @@ mod tests {
         // The next probe succeeds and closes it.
         assert_eq!(b.admit_at(later + Duration::from_secs(1)), Admit::Call);
         b.success();
-        assert_eq!(b.state(), BreakerState::Closed);
+        assert_eq!(b.status().0, BreakerState::Closed);
         assert_eq!(b.admit_at(later + Duration::from_secs(1)), Admit::Call);
     }
 
@@ -242,6 +263,10 @@ mod tests {
         let t = Instant::now();
         assert!(b.trip_at(t));
         assert!(!b.trip_at(t), "already open");
+        assert_eq!(
+            b.status_at(t + Duration::from_millis(100)),
+            (BreakerState::Open, Some(Duration::from_millis(900)))
+        );
         assert_eq!(
             b.admit_at(t + Duration::from_millis(250)),
             Admit::Skip(Duration::from_millis(750))

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use futures_util::FutureExt;
 
 pub(crate) use breaker::{Admit, CircuitBreaker};
-pub use breaker::{BreakerConfig, BreakerState};
+pub use breaker::{BreakerConfig, BreakerState, BreakerStatus};
 pub(crate) use liveness::{Heard, Liveness};
 
 use crate::backend::local::LocalStore;
@@ -149,8 +149,13 @@ impl Guard {
         self.breaker.admit()
     }
 
-    pub(crate) fn breaker_state(&self) -> BreakerState {
-        self.breaker.state()
+    pub(crate) fn breaker_status(&self) -> BreakerStatus {
+        let (state, reopens_in) = self.breaker.status();
+        BreakerStatus {
+            rule: self.rule.clone(),
+            state,
+            reopens_in,
+        }
     }
 
     pub(crate) fn fallback_keys(&self) -> usize {

@@ -174,7 +174,8 @@ impl RedisBackendBuilder {
         self
     }
 
-    /// Validates the prefix, connects, and warns when Redis may evict limit state
+    /// Validates the prefix, connects, and reads Redis's `maxmemory-policy`:
+    /// each rule built on the backend warns when Redis may evict its state
     /// (see [`RedisBackend::eviction_policy_warning`]).
     ///
     /// The URL may be `redis://` or `rediss://` (TLS) and carry credentials:
@@ -188,10 +189,11 @@ impl RedisBackendBuilder {
                 prefix: self.prefix,
                 conn,
                 liveness: Liveness::new(Some(Box::new(move |heard| pinger::start(pinger, heard)))),
+                eviction_policy: std::sync::OnceLock::new(),
             }),
         };
         if !(self.lazy && self.mode == ConnectionMode::Multiplexed) {
-            backend.eviction_policy_warning().await;
+            backend.read_eviction_policy().await;
         }
         Ok(backend)
     }
@@ -254,6 +256,7 @@ struct Inner {
     prefix: String,
     conn: Conn,
     liveness: Liveness,
+    eviction_policy: std::sync::OnceLock<String>,
 }
 
 impl Drop for Inner {
@@ -263,7 +266,7 @@ impl Drop for Inner {
 }
 
 /// Extra `EVALSHA`/`SCRIPT LOAD` rounds after the redis crate's own one.
-const NOSCRIPT_ROUNDS: u32 = 3;
+const NOSCRIPT_ROUNDS: u32 = 5;
 
 enum Conn {
     Multiplexed(ConnectionManager),
@@ -435,14 +438,29 @@ impl RedisBackend {
         &self.inner.liveness
     }
 
-    /// Reads `maxmemory-policy` and warns (`tracing::warn!`) when Redis may evict
-    /// limit state, which silently resets a key's limit: `allkeys-*` evicts any
-    /// key, and `volatile-*` evicts ours too since they all have a TTL.
+    /// Reads `maxmemory-policy` and warns (`tracing::warn!`, target
+    /// `keyed_rate_limit`) when Redis may evict limit state, which silently
+    /// resets a key's limit: `allkeys-*` evicts any key, and `volatile-*`
+    /// evicts ours too since they all have a TTL.
     ///
     /// Returns the policy, or `None` when it cannot be read (e.g. `CONFIG` is
-    /// renamed or denied by ACL, as on many managed services). Called by
-    /// [`RedisBackendBuilder::build`].
+    /// renamed or denied by ACL, as on many managed services).
+    /// [`RedisBackendBuilder::build`] reads it once, and each global rule
+    /// or concurrency limit built on this backend then warns under its name.
     pub async fn eviction_policy_warning(&self) -> Option<String> {
+        let policy = self.read_eviction_policy().await?;
+        if evicts(&policy) {
+            tracing::warn!(
+                target: "keyed_rate_limit",
+                maxmemory_policy = %policy,
+                "redis may evict rate-limit keys under memory pressure, resetting their limits; \
+                 use maxmemory-policy noeviction"
+            );
+        }
+        Some(policy)
+    }
+
+    async fn read_eviction_policy(&self) -> Option<String> {
         let mut cmd = redis::cmd("CONFIG");
         cmd.arg("GET").arg("maxmemory-policy");
         let reply: Result<Vec<String>, RedisBackendError> = match &self.inner.conn {
@@ -456,19 +474,26 @@ impl RedisBackend {
         let policy = match reply {
             Ok(pair) => pair.into_iter().nth(1)?,
             Err(e) => {
-                tracing::debug!(error = %e, "cannot read redis maxmemory-policy");
+                tracing::debug!(target: "keyed_rate_limit", error = %e, "cannot read redis maxmemory-policy");
                 return None;
             }
         };
-        if policy.starts_with("allkeys-") || policy.starts_with("volatile-") {
-            tracing::warn!(
-                maxmemory_policy = %policy,
-                "redis may evict rate-limit keys under memory pressure, resetting their limits; \
-                 use maxmemory-policy noeviction"
-            );
-        }
+        let _ = self.inner.eviction_policy.set(policy.clone());
         Some(policy)
     }
+
+    /// The `maxmemory-policy` read at build, when it may evict limit state.
+    pub(crate) fn evicting_policy(&self) -> Option<&str> {
+        self.inner
+            .eviction_policy
+            .get()
+            .map(String::as_str)
+            .filter(|p| evicts(p))
+    }
+}
+
+fn evicts(policy: &str) -> bool {
+    policy.starts_with("allkeys-") || policy.starts_with("volatile-")
 }
 
 /// `PING`, on every master of a cluster.
