@@ -11,10 +11,15 @@
 //!   multi-thread runtime, each looping on its own keys for `REDIS_BENCH_SECS`;
 //! - `Multiplexed` against `Pool { max_size: 64 }` at concurrency 64;
 //! - one key sent 100× its quota through the layer: `cmdstat_evalsha` calls
-//!   per request.
+//!   per request;
+//! - admitted / quota under a burst with the shipped defaults: four layers
+//!   (four backends, 20 ms timeout, breaker, `LocalFallback`, `instances(4)`)
+//!   on one busy 2-worker runtime, 400 concurrent requests for one key, quota
+//!   50 per 60 s, `BURSTS` bursts per algorithm (fresh key each).
 //!
 //! Environment: `REDIS_BENCH_SECS` (default 2) per run, `REDIS_BENCH_ROUNDS`
-//! (default 2, alternating order, medians reported), `DENY_SECS` (default 3).
+//! (default 2, alternating order, medians reported), `DENY_SECS` (default 3),
+//! `BURSTS` (default 5; `BURST_ONLY=1` runs only that section).
 //! Machines are shared and noisy: read the ratios, not the absolute numbers.
 
 #[path = "../tests/support/redis_server.rs"]
@@ -222,6 +227,93 @@ async fn deny_run(server: &RedisServer, senders: u64, dur: Duration, key: &'stat
     }
 }
 
+const BURST: usize = 400;
+const BURST_QUOTA: u32 = 50;
+
+/// Admitted of `BURST` concurrent requests for `key`, spread over four layers
+/// built with the defaults on `rt`, the runtime that also reads their Redis
+/// replies (each backend connects from it).
+fn burst_run(rt: &tokio::runtime::Runtime, url: &str, algo: Algorithm, bursts: usize) -> Vec<u32> {
+    let url = url.to_owned();
+    rt.block_on(async move {
+        let mut svcs = Vec::new();
+        for _ in 0..4 {
+            let redis = RedisBackend::builder(&url)
+                .prefix(format!("burst-{algo}"))
+                .build()
+                .await
+                .unwrap();
+            let layer = RateLimitLayer::builder()
+                .rule(
+                    Rule::new(
+                        "burst",
+                        KeyExtractor::header("x-api-key"),
+                        Quota::per_minute(BURST_QUOTA),
+                    )
+                    .global(redis)
+                    .algorithm(algo),
+                )
+                .instances(4)
+                .build()
+                .unwrap();
+            svcs.push(layer.layer(service_fn(|_req: Request<Full<Bytes>>| async {
+                Ok::<_, Infallible>(Response::new(Full::<Bytes>::default()))
+            })));
+        }
+        let mut admitted = Vec::new();
+        for b in 0..bursts {
+            let key = HeaderValue::try_from(format!("burst-key-{b}")).unwrap();
+            let calls: Vec<_> = (0..BURST)
+                .map(|i| {
+                    let svc = svcs[i % svcs.len()].clone();
+                    let mut req = Request::new(Full::<Bytes>::default());
+                    req.headers_mut().insert("x-api-key", key.clone());
+                    tokio::spawn(async move {
+                        svc.oneshot(req).await.unwrap().status() == StatusCode::OK
+                    })
+                })
+                .collect();
+            let mut n = 0;
+            for c in calls {
+                n += u32::from(c.await.unwrap());
+            }
+            admitted.push(n);
+        }
+        admitted
+    })
+}
+
+fn burst_section(url: &str) {
+    let bursts = std::env::var("BURSTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5usize);
+    let shared = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    println!(
+        "\nburst with the defaults: 4 layers on one 2-worker runtime, {BURST} concurrent requests, \
+         quota {BURST_QUOTA}/60 s, {bursts} bursts each (admitted / quota)"
+    );
+    for algo in [
+        Algorithm::Gcra,
+        Algorithm::TokenBucket,
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+    ] {
+        let admitted = burst_run(&shared, url, algo, bursts);
+        let worst = admitted.iter().max().copied().unwrap_or(0);
+        println!(
+            "  {:<15} admitted {admitted:?}, worst {:.2} of the quota",
+            algo.as_str(),
+            f64::from(worst) / f64::from(BURST_QUOTA)
+        );
+    }
+    shared.shutdown_background();
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Run {
     Ceiling,
@@ -250,6 +342,10 @@ fn main() {
         .max(1);
     let server = RedisServer::start();
     let url = server.url();
+    burst_section(&url);
+    if std::env::var_os("BURST_ONLY").is_some() {
+        return;
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
