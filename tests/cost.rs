@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use axum::{Router, routing::get};
 use common::{client, header, serve};
-use keyed_rate_limit::backend::failure::FailureMode;
+use keyed_rate_limit::failure::FailureMode;
 use keyed_rate_limit::{Algorithm, Quota, RateLimitLayer, Rule, key::KeyExtractor};
 use support::redis_server::RedisServer;
 

@@ -6,8 +6,8 @@ mod support;
 use std::time::Duration;
 
 use http::StatusCode;
-use keyed_rate_limit::backend::failure::FailureMode;
 use keyed_rate_limit::backend::redis::RedisBackend;
+use keyed_rate_limit::failure::FailureMode;
 use keyed_rate_limit::rule::OnMissingKey;
 use keyed_rate_limit::{Algorithm, Quota, RateLimitLayer, Rule, key::KeyExtractor};
 use support::redis_server::RedisServer;

@@ -9,8 +9,8 @@ use std::time::Duration;
 use axum::{Extension, Router, routing::get};
 use common::metrics::{counter, counter_with, snapshotter};
 use common::{client, header, serve};
-use keyed_rate_limit::backend::failure::{BreakerConfig, BreakerState, FailureMode};
 use keyed_rate_limit::backend::redis::RedisBackend;
+use keyed_rate_limit::failure::{BreakerConfig, BreakerState, FailureMode};
 use keyed_rate_limit::{
     Algorithm, Quota, RateLimitDecision, RateLimitLayer, Rule, key::KeyExtractor,
 };

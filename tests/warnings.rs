@@ -9,8 +9,8 @@ use std::time::Duration;
 use axum::{Router, routing::get};
 use common::events::{capture, with_message};
 use common::{client, serve};
-use keyed_rate_limit::backend::failure::FailureMode;
 use keyed_rate_limit::concurrency::ConcurrencyLimitLayer;
+use keyed_rate_limit::failure::FailureMode;
 use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
 use support::redis_server::RedisServer;
 

@@ -9,8 +9,8 @@ use dashmap::DashMap;
 use futures_util::future::BoxFuture;
 use tokio::task::AbortHandle;
 
-use crate::backend::failure::{Admit, Cause, FailureMode, Guard};
 use crate::backend::redis::{LeaseOp, RedisBackend};
+use crate::failure::{Admit, Cause, FailureMode, Guard};
 use crate::{Key, Source};
 
 /// The store of in-flight counts. An enum rather than a trait object so the

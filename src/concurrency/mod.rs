@@ -43,14 +43,16 @@ pub use body::ResponseBody;
 pub use future::ResponseFuture;
 pub use service::ConcurrencyLimitService;
 
-use crate::backend::failure::{BreakerConfig, FailureMode, Guard};
 use crate::backend::redis::RedisBackend;
+use crate::backend::redis::validate_global;
 use crate::error::BuildError;
+use crate::failure::FailurePolicy;
+use crate::failure::{BreakerConfig, FailureMode, Guard};
 use crate::headers::{HeaderStyle, StaticPolicy};
 use crate::key::KeyExtractor;
+use crate::observe;
 use crate::response::{Denied, DenyFn, problem_json, refusal};
-use crate::rule::FailurePolicy;
-use crate::rule::chain::{record_deny, valid_name, validate_global};
+use crate::rule::valid_name;
 use crate::rule::{Found, Lookup, OnMissingKey};
 use crate::{Decision, Key, RateLimitDecision, RuleDecision, Source};
 use backend::{Acquire, Backend, Outcome, Permit};
@@ -223,7 +225,7 @@ impl Shared {
             Err(refused) => {
                 let wait = refused.retry_after.max(Duration::from_millis(1));
                 let decision = Decision::denied(self.limit, self.retry_after, wait, wait);
-                record_deny(&self.name, &key, &decision, false);
+                observe::deny(&self.name, &key, &decision, false);
                 self.headers
                     .render(&mut [self.rule_decision(decision, source)], &mut headers);
                 let denied = Denied {
@@ -393,7 +395,7 @@ impl ConcurrencyLimitBuilder {
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// use keyed_rate_limit::backend::{failure::FailureMode, redis::RedisBackend};
+    /// use keyed_rate_limit::{failure::FailureMode, backend::redis::RedisBackend};
     /// use keyed_rate_limit::{concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
     ///
     /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -446,7 +448,7 @@ impl ConcurrencyLimitBuilder {
     /// divided by [`instances`](Self::instances) per key on this instance).
     ///
     /// ```
-    /// # use keyed_rate_limit::{backend::failure::FailureMode, concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
+    /// # use keyed_rate_limit::{failure::FailureMode, concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
     /// let b = ConcurrencyLimitLayer::builder("exports", KeyExtractor::global(), 2)
     ///     .on_redis_failure(FailureMode::FailClosed);
     /// # let _ = b;
@@ -475,7 +477,7 @@ impl ConcurrencyLimitBuilder {
     /// consecutive failures, probe after 1 s).
     ///
     /// ```
-    /// # use keyed_rate_limit::{backend::failure::BreakerConfig, concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
+    /// # use keyed_rate_limit::{failure::BreakerConfig, concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
     /// let b = ConcurrencyLimitLayer::builder("exports", KeyExtractor::global(), 2)
     ///     .circuit_breaker(BreakerConfig::default().failure_threshold(3));
     /// # let _ = b;

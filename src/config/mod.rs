@@ -33,9 +33,9 @@ use std::sync::Arc;
 use http::request::Parts;
 use serde::Deserialize;
 
-use crate::backend::failure::{BreakerConfig, FailureMode};
 use crate::backend::redis::RedisBackend;
 use crate::error::BuildError;
+use crate::failure::{BreakerConfig, FailureMode};
 use crate::key::{KeyExtractor, TrustedProxies};
 use crate::rule::OnMissingKey;
 use crate::{Algorithm, HeaderStyle, Quota, RateLimitBuilder, RateLimitLayer, Rule};

@@ -1,6 +1,7 @@
 //! The rate-limit middleware: [`RateLimitLayer`], [`RateLimitService`] and
 //! their [`ResponseFuture`].
 
+mod chain;
 mod future;
 mod service;
 
@@ -19,8 +20,8 @@ use crate::error::BuildError;
 use crate::gate::Admission;
 use crate::headers::HeaderStyle;
 use crate::response::{Denied, DenyFn, problem_json, refusal};
-use crate::rule::chain::{Chain, ChainConfig, Verdict};
 use crate::{RateLimitDecision, Rule};
+use chain::{Chain, ChainConfig, Verdict};
 
 /// Applies an ordered list of [`Rule`]s to every request.
 ///
@@ -152,7 +153,7 @@ impl RateLimitLayer {
     /// #     .rule(Rule::new("a", KeyExtractor::global(), Quota::per_second(1))).build().unwrap();
     /// assert!(layer.breakers().is_empty(), "local rules have no breaker");
     /// ```
-    pub fn breakers(&self) -> Vec<crate::backend::failure::BreakerStatus> {
+    pub fn breakers(&self) -> Vec<crate::failure::BreakerStatus> {
         self.shared.chain.breakers()
     }
 
@@ -284,7 +285,7 @@ impl RateLimitBuilder {
 
     /// How many gateway instances share the traffic (default 1). Rules with
     /// [`Rule::split_across_instances`] enforce `quota / instances` locally,
-    /// and so does a global rule's [`FailureMode::LocalFallback`](crate::backend::failure::FailureMode::LocalFallback)
+    /// and so does a global rule's [`FailureMode::LocalFallback`](crate::failure::FailureMode::LocalFallback)
     /// while Redis is down. A global rule with that fallback logs a warning at
     /// build time when this was never set: every gateway would fall back to
     /// the whole quota.

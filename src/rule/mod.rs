@@ -3,9 +3,6 @@
 //! A [`Rule`] names a key, a quota, a cost, an algorithm and a scope. The
 //! layer evaluates its rules in order; the first deny answers the request.
 
-pub(crate) mod chain;
-pub mod quota;
-
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,12 +12,12 @@ use http::request::Parts;
 
 use crate::Algorithm;
 use crate::Key;
-use crate::backend::failure::{BreakerConfig, FailureMode};
+use crate::Quota;
 use crate::backend::redis::RedisBackend;
 use crate::error::BuildError;
+use crate::failure::{BreakerConfig, FailureMode, FailurePolicy};
 use crate::key::{Extracted, KeyExtractor};
 use futures_util::future::BoxFuture;
-use quota::Quota;
 
 type QuotaFn = dyn Fn(&Parts) -> Quota + Send + Sync;
 type CostFn = dyn Fn(&Parts) -> u32 + Send + Sync;
@@ -140,39 +137,6 @@ impl Scope {
     }
 }
 
-/// How a global rule survives a failing Redis: the mode, the time one
-/// decision may wait for Redis, and the circuit breaker.
-///
-/// ```
-/// use std::time::Duration;
-/// use keyed_rate_limit::backend::failure::FailureMode;
-/// use keyed_rate_limit::rule::FailurePolicy;
-///
-/// let p = FailurePolicy::default();
-/// assert_eq!(p.mode, FailureMode::LocalFallback);
-/// assert_eq!(p.timeout, Duration::from_millis(20));
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FailurePolicy {
-    /// What to decide without Redis.
-    pub mode: FailureMode,
-    /// How long one decision waits for Redis (default 20 ms).
-    pub timeout: Duration,
-    /// When to stop asking Redis, and when to try again.
-    pub breaker: BreakerConfig,
-}
-
-impl Default for FailurePolicy {
-    fn default() -> Self {
-        Self {
-            mode: FailureMode::default(),
-            // A few ms above a healthy Redis round trip, far below a client's patience.
-            timeout: Duration::from_millis(20),
-            breaker: BreakerConfig::default(),
-        }
-    }
-}
-
 /// One limit: a name, a key, a quota, a cost, an algorithm and a scope.
 ///
 /// Rules are checked when the layer is built
@@ -240,7 +204,7 @@ impl Rule {
     /// [`FailureMode::LocalFallback`]).
     ///
     /// ```
-    /// # use keyed_rate_limit::{Quota, Rule, key::KeyExtractor, backend::failure::FailureMode};
+    /// # use keyed_rate_limit::{Quota, Rule, key::KeyExtractor, failure::FailureMode};
     /// let r = Rule::new("pay", KeyExtractor::global(), Quota::per_second(10)).on_redis_failure(FailureMode::FailClosed);
     /// # let _ = r;
     /// ```
@@ -268,7 +232,7 @@ impl Rule {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// # use keyed_rate_limit::{Quota, Rule, key::KeyExtractor, backend::failure::BreakerConfig};
+    /// # use keyed_rate_limit::{Quota, Rule, key::KeyExtractor, failure::BreakerConfig};
     /// let r = Rule::new("r", KeyExtractor::global(), Quota::per_second(10))
     ///     .circuit_breaker(BreakerConfig::default().failure_threshold(3));
     /// # let _ = r;
@@ -437,4 +401,9 @@ impl fmt::Debug for Rule {
             .field("failure", &self.failure)
             .finish_non_exhaustive()
     }
+}
+
+/// Names are sent in headers: non-empty printable ASCII.
+pub(crate) fn valid_name(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| (0x20..0x7f).contains(&b))
 }

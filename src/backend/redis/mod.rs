@@ -44,7 +44,8 @@ use redis::{ClientTlsConfig, TlsCertificates};
 pub use error::RedisBackendError;
 pub(crate) use script::{LeaseOp, LeaseReply};
 
-use crate::backend::failure::Liveness;
+use crate::error::BuildError;
+use crate::failure::{FailureMode, FailurePolicy, Liveness};
 use crate::key::DEFAULT_MAX_KEY_LEN;
 use crate::{Algorithm, Decision, Key, Quota};
 
@@ -451,7 +452,7 @@ impl RedisBackend {
         let policy = self.read_eviction_policy().await?;
         if evicts(&policy) {
             tracing::warn!(
-                target: "keyed_rate_limit",
+                target: crate::observe::TARGET,
                 maxmemory_policy = %policy,
                 "redis may evict rate-limit keys under memory pressure, resetting their limits; \
                  use maxmemory-policy noeviction"
@@ -494,6 +495,47 @@ impl RedisBackend {
 
 fn evicts(policy: &str) -> bool {
     policy.starts_with("allkeys-") || policy.starts_with("volatile-")
+}
+
+/// What a limit on Redis needs: a name that keeps the hash tag, a timeout
+/// and a breaker that can trip. Also warns, naming the limit, about settings
+/// that let a fleet over-admit: a local fallback with no instance count, and
+/// a Redis that may evict limit state.
+pub(crate) fn validate_global(
+    name: &str,
+    failure: &FailurePolicy,
+    redis: &RedisBackend,
+    instances: Option<u32>,
+) -> Result<(), BuildError> {
+    if keys::validate_name("rule", name).is_err() {
+        return Err(BuildError::InvalidRuleName(name.to_string()));
+    }
+    if failure.timeout.is_zero() {
+        return Err(BuildError::InvalidSetting("redis_timeout must be positive"));
+    }
+    if failure.breaker.threshold() == 0 {
+        return Err(BuildError::InvalidSetting(
+            "failure_threshold must be at least 1",
+        ));
+    }
+    if instances.is_none() && failure.mode == FailureMode::LocalFallback {
+        tracing::warn!(
+            target: "keyed_rate_limit",
+            rule = name,
+            "local_fallback without instances(n): when Redis fails, every gateway admits the whole quota; \
+             set instances to the number of gateways (or instances(1) for one)"
+        );
+    }
+    if let Some(policy) = redis.evicting_policy() {
+        tracing::warn!(
+            target: "keyed_rate_limit",
+            rule = name,
+            maxmemory_policy = policy,
+            "redis may evict this rule's keys under memory pressure, resetting its limits; \
+             use maxmemory-policy noeviction"
+        );
+    }
+    Ok(())
 }
 
 /// `PING`, on every master of a cluster.

@@ -1,4 +1,4 @@
-//! The pinger behind [`Liveness`](crate::backend::failure::Liveness): a
+//! The pinger behind [`Liveness`](crate::failure::Liveness): a
 //! thread with its own runtime and connection, so it hears the server even
 //! when the gateway's runtime is too busy to read its own replies.
 
@@ -6,7 +6,7 @@ use std::thread::Thread;
 use std::time::Duration;
 
 use super::{ConnectionMode, RedisBackendBuilder, ping};
-use crate::backend::failure::Heard;
+use crate::failure::Heard;
 
 /// Between pings while a call waits past its timeout.
 const EVERY: Duration = Duration::from_millis(2);

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 ///
 /// ```
 /// use std::time::Duration;
-/// use keyed_rate_limit::backend::failure::BreakerConfig;
+/// use keyed_rate_limit::failure::BreakerConfig;
 /// let cfg = BreakerConfig::default().failure_threshold(3).open_for(Duration::from_millis(500));
 /// assert_eq!(cfg.threshold(), 3);
 /// ```

@@ -8,14 +8,16 @@ use futures_util::future::BoxFuture;
 use http::StatusCode;
 use http::request::Parts;
 
-use super::{Cost, FailurePolicy, Found, Lookup, OnMissingKey, QuotaSource, Rule, Scope};
 use crate::backend::deny_cache::DenyCache;
-use crate::backend::failure::{Admit, BreakerStatus, Cause, FailureMode, Guard};
 use crate::backend::local::LocalStore;
 use crate::backend::redis::RedisBackend;
+use crate::backend::redis::validate_global;
 use crate::decision::Decisions;
 use crate::error::BuildError;
+use crate::failure::{Admit, BreakerStatus, Cause, FailureMode, Guard};
 use crate::headers::StaticPolicy;
+use crate::observe;
+use crate::rule::{Cost, Found, Lookup, OnMissingKey, QuotaSource, Rule, Scope, valid_name};
 use crate::{Decision, Key, Quota, RuleDecision, Source};
 
 /// Settings the chain shares with every rule.
@@ -45,9 +47,45 @@ struct Global {
     redis: RedisBackend,
     guard: Guard,
     denies: DenyCache,
+    /// What `LocalFallback` counts in: this instance's share of each quota.
+    fallback: LocalStore,
 }
 
 impl Global {
+    /// Decides without Redis, through the guard, which says so loudly.
+    fn fail(&self, key: &Key, quota: Quota, cost: NonZeroU32, cause: Cause) -> (Decision, Source) {
+        let guard = &self.guard;
+        guard.fail_with(key, cause, |mode| {
+            let decision = match mode {
+                FailureMode::FailOpen => {
+                    Decision::allowed(quota.limit(), quota.window(), quota.burst(), Duration::ZERO)
+                }
+                FailureMode::FailClosed => Decision::denied(
+                    quota.limit(),
+                    quota.window(),
+                    guard.closed_retry(),
+                    quota.window(),
+                ),
+                // A cost the share can't hold waits for Redis, not a local bucket.
+                FailureMode::LocalFallback => {
+                    let share = guard.share(quota);
+                    if cost.get() > share.burst() {
+                        Decision::denied(
+                            share.limit(),
+                            share.window(),
+                            guard.closed_retry(),
+                            share.window(),
+                        )
+                    } else {
+                        self.fallback.check(key, share, cost)
+                    }
+                }
+            };
+            let allowed = decision.is_allowed();
+            (decision, allowed)
+        })
+    }
+
     /// One Redis decision under the rule's timeout; failures go to the failure mode.
     async fn ask(
         &self,
@@ -75,7 +113,7 @@ impl Global {
             }
             Err(cause) => {
                 self.denies.forget(key);
-                self.guard.fail(key, quota, cost, cause)
+                self.fail(key, quota, cost, cause)
             }
         }
     }
@@ -148,6 +186,7 @@ impl Chain {
                     redis: redis.clone(),
                     guard: Guard::new(rule.name.clone(), rule.failure, instances),
                     denies: DenyCache::default(),
+                    fallback: LocalStore::new(None),
                 })),
             };
             let policy = rule.static_quota().filter(|_| policies).and_then(|q| {
@@ -216,7 +255,7 @@ impl Chain {
             .iter()
             .map(|r| match &r.backend {
                 Backend::Local(l) => l.len(),
-                Backend::Global(g) => g.guard.fallback_keys() + g.denies.len(),
+                Backend::Global(g) => g.fallback.len() + g.denies.len(),
             })
             .sum()
     }
@@ -226,7 +265,7 @@ impl Chain {
             match &r.backend {
                 Backend::Local(l) => l.cleanup(),
                 Backend::Global(g) => {
-                    g.guard.cleanup();
+                    g.fallback.cleanup();
                     g.denies.cleanup();
                 }
             }
@@ -295,11 +334,6 @@ fn fold(rule: &Rule, decisions: &mut Decisions, outcome: Outcome) -> Option<Verd
     }
 }
 
-/// Names are sent in headers: non-empty printable ASCII.
-pub(crate) fn valid_name(name: &str) -> bool {
-    !name.is_empty() && name.bytes().all(|b| (0x20..0x7f).contains(&b))
-}
-
 fn validate(rule: &Rule, instances: Option<u32>) -> Result<(), BuildError> {
     let name = &rule.name;
     if !valid_name(name) {
@@ -336,47 +370,6 @@ fn validate(rule: &Rule, instances: Option<u32>) -> Result<(), BuildError> {
                 capacity: q.burst(),
             });
         }
-    }
-    Ok(())
-}
-
-/// What a limit on Redis needs: a name that keeps the hash tag, a timeout
-/// and a breaker that can trip. Also warns, naming the limit, about settings
-/// that let a fleet over-admit: a local fallback with no instance count, and
-/// a Redis that may evict limit state.
-pub(crate) fn validate_global(
-    name: &str,
-    failure: &FailurePolicy,
-    redis: &RedisBackend,
-    instances: Option<u32>,
-) -> Result<(), BuildError> {
-    if RedisBackend::validate_rule_name(name).is_err() {
-        return Err(BuildError::InvalidRuleName(name.to_string()));
-    }
-    if failure.timeout.is_zero() {
-        return Err(BuildError::InvalidSetting("redis_timeout must be positive"));
-    }
-    if failure.breaker.threshold() == 0 {
-        return Err(BuildError::InvalidSetting(
-            "failure_threshold must be at least 1",
-        ));
-    }
-    if instances.is_none() && failure.mode == FailureMode::LocalFallback {
-        tracing::warn!(
-            target: "keyed_rate_limit",
-            rule = name,
-            "local_fallback without instances(n): when Redis fails, every gateway admits the whole quota; \
-             set instances to the number of gateways (or instances(1) for one)"
-        );
-    }
-    if let Some(policy) = redis.evicting_policy() {
-        tracing::warn!(
-            target: "keyed_rate_limit",
-            rule = name,
-            maxmemory_policy = policy,
-            "redis may evict this rule's keys under memory pressure, resetting its limits; \
-             use maxmemory-policy noeviction"
-        );
     }
     Ok(())
 }
@@ -464,7 +457,7 @@ impl CompiledRule {
                     return Step::Done(self.outcome(&key, d, Source::Global));
                 }
                 if let Admit::Skip(_) = g.guard.admit() {
-                    let (d, source) = g.guard.fail(&bounded, quota, cost, Cause::CircuitOpen);
+                    let (d, source) = g.fail(&bounded, quota, cost, Cause::CircuitOpen);
                     return Step::Done(self.outcome(&key, d, source));
                 }
                 let (this, g) = (self.clone(), g.clone());
@@ -486,7 +479,7 @@ impl CompiledRule {
     fn outcome(&self, key: &Key, decision: Decision, source: Source) -> Outcome {
         let shadow = self.rule.shadow;
         if !decision.is_allowed() {
-            record_deny(&self.rule.name, key, &decision, shadow);
+            observe::deny(&self.rule.name, key, &decision, shadow);
         }
         Outcome::Decided(RuleDecision {
             rule: self.rule.name.clone(),
@@ -506,19 +499,4 @@ impl Step {
             Step::Pending(f) => f.await,
         }
     }
-}
-
-/// Every deny is logged (with a key fingerprint, never the key) and counted.
-pub(crate) fn record_deny(rule: &Arc<str>, key: &Key, d: &Decision, shadow: bool) {
-    // 0 means waiting would not help.
-    let retry_after_ms = d.retry_after().map_or(0, |w| w.as_millis() as u64);
-    let key = key.fingerprint();
-    if shadow {
-        tracing::info!(target: "keyed_rate_limit", rule = %rule, %key, retry_after_ms, "shadow rule would deny");
-    } else {
-        tracing::info!(target: "keyed_rate_limit", rule = %rule, %key, retry_after_ms, "rate limited");
-    }
-    let outcome = if shadow { "shadow_deny" } else { "deny" };
-    metrics::counter!("rate_limit_decisions_total", "rule" => rule.clone(), "outcome" => outcome)
-        .increment(1);
 }

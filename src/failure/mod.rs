@@ -8,7 +8,6 @@ mod liveness;
 
 use std::fmt;
 use std::future::Future;
-use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,9 +17,7 @@ pub(crate) use breaker::{Admit, CircuitBreaker};
 pub use breaker::{BreakerConfig, BreakerState, BreakerStatus};
 pub(crate) use liveness::{Heard, Liveness};
 
-use crate::backend::local::LocalStore;
-use crate::rule::FailurePolicy;
-use crate::{Decision, Key, Quota, Source};
+use crate::{Key, Quota, Source, observe};
 
 /// What a global rule decides when Redis errors, times out, or its circuit
 /// breaker is open.
@@ -32,7 +29,7 @@ use crate::{Decision, Key, Quota, Source};
 /// | `LocalFallback` (default) | this instance's share: the quota divided by [`RateLimitBuilder::instances`](crate::RateLimitBuilder::instances), on `governor` | most APIs: still limited, a little looser or tighter |
 ///
 /// ```
-/// use keyed_rate_limit::backend::failure::FailureMode;
+/// use keyed_rate_limit::failure::FailureMode;
 /// assert_eq!(FailureMode::default(), FailureMode::LocalFallback);
 /// assert_eq!(FailureMode::FailClosed.as_str(), "fail_closed");
 /// ```
@@ -70,6 +67,38 @@ impl FailureMode {
 impl fmt::Display for FailureMode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// How a global rule survives a failing Redis: the mode, the time one
+/// decision may wait for Redis, and the circuit breaker.
+///
+/// ```
+/// use std::time::Duration;
+/// use keyed_rate_limit::failure::{FailureMode, FailurePolicy};
+///
+/// let p = FailurePolicy::default();
+/// assert_eq!(p.mode, FailureMode::LocalFallback);
+/// assert_eq!(p.timeout, Duration::from_millis(20));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailurePolicy {
+    /// What to decide without Redis.
+    pub mode: FailureMode,
+    /// How long one decision waits for Redis (default 20 ms).
+    pub timeout: Duration,
+    /// When to stop asking Redis, and when to try again.
+    pub breaker: BreakerConfig,
+}
+
+impl Default for FailurePolicy {
+    fn default() -> Self {
+        Self {
+            mode: FailureMode::default(),
+            // A few ms above a healthy Redis round trip, far below a client's patience.
+            timeout: Duration::from_millis(20),
+            breaker: BreakerConfig::default(),
+        }
     }
 }
 
@@ -112,13 +141,14 @@ pub(crate) trait CallError: fmt::Display {
 }
 
 /// A global rule's failure handling: the mode, the per-decision timeout,
-/// the breaker, and the local store the fallback counts in.
+/// the breaker, and the instance count the local fallback divides by. The
+/// fallback's own counters belong to whoever limits: a rate rule keeps a
+/// local store, a concurrency limit its slots.
 pub(crate) struct Guard {
     rule: Arc<str>,
     mode: FailureMode,
     timeout: Duration,
     breaker: CircuitBreaker,
-    fallback: LocalStore,
     instances: u32,
 }
 
@@ -134,15 +164,12 @@ impl Guard {
             mode: policy.mode,
             timeout: policy.timeout,
             breaker: CircuitBreaker::new(policy.breaker, probe_deadline),
-            fallback: LocalStore::new(None),
             instances,
         }
     }
 
     fn breaker_opened_event(&self, cause: &dyn fmt::Display) {
-        tracing::warn!(target: "keyed_rate_limit", rule = %self.rule, detail = %cause, "redis circuit breaker opened");
-        metrics::counter!("rate_limit_breaker_opened_total", "rule" => self.rule.clone())
-            .increment(1);
+        observe::breaker_opened(&self.rule, cause);
     }
 
     pub(crate) fn admit(&self) -> Admit {
@@ -156,14 +183,6 @@ impl Guard {
             state,
             reopens_in,
         }
-    }
-
-    pub(crate) fn fallback_keys(&self) -> usize {
-        self.fallback.len()
-    }
-
-    pub(crate) fn cleanup(&self) {
-        self.fallback.cleanup();
     }
 
     /// One guarded Redis call. The timeout ends waiting only when the server
@@ -224,6 +243,11 @@ impl Guard {
 
     /// The wait a fail-closed refusal asks for: until the breaker probes, or
     /// at least a second.
+    /// This instance's share of `quota`.
+    pub(crate) fn share(&self, quota: Quota) -> Quota {
+        quota.divided_by(self.instances)
+    }
+
     /// This instance's share of a limit of `n`, rounded up.
     pub(crate) fn local_share(&self, n: u32) -> u32 {
         n.div_ceil(self.instances.max(1))
@@ -234,45 +258,6 @@ impl Guard {
             Some(wait) if !wait.is_zero() => wait,
             _ => self.timeout.max(Duration::from_secs(1)),
         }
-    }
-
-    /// Decides a rate rule without Redis, and says so loudly.
-    pub(crate) fn fail(
-        &self,
-        key: &Key,
-        quota: Quota,
-        cost: NonZeroU32,
-        cause: Cause,
-    ) -> (Decision, Source) {
-        self.fail_with(key, cause, |mode| {
-            let decision = match mode {
-                FailureMode::FailOpen => {
-                    Decision::allowed(quota.limit(), quota.window(), quota.burst(), Duration::ZERO)
-                }
-                FailureMode::FailClosed => Decision::denied(
-                    quota.limit(),
-                    quota.window(),
-                    self.closed_retry(),
-                    quota.window(),
-                ),
-                // A cost the share can't hold waits for Redis, not a local bucket.
-                FailureMode::LocalFallback => {
-                    let share = quota.divided_by(self.instances);
-                    if cost.get() > share.burst() {
-                        Decision::denied(
-                            share.limit(),
-                            share.window(),
-                            self.closed_retry(),
-                            share.window(),
-                        )
-                    } else {
-                        self.fallback.check(key, share, cost)
-                    }
-                }
-            };
-            let allowed = decision.is_allowed();
-            (decision, allowed)
-        })
     }
 
     /// What every decision without Redis shares, whatever it limits: the
@@ -289,23 +274,7 @@ impl Guard {
         }
         let (out, allowed) = decide(self.mode);
         let mode = self.mode.as_str();
-        tracing::warn!(
-            target: "keyed_rate_limit",
-            rule = %self.rule,
-            key = %key.fingerprint(),
-            cause = cause.kind(),
-            detail = %cause,
-            mode,
-            allowed,
-            "redis unavailable; rule decided by its failure mode"
-        );
-        metrics::counter!(
-            "rate_limit_decisions_total",
-            "rule" => self.rule.clone(),
-            "outcome" => mode,
-            "cause" => cause.kind(),
-        )
-        .increment(1);
+        observe::failure_mode(&self.rule, key, cause.kind(), &cause, mode, allowed);
         (out, self.mode.source())
     }
 }

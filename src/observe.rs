@@ -1,0 +1,82 @@
+//! What the crate tells operators: every `tracing` event (target
+//! `keyed_rate_limit`) and metric it emits, written once here.
+//!
+//! Metrics go through the [`metrics`] facade when the `metrics` feature is
+//! on (the default); without it only the `tracing` events remain.
+
+use std::sync::Arc;
+
+use crate::{Decision, Key};
+
+/// The `tracing` target of every event.
+pub const TARGET: &str = "keyed_rate_limit";
+
+/// Counter: decisions that denied, or that a failure mode made; labels
+/// `rule`, `outcome` (`deny`, `shadow_deny`, `fail_open`, `fail_closed`,
+/// `local_fallback`) and, for failure modes, `cause` (`timeout`, `error`,
+/// `circuit_open`).
+pub const DECISIONS_TOTAL: &str = "rate_limit_decisions_total";
+
+/// Counter: a rule's Redis circuit breaker opened; label `rule`.
+pub const BREAKER_OPENED_TOTAL: &str = "rate_limit_breaker_opened_total";
+
+/// Every deny is logged (with a key fingerprint, never the key) and counted.
+pub(crate) fn deny(rule: &Arc<str>, key: &Key, d: &Decision, shadow: bool) {
+    // 0 means waiting would not help.
+    let retry_after_ms = d.retry_after().map_or(0, |w| w.as_millis() as u64);
+    let key = key.fingerprint();
+    if shadow {
+        tracing::info!(target: TARGET, rule = %rule, %key, retry_after_ms, "shadow rule would deny");
+    } else {
+        tracing::info!(target: TARGET, rule = %rule, %key, retry_after_ms, "rate limited");
+    }
+    let outcome = if shadow { "shadow_deny" } else { "deny" };
+    count(DECISIONS_TOTAL, rule, &[("outcome", outcome)]);
+}
+
+/// A decision made without Redis: `mode` decided it, because of `cause`.
+pub(crate) fn failure_mode(
+    rule: &Arc<str>,
+    key: &Key,
+    cause: &'static str,
+    detail: &dyn std::fmt::Display,
+    mode: &'static str,
+    allowed: bool,
+) {
+    tracing::warn!(
+        target: TARGET,
+        rule = %rule,
+        key = %key.fingerprint(),
+        cause,
+        detail = %detail,
+        mode,
+        allowed,
+        "redis unavailable; rule decided by its failure mode"
+    );
+    count(
+        DECISIONS_TOTAL,
+        rule,
+        &[("outcome", mode), ("cause", cause)],
+    );
+}
+
+/// A rule's circuit breaker opened after `detail`.
+pub(crate) fn breaker_opened(rule: &Arc<str>, detail: &dyn std::fmt::Display) {
+    tracing::warn!(target: TARGET, rule = %rule, detail = %detail, "redis circuit breaker opened");
+    count(BREAKER_OPENED_TOTAL, rule, &[]);
+}
+
+#[cfg(feature = "metrics")]
+fn count(name: &'static str, rule: &Arc<str>, labels: &[(&'static str, &'static str)]) {
+    let mut all = Vec::with_capacity(labels.len() + 1);
+    all.push(metrics::Label::new("rule", rule.to_string()));
+    all.extend(
+        labels
+            .iter()
+            .map(|&(k, v)| metrics::Label::from_static_parts(k, v)),
+    );
+    metrics::counter!(name, all).increment(1);
+}
+
+#[cfg(not(feature = "metrics"))]
+fn count(_: &'static str, _: &Arc<str>, _: &[(&'static str, &'static str)]) {}
