@@ -12,14 +12,16 @@
 //! - `Multiplexed` against `Pool { max_size: 64 }` at concurrency 64;
 //! - one key sent 100× its quota through the layer: `cmdstat_evalsha` calls
 //!   per request;
-//! - admitted / quota under a burst with the shipped defaults: four layers
-//!   (four backends, 20 ms timeout, breaker, `LocalFallback`, `instances(4)`)
-//!   on one busy 2-worker runtime, 400 concurrent requests for one key, quota
-//!   50 per 60 s, `BURSTS` bursts per algorithm (fresh key each).
+//! - admitted / quota under a burst with the shipped defaults: four axum
+//!   servers (four backends, 20 ms timeout, breaker, `LocalFallback`,
+//!   `instances(4)`) on one busy 2-worker runtime, 400 concurrent HTTP
+//!   requests for one key, quota 50 per 60 s, `BURSTS` bursts per algorithm
+//!   (fresh key each), while `BUSY_TASKS` (default 4) other tasks keep that
+//!   runtime busy, each running 2 ms of CPU between yields.
 //!
 //! Environment: `REDIS_BENCH_SECS` (default 2) per run, `REDIS_BENCH_ROUNDS`
 //! (default 2, alternating order, medians reported), `DENY_SECS` (default 3),
-//! `BURSTS` (default 5; `BURST_ONLY=1` runs only that section).
+//! `BURSTS` (default 5; `BURST_ONLY=1` runs only that section), `BUSY_TASKS` (default 4).
 //! Machines are shared and noisy: read the ratios, not the absolute numbers.
 
 #[path = "../tests/support/redis_server.rs"]
@@ -230,14 +232,15 @@ async fn deny_run(server: &RedisServer, senders: u64, dur: Duration, key: &'stat
 const BURST: usize = 400;
 const BURST_QUOTA: u32 = 50;
 
-/// Admitted of `BURST` concurrent requests for `key`, spread over four layers
-/// built with the defaults on `rt`, the runtime that also reads their Redis
-/// replies (each backend connects from it).
+/// Admitted of `BURST` concurrent requests for one key per burst, over HTTP,
+/// spread over four axum servers whose layers use the defaults. The servers
+/// run on `rt`, which also reads their Redis replies (each backend connects
+/// from it); the client runs on the caller's runtime.
 fn burst_run(rt: &tokio::runtime::Runtime, url: &str, algo: Algorithm, bursts: usize) -> Vec<u32> {
-    let url = url.to_owned();
-    rt.block_on(async move {
-        let mut svcs = Vec::new();
-        for _ in 0..4 {
+    let mut gateways = Vec::new();
+    for _ in 0..4 {
+        let url = url.to_owned();
+        gateways.push(rt.block_on(async move {
             let redis = RedisBackend::builder(&url)
                 .prefix(format!("burst-{algo}"))
                 .build()
@@ -256,21 +259,53 @@ fn burst_run(rt: &tokio::runtime::Runtime, url: &str, algo: Algorithm, bursts: u
                 .instances(4)
                 .build()
                 .unwrap();
-            svcs.push(layer.layer(service_fn(|_req: Request<Full<Bytes>>| async {
-                Ok::<_, Infallible>(Response::new(Full::<Bytes>::default()))
-            })));
-        }
+            let app = axum::Router::new()
+                .route("/", axum::routing::get(|| async { "ok" }))
+                .layer(layer);
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+            format!("http://{addr}/")
+        }));
+    }
+    // Other work of a busy process on the same runtime: tasks that each run
+    // `BUSY_SLICE` of CPU between yields, while the bursts last.
+    let busy = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    for _ in 0..busy_tasks() {
+        let busy = busy.clone();
+        rt.spawn(async move {
+            while busy.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                while t.elapsed() < BUSY_SLICE {
+                    std::hint::spin_loop();
+                }
+                tokio::task::yield_now().await;
+            }
+        });
+    }
+    let client_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    client_rt.block_on(async move {
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .pool_max_idle_per_host(BURST)
+            .build()
+            .unwrap();
         let mut admitted = Vec::new();
         for b in 0..bursts {
-            let key = HeaderValue::try_from(format!("burst-key-{b}")).unwrap();
+            let key = format!("burst-key-{b}");
             let calls: Vec<_> = (0..BURST)
                 .map(|i| {
-                    let svc = svcs[i % svcs.len()].clone();
-                    let mut req = Request::new(Full::<Bytes>::default());
-                    req.headers_mut().insert("x-api-key", key.clone());
-                    tokio::spawn(async move {
-                        svc.oneshot(req).await.unwrap().status() == StatusCode::OK
-                    })
+                    let req = client
+                        .get(&gateways[i % gateways.len()])
+                        .header("x-api-key", &key)
+                        .send();
+                    tokio::spawn(
+                        async move { req.await.unwrap().status() == reqwest::StatusCode::OK },
+                    )
                 })
                 .collect();
             let mut n = 0;
@@ -279,8 +314,18 @@ fn burst_run(rt: &tokio::runtime::Runtime, url: &str, algo: Algorithm, bursts: u
             }
             admitted.push(n);
         }
+        busy.store(false, Ordering::Relaxed);
         admitted
     })
+}
+
+const BUSY_SLICE: Duration = Duration::from_millis(2);
+
+fn busy_tasks() -> usize {
+    std::env::var("BUSY_TASKS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4)
 }
 
 fn burst_section(url: &str) {
@@ -294,8 +339,9 @@ fn burst_section(url: &str) {
         .build()
         .unwrap();
     println!(
-        "\nburst with the defaults: 4 layers on one 2-worker runtime, {BURST} concurrent requests, \
-         quota {BURST_QUOTA}/60 s, {bursts} bursts each (admitted / quota)"
+        "\nburst with the defaults: 4 axum servers on one 2-worker runtime kept busy by {} tasks, \
+         {BURST} concurrent requests, quota {BURST_QUOTA}/60 s, {bursts} bursts each (admitted / quota)",
+        busy_tasks()
     );
     for algo in [
         Algorithm::Gcra,
