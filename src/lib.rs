@@ -18,12 +18,15 @@ pub mod quota;
 pub mod rate_limit;
 pub mod response;
 pub mod rule;
+mod settings;
 
 pub use algorithm::Algorithm;
-pub use concurrency::{ConcurrencyLimitLayer, ConcurrencyLimitService};
+pub use concurrency::{ConcurrencyLimitBuilder, ConcurrencyLimitLayer, ConcurrencyLimitService};
 pub use decision::{Decision, RateLimitDecision, RuleDecision, Source};
+pub use error::BuildError;
+pub use failure::{BreakerConfig, FailureMode};
 pub use headers::HeaderStyle;
-pub use key::Key;
+pub use key::{Key, KeyExtractor, TrustedProxies};
 pub use quota::Quota;
 pub use rate_limit::{RateLimitBuilder, RateLimitLayer, RateLimitService};
-pub use rule::Rule;
+pub use rule::{OnMissingKey, Rule};

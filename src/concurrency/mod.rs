@@ -33,10 +33,9 @@ mod service;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use futures_util::future::BoxFuture;
+use http::StatusCode;
 use http::request::Parts;
-use http::{Response, StatusCode};
 use tower::Layer;
 
 pub use body::ResponseBody;
@@ -47,13 +46,14 @@ use crate::backend::redis::RedisBackend;
 use crate::backend::redis::validate_global;
 use crate::error::BuildError;
 use crate::failure::FailurePolicy;
-use crate::failure::{BreakerConfig, FailureMode, Guard};
+use crate::failure::Guard;
 use crate::headers::{HeaderStyle, StaticPolicy};
 use crate::key::KeyExtractor;
 use crate::observe;
-use crate::response::{Denied, DenyFn, problem_json, refusal};
+use crate::response::{Denied, DenyFn, refusal};
 use crate::rule::valid_name;
 use crate::rule::{Found, Lookup, OnMissingKey};
+use crate::settings::{self, Settings};
 use crate::{Decision, Key, RateLimitDecision, RuleDecision, Source};
 use backend::{Acquire, Backend, Outcome, Permit};
 
@@ -270,13 +270,10 @@ impl ConcurrencyLimitLayer {
             limit: max_in_flight,
             on_missing: OnMissingKey::default(),
             retry_after: Duration::from_secs(1),
-            max_key_len: crate::key::DEFAULT_MAX_KEY_LEN,
-            headers: HeaderStyle::default(),
-            deny: Arc::new(problem_json),
+            settings: Settings::default(),
             redis: None,
             lease_ttl: Duration::from_secs(30),
             failure: FailurePolicy::default(),
-            instances: None,
         }
     }
 
@@ -364,22 +361,28 @@ impl std::fmt::Debug for ConcurrencyLimitLayer {
 ///     .build()?;
 /// # Ok::<(), keyed_rate_limit::error::BuildError>(())
 /// ```
+#[must_use]
 pub struct ConcurrencyLimitBuilder {
     name: Arc<str>,
     key: KeyExtractor,
     limit: u32,
     on_missing: OnMissingKey,
     retry_after: Duration,
-    max_key_len: usize,
-    headers: HeaderStyle,
-    deny: Arc<DenyFn>,
+    settings: Settings,
     redis: Option<RedisBackend>,
     lease_ttl: Duration,
     failure: FailurePolicy,
-    instances: Option<u32>,
 }
 
 impl ConcurrencyLimitBuilder {
+    settings::settings_setters!(
+        "ConcurrencyLimitLayer::builder(\"exports\", KeyExtractor::global(), 2)"
+    );
+
+    settings::failure_setters!(
+        "ConcurrencyLimitLayer::builder(\"exports\", KeyExtractor::global(), 2)"
+    );
+
     /// Counts in-flight requests in a shared Redis, so all gateway
     /// instances together admit at most `max_in_flight` per key.
     ///
@@ -413,20 +416,6 @@ impl ConcurrencyLimitBuilder {
         self
     }
 
-    /// How many gateway instances share a global limit (default 1): when
-    /// Redis fails, the local fallback admits `max_in_flight / instances`
-    /// (rounded up) per key here, so together they stay near the limit.
-    ///
-    /// ```
-    /// # use keyed_rate_limit::{concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
-    /// let b = ConcurrencyLimitLayer::builder("exports", KeyExtractor::global(), 8).instances(4);
-    /// # let _ = b;
-    /// ```
-    pub fn instances(mut self, n: u32) -> Self {
-        self.instances = Some(n);
-        self
-    }
-
     /// How long a lease in Redis lasts without renewal (default 30 s, at
     /// least 10 ms): the longest a crashed gateway's requests keep their
     /// slots. Used by [`global`](Self::global) limits only.
@@ -443,50 +432,6 @@ impl ConcurrencyLimitBuilder {
         self
     }
 
-    /// What a [`global`](Self::global) limit decides when Redis fails
-    /// (default [`FailureMode::LocalFallback`]: at most `max_in_flight`
-    /// divided by [`instances`](Self::instances) per key on this instance).
-    ///
-    /// ```
-    /// # use keyed_rate_limit::{failure::FailureMode, concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
-    /// let b = ConcurrencyLimitLayer::builder("exports", KeyExtractor::global(), 2)
-    ///     .on_redis_failure(FailureMode::FailClosed);
-    /// # let _ = b;
-    /// ```
-    pub fn on_redis_failure(mut self, mode: FailureMode) -> Self {
-        self.failure.mode = mode;
-        self
-    }
-
-    /// How long acquiring, renewing or releasing a lease waits for Redis
-    /// (default 20 ms); an acquire that times out takes the failure mode.
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// # use keyed_rate_limit::{concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
-    /// let b = ConcurrencyLimitLayer::builder("exports", KeyExtractor::global(), 2)
-    ///     .redis_timeout(Duration::from_millis(50));
-    /// # let _ = b;
-    /// ```
-    pub fn redis_timeout(mut self, timeout: Duration) -> Self {
-        self.failure.timeout = timeout;
-        self
-    }
-
-    /// The circuit breaker in front of Redis (default: open after 5
-    /// consecutive failures, probe after 1 s).
-    ///
-    /// ```
-    /// # use keyed_rate_limit::{failure::BreakerConfig, concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
-    /// let b = ConcurrencyLimitLayer::builder("exports", KeyExtractor::global(), 2)
-    ///     .circuit_breaker(BreakerConfig::default().failure_threshold(3));
-    /// # let _ = b;
-    /// ```
-    pub fn circuit_breaker(mut self, breaker: BreakerConfig) -> Self {
-        self.failure.breaker = breaker;
-        self
-    }
-
     /// What to do when the key extractor finds no key (default: the limit
     /// does not apply).
     pub fn on_missing_key(mut self, policy: OnMissingKey) -> Self {
@@ -499,41 +444,6 @@ impl ConcurrencyLimitBuilder {
     /// this is a hint, sent as `Retry-After` and `grpc-retry-pushback-ms`.
     pub fn retry_after(mut self, wait: Duration) -> Self {
         self.retry_after = wait;
-        self
-    }
-
-    /// Longest key kept as is (default 256 bytes); longer keys are replaced
-    /// by their SHA-256.
-    pub fn max_key_len(mut self, bytes: usize) -> Self {
-        self.max_key_len = bytes;
-        self
-    }
-
-    /// Which rate-limit headers to send (default [`HeaderStyle::Draft`]).
-    pub fn headers(mut self, style: HeaderStyle) -> Self {
-        self.headers = style;
-        self
-    }
-
-    /// Builds the body of HTTP refusals (default:
-    /// [`problem_json`]); see
-    /// [`RateLimitBuilder::deny_response`](crate::RateLimitBuilder::deny_response).
-    ///
-    /// ```
-    /// use bytes::Bytes;
-    /// use keyed_rate_limit::{concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
-    ///
-    /// let layer = ConcurrencyLimitLayer::builder("exports", KeyExtractor::global(), 1)
-    ///     .deny_response(|d| http::Response::new(Bytes::from(format!("busy: {}", d.rule()))))
-    ///     .build()
-    ///     .unwrap();
-    /// # let _ = layer;
-    /// ```
-    pub fn deny_response<F>(mut self, f: F) -> Self
-    where
-        F: Fn(&Denied) -> Response<Bytes> + Send + Sync + 'static,
-    {
-        self.deny = Arc::new(f);
         self
     }
 
@@ -557,25 +467,22 @@ impl ConcurrencyLimitBuilder {
         if self.retry_after.is_zero() {
             return Err(BuildError::InvalidSetting("retry_after must be positive"));
         }
-        crate::key::validate_max_key_len(self.max_key_len)?;
+        self.settings.validate()?;
         self.on_missing.check_keys(&self.key, &self.name)?;
         let backend = match self.redis {
             None => Backend::local(),
             Some(redis) => {
-                validate_global(&self.name, &self.failure, &redis, self.instances)?;
+                validate_global(&self.name, &self.failure, &redis, self.settings.instances)?;
                 if self.lease_ttl < Duration::from_millis(10) {
                     return Err(BuildError::InvalidSetting(
                         "lease_ttl must be at least 10 ms",
                     ));
                 }
-                if self.instances == Some(0) {
-                    return Err(BuildError::InvalidSetting("instances must be at least 1"));
-                }
                 // The fallback is the local backend's own count, not the
                 // guard's rate store.
                 Backend::redis(
                     redis,
-                    Guard::new(self.name.clone(), self.failure, self.instances.unwrap_or(1)),
+                    Guard::new(self.name.clone(), self.failure, self.settings.instances()),
                     self.lease_ttl,
                 )
             }
@@ -584,6 +491,7 @@ impl ConcurrencyLimitBuilder {
             shared: Arc::new(Shared {
                 // Rendered once, and only when `RateLimit-Policy` is sent.
                 policy: self
+                    .settings
                     .headers
                     .draft()
                     .then(|| StaticPolicy::new(&self.name, self.limit, self.retry_after, true))
@@ -593,9 +501,9 @@ impl ConcurrencyLimitBuilder {
                 limit: self.limit,
                 on_missing: self.on_missing,
                 retry_after: self.retry_after,
-                max_key_len: self.max_key_len,
-                headers: self.headers,
-                deny: self.deny,
+                max_key_len: self.settings.max_key_len,
+                headers: self.settings.headers,
+                deny: self.settings.deny,
                 backend,
             }),
         })
@@ -605,6 +513,8 @@ impl ConcurrencyLimitBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
+    use http::Response;
     use http_body_util::Full;
     use tower::{Service, ServiceExt};
 

@@ -18,16 +18,6 @@ pub const DEFAULT_MAX_KEY_LEN: usize = 256;
 /// fit whole, so distinct long keys stay distinct.
 pub const MIN_MAX_KEY_LEN: usize = 64;
 
-/// Checks a builder's `max_key_len`.
-pub(crate) fn validate_max_key_len(bytes: usize) -> Result<(), crate::error::BuildError> {
-    if bytes < MIN_MAX_KEY_LEN {
-        return Err(crate::error::BuildError::InvalidSetting(
-            "max_key_len must be at least 64 bytes (a hex SHA-256)",
-        ));
-    }
-    Ok(())
-}
-
 /// The identity a request counts against: opaque bytes, binary-safe, cheap to clone.
 ///
 /// Keys of up to 38 bytes (API keys, IP addresses, ids) live inline, so

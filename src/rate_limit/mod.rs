@@ -8,9 +8,8 @@ mod service;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
+use http::StatusCode;
 use http::request::Parts;
-use http::{Response, StatusCode};
 use tower::Layer;
 
 pub use future::ResponseFuture;
@@ -19,7 +18,8 @@ pub use service::RateLimitService;
 use crate::error::BuildError;
 use crate::gate::Admission;
 use crate::headers::HeaderStyle;
-use crate::response::{Denied, DenyFn, problem_json, refusal};
+use crate::response::{Denied, DenyFn, refusal};
+use crate::settings::{self, Settings};
 use crate::{RateLimitDecision, Rule};
 use chain::{Chain, ChainConfig, Verdict};
 
@@ -195,31 +195,30 @@ impl std::fmt::Debug for RateLimitLayer {
 ///     .build()?;
 /// # Ok::<(), keyed_rate_limit::error::BuildError>(())
 /// ```
+#[must_use]
 pub struct RateLimitBuilder {
     rules: Vec<Rule>,
-    headers: HeaderStyle,
-    deny: Arc<DenyFn>,
+    settings: Settings,
     extension: bool,
-    config: ChainConfig,
+    cleanup_every: Duration,
 }
 
 impl Default for RateLimitBuilder {
     fn default() -> Self {
         Self {
             rules: Vec::new(),
-            headers: HeaderStyle::default(),
-            deny: Arc::new(problem_json),
+            settings: Settings::default(),
             extension: true,
-            config: ChainConfig {
-                instances: None,
-                max_key_len: crate::key::DEFAULT_MAX_KEY_LEN,
-                cleanup_every: Duration::from_secs(60),
-            },
+            cleanup_every: Duration::from_secs(60),
         }
     }
 }
 
 impl RateLimitBuilder {
+    settings::settings_setters!(
+        "RateLimitLayer::builder().rule(Rule::new(\"r\", KeyExtractor::global(), Quota::per_second(1)))"
+    );
+
     /// Adds a rule after the ones already added.
     pub fn rule(mut self, rule: Rule) -> Self {
         self.rules.push(rule);
@@ -229,37 +228,6 @@ impl RateLimitBuilder {
     /// Adds several rules, in order.
     pub fn rules(mut self, rules: impl IntoIterator<Item = Rule>) -> Self {
         self.rules.extend(rules);
-        self
-    }
-
-    /// Which rate-limit headers to send (default [`HeaderStyle::Draft`]).
-    pub fn headers(mut self, style: HeaderStyle) -> Self {
-        self.headers = style;
-        self
-    }
-
-    /// Builds the body of HTTP refusals (default: [`problem_json`]). The
-    /// layer then sets the status, `Retry-After` and the rate-limit headers;
-    /// gRPC requests always get the gRPC-shaped answer.
-    ///
-    /// ```
-    /// use bytes::Bytes;
-    /// use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
-    ///
-    /// let layer = RateLimitLayer::builder()
-    ///     .rule(Rule::new("api", KeyExtractor::global(), Quota::per_second(5)))
-    ///     .deny_response(|denied| {
-    ///         http::Response::new(Bytes::from(format!("slow down: {}", denied.rule())))
-    ///     })
-    ///     .build()
-    ///     .unwrap();
-    /// # let _ = layer;
-    /// ```
-    pub fn deny_response<F>(mut self, f: F) -> Self
-    where
-        F: Fn(&Denied) -> Response<Bytes> + Send + Sync + 'static,
-    {
-        self.deny = Arc::new(f);
         self
     }
 
@@ -283,30 +251,11 @@ impl RateLimitBuilder {
         self
     }
 
-    /// How many gateway instances share the traffic (default 1). Rules with
-    /// [`Rule::split_across_instances`] enforce `quota / instances` locally,
-    /// and so does a global rule's [`FailureMode::LocalFallback`](crate::failure::FailureMode::LocalFallback)
-    /// while Redis is down. A global rule with that fallback logs a warning at
-    /// build time when this was never set: every gateway would fall back to
-    /// the whole quota.
-    pub fn instances(mut self, n: u32) -> Self {
-        self.config.instances = Some(n);
-        self
-    }
-
-    /// Longest key kept as is (default [`DEFAULT_MAX_KEY_LEN`](crate::key::DEFAULT_MAX_KEY_LEN),
-    /// 256 bytes; at least 64); longer keys are replaced by their SHA-256,
-    /// locally and in Redis, so a client can't grow memory with huge keys.
-    pub fn max_key_len(mut self, bytes: usize) -> Self {
-        self.config.max_key_len = bytes;
-        self
-    }
-
     /// How often the background task forgets keys whose buckets are full
     /// again (default 60 s). The task starts with the first request on a
     /// Tokio runtime and ends when the layer is dropped.
     pub fn cleanup_interval(mut self, every: Duration) -> Self {
-        self.config.cleanup_every = every;
+        self.cleanup_every = every;
         self
     }
 
@@ -318,11 +267,8 @@ impl RateLimitBuilder {
     /// nothing, a fixed cost above the burst, an algorithm the scope cannot
     /// run, or an out-of-range setting; see [`BuildError`].
     pub fn build(self) -> Result<RateLimitLayer, BuildError> {
-        if self.config.instances == Some(0) {
-            return Err(BuildError::InvalidSetting("instances must be at least 1"));
-        }
-        crate::key::validate_max_key_len(self.config.max_key_len)?;
-        if self.config.cleanup_every.is_zero() {
+        self.settings.validate()?;
+        if self.cleanup_every.is_zero() {
             return Err(BuildError::InvalidSetting(
                 "cleanup_interval must be positive",
             ));
@@ -331,11 +277,15 @@ impl RateLimitBuilder {
             shared: Arc::new(Shared {
                 chain: Arc::new(Chain::compile(
                     self.rules,
-                    self.config,
-                    self.headers.draft(),
+                    ChainConfig {
+                        instances: self.settings.instances,
+                        max_key_len: self.settings.max_key_len,
+                        cleanup_every: self.cleanup_every,
+                    },
+                    self.settings.headers.draft(),
                 )?),
-                headers: self.headers,
-                deny: self.deny,
+                headers: self.settings.headers,
+                deny: self.settings.deny,
                 extension: self.extension,
             }),
         })

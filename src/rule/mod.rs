@@ -5,7 +5,6 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
 use http::StatusCode;
 use http::request::Parts;
@@ -15,7 +14,7 @@ use crate::Key;
 use crate::Quota;
 use crate::backend::redis::RedisBackend;
 use crate::error::BuildError;
-use crate::failure::{BreakerConfig, FailureMode, FailurePolicy};
+use crate::failure::FailurePolicy;
 use crate::key::{Extracted, KeyExtractor};
 use futures_util::future::BoxFuture;
 
@@ -167,6 +166,10 @@ pub struct Rule {
 }
 
 impl Rule {
+    crate::settings::failure_setters!(
+        "Rule::new(\"r\", KeyExtractor::global(), Quota::per_second(10))"
+    );
+
     /// A local GCRA rule with a cost of one per request.
     pub fn new(name: impl Into<Arc<str>>, key: KeyExtractor, quota: Quota) -> Self {
         Self {
@@ -197,48 +200,6 @@ impl Rule {
     /// ```
     pub fn global(mut self, redis: RedisBackend) -> Self {
         self.scope = Scope::Global(redis);
-        self
-    }
-
-    /// What a global rule decides when Redis fails (default
-    /// [`FailureMode::LocalFallback`]).
-    ///
-    /// ```
-    /// # use keyed_rate_limit::{Quota, Rule, key::KeyExtractor, failure::FailureMode};
-    /// let r = Rule::new("pay", KeyExtractor::global(), Quota::per_second(10)).on_redis_failure(FailureMode::FailClosed);
-    /// # let _ = r;
-    /// ```
-    pub fn on_redis_failure(mut self, mode: FailureMode) -> Self {
-        self.failure.mode = mode;
-        self
-    }
-
-    /// How long one decision waits for Redis before the failure mode
-    /// decides (default 20 ms).
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// # use keyed_rate_limit::{Quota, Rule, key::KeyExtractor};
-    /// let r = Rule::new("r", KeyExtractor::global(), Quota::per_second(10)).redis_timeout(Duration::from_millis(5));
-    /// # let _ = r;
-    /// ```
-    pub fn redis_timeout(mut self, timeout: Duration) -> Self {
-        self.failure.timeout = timeout;
-        self
-    }
-
-    /// The circuit breaker in front of Redis (default: open after 5
-    /// consecutive failures, probe after 1 s).
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// # use keyed_rate_limit::{Quota, Rule, key::KeyExtractor, failure::BreakerConfig};
-    /// let r = Rule::new("r", KeyExtractor::global(), Quota::per_second(10))
-    ///     .circuit_breaker(BreakerConfig::default().failure_threshold(3));
-    /// # let _ = r;
-    /// ```
-    pub fn circuit_breaker(mut self, breaker: BreakerConfig) -> Self {
-        self.failure.breaker = breaker;
         self
     }
 

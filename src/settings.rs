@@ -1,0 +1,179 @@
+//! The settings the rate-limit and concurrency builders share: each one's
+//! default, check and setter documentation is written once, here.
+
+use std::sync::Arc;
+
+use crate::HeaderStyle;
+use crate::error::BuildError;
+use crate::response::{DenyFn, problem_json};
+
+/// What both builders configure.
+#[derive(Clone)]
+pub(crate) struct Settings {
+    pub(crate) max_key_len: usize,
+    /// `None` until `instances(n)`: one instance, and a build-time warning
+    /// for local fallbacks that would each admit the whole quota.
+    pub(crate) instances: Option<u32>,
+    pub(crate) headers: HeaderStyle,
+    pub(crate) deny: Arc<DenyFn>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            max_key_len: crate::key::DEFAULT_MAX_KEY_LEN,
+            instances: None,
+            headers: HeaderStyle::default(),
+            deny: Arc::new(problem_json),
+        }
+    }
+}
+
+impl Settings {
+    pub(crate) fn validate(&self) -> Result<(), BuildError> {
+        if self.max_key_len < crate::key::MIN_MAX_KEY_LEN {
+            return Err(BuildError::InvalidSetting(
+                "max_key_len must be at least 64 bytes (a hex SHA-256)",
+            ));
+        }
+        if self.instances == Some(0) {
+            return Err(BuildError::InvalidSetting("instances must be at least 1"));
+        }
+        Ok(())
+    }
+
+    /// The instance count to divide by.
+    pub(crate) fn instances(&self) -> u32 {
+        self.instances.unwrap_or(1)
+    }
+}
+
+/// The shared setters, on a builder with a `settings: Settings` field.
+/// `$builder` is an expression that makes one, for the doc examples.
+macro_rules! settings_setters {
+    ($builder:literal) => {
+        /// How many gateway instances share the traffic (default 1). What is
+        /// divided across instances is divided by this: rate rules with
+        /// [`Rule::split_across_instances`](crate::Rule::split_across_instances),
+        /// and the local fallback a global limit takes while Redis is down
+        /// ([`FailureMode::LocalFallback`](crate::FailureMode::LocalFallback)).
+        /// A global limit with that fallback logs a warning at build time
+        /// when this was never set: every gateway would fall back to the
+        /// whole quota. 0 is a build error.
+        ///
+        /// ```
+        /// # use keyed_rate_limit::{ConcurrencyLimitLayer, KeyExtractor, Quota, RateLimitLayer, Rule};
+        #[doc = concat!("let b = ", $builder, ".instances(4);")]
+        /// # let _ = b;
+        /// ```
+        pub fn instances(mut self, n: u32) -> Self {
+            self.settings.instances = Some(n);
+            self
+        }
+
+        /// Longest key kept as is (default
+        /// [`DEFAULT_MAX_KEY_LEN`](crate::key::DEFAULT_MAX_KEY_LEN), 256 bytes;
+        /// at least [`MIN_MAX_KEY_LEN`](crate::key::MIN_MAX_KEY_LEN), 64).
+        /// Longer keys are replaced by their SHA-256, locally and in Redis
+        /// alike, so a client can't grow memory with huge keys.
+        ///
+        /// ```
+        /// # use keyed_rate_limit::{ConcurrencyLimitLayer, KeyExtractor, Quota, RateLimitLayer, Rule};
+        #[doc = concat!("assert!(", $builder, ".max_key_len(128).build().is_ok());")]
+        #[doc = concat!("assert!(", $builder, ".max_key_len(16).build().is_err());")]
+        /// ```
+        pub fn max_key_len(mut self, bytes: usize) -> Self {
+            self.settings.max_key_len = bytes;
+            self
+        }
+
+        /// Which rate-limit headers to send (default [`HeaderStyle::Draft`](crate::HeaderStyle::Draft)).
+        ///
+        /// ```
+        /// # use keyed_rate_limit::{ConcurrencyLimitLayer, HeaderStyle, KeyExtractor, Quota, RateLimitLayer, Rule};
+        #[doc = concat!("let b = ", $builder, ".headers(HeaderStyle::Legacy);")]
+        /// # let _ = b;
+        /// ```
+        pub fn headers(mut self, style: crate::HeaderStyle) -> Self {
+            self.settings.headers = style;
+            self
+        }
+
+        /// Builds the body of HTTP refusals (default:
+        /// [`problem_json`](crate::response::problem_json)). The layer then
+        /// sets the status, `Retry-After` and the rate-limit headers; gRPC
+        /// requests always get the gRPC-shaped answer.
+        ///
+        /// ```
+        /// # use keyed_rate_limit::{ConcurrencyLimitLayer, KeyExtractor, Quota, RateLimitLayer, Rule};
+        /// use bytes::Bytes;
+        #[doc = concat!("let layer = ", $builder)]
+        ///     .deny_response(|denied| http::Response::new(Bytes::from(format!("slow down: {}", denied.rule()))))
+        ///     .build()
+        ///     .unwrap();
+        /// # let _ = layer;
+        /// ```
+        pub fn deny_response<F>(mut self, f: F) -> Self
+        where
+            F: Fn(&crate::response::Denied) -> http::Response<bytes::Bytes> + Send + Sync + 'static,
+        {
+            self.settings.deny = std::sync::Arc::new(f);
+            self
+        }
+    };
+}
+
+/// The Redis failure setters, on a type with a `failure: FailurePolicy`
+/// field. `$value` makes one, for the doc examples.
+macro_rules! failure_setters {
+    ($value:literal) => {
+        /// What a global limit decides when Redis fails (default
+        /// [`FailureMode::LocalFallback`](crate::FailureMode::LocalFallback):
+        /// this instance's share, divided by `instances`); see
+        /// [`failure`](crate::failure).
+        ///
+        /// ```
+        /// # use keyed_rate_limit::{ConcurrencyLimitLayer, FailureMode, KeyExtractor, Quota, Rule};
+        #[doc = concat!("let b = ", $value, ".on_redis_failure(FailureMode::FailClosed);")]
+        /// # let _ = b;
+        /// ```
+        pub fn on_redis_failure(mut self, mode: crate::FailureMode) -> Self {
+            self.failure.mode = mode;
+            self
+        }
+
+        /// How long a call to Redis may hear nothing before it fails and the
+        /// failure mode decides (default 20 ms, must be positive). A call
+        /// whose reply is late while the server keeps answering others (a
+        /// busy gateway) keeps waiting, up to 50 timeouts; see
+        /// [`failure`](crate::failure).
+        ///
+        /// ```
+        /// # use std::time::Duration;
+        /// # use keyed_rate_limit::{ConcurrencyLimitLayer, KeyExtractor, Quota, Rule};
+        #[doc = concat!("let b = ", $value, ".redis_timeout(Duration::from_millis(50));")]
+        /// # let _ = b;
+        /// ```
+        pub fn redis_timeout(mut self, timeout: std::time::Duration) -> Self {
+            self.failure.timeout = timeout;
+            self
+        }
+
+        /// The circuit breaker in front of Redis (default: open after 5
+        /// consecutive failures, probe after 1 s; a lost connection opens it
+        /// at once).
+        ///
+        /// ```
+        /// # use keyed_rate_limit::{ConcurrencyLimitLayer, KeyExtractor, Quota, Rule};
+        /// use keyed_rate_limit::failure::BreakerConfig;
+        #[doc = concat!("let b = ", $value, ".circuit_breaker(BreakerConfig::default().failure_threshold(3));")]
+        /// # let _ = b;
+        /// ```
+        pub fn circuit_breaker(mut self, breaker: crate::failure::BreakerConfig) -> Self {
+            self.failure.breaker = breaker;
+            self
+        }
+    };
+}
+
+pub(crate) use {failure_setters, settings_setters};
