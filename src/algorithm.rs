@@ -23,6 +23,11 @@ use std::fmt;
 /// assert!(!Algorithm::FixedWindow.runs_locally());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(
+    feature = "config",
+    derive(serde::Deserialize),
+    serde(rename_all = "snake_case")
+)]
 #[non_exhaustive]
 pub enum Algorithm {
     /// Generic cell rate algorithm: a smooth rate with a burst.

@@ -5,7 +5,7 @@ use std::fmt::Write;
 use std::time::Duration;
 
 use crate::Rule;
-use crate::rule::{Cost, OnMissingKey, QuotaSource, Scope};
+use crate::rule::{Cost, OnMissingKey, QuotaSource};
 
 /// What a [`RateLimitLayer`](crate::RateLimitLayer) enforces, rule by rule
 /// in evaluation order; from [`RateLimitLayer::describe`](crate::RateLimitLayer::describe).
@@ -85,14 +85,13 @@ impl DescribedRule {
             quota,
             algorithm: rule.algorithm.as_str().to_owned(),
             scope: rule.scope.as_str().to_owned(),
-            failure_mode: match rule.scope {
-                Scope::Local => None,
-                Scope::Global(_) => Some(format!(
+            failure_mode: rule.scope.is_global().then(|| {
+                format!(
                     "{}, {} timeout",
                     rule.failure.mode,
                     duration(rule.failure.timeout)
-                )),
-            },
+                )
+            }),
             on_deny: if rule.shadow {
                 "log only (shadow)".to_owned()
             } else {

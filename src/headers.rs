@@ -30,6 +30,11 @@ use crate::RuleDecision;
 /// # let _ = layer;
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "config",
+    derive(serde::Deserialize),
+    serde(rename_all = "snake_case")
+)]
 #[non_exhaustive]
 pub enum HeaderStyle {
     /// `RateLimit-Policy` and `RateLimit` (IETF draft).

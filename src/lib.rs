@@ -1,5 +1,15 @@
-#![doc = include_str!("../README.md")]
-#![warn(missing_docs)]
+// The README's examples include a global rule: it is the crate's front page
+// wherever the `redis` feature is on (docs.rs builds with all features).
+#![cfg_attr(feature = "redis", doc = include_str!("../README.md"))]
+#![cfg_attr(
+    not(feature = "redis"),
+    doc = "A keyed rate-limiting tower `Layer` for axum routers and tonic services: \
+           see [`RateLimitLayer`], [`ConcurrencyLimitLayer`], and README.md for the \
+           guide (its examples use the `redis` feature)."
+)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+#![forbid(unsafe_code)]
+#![warn(missing_docs, missing_debug_implementations)]
 
 pub mod algorithm;
 pub mod backend;

@@ -1,7 +1,7 @@
 //! What the crate tells operators: every `tracing` event (target
 //! `keyed_rate_limit`) and metric it emits, written once here.
 //!
-//! Metrics go through the [`metrics`] facade when the `metrics` feature is
+//! Metrics go through the [`metrics`](https://docs.rs/metrics) facade when the `metrics` feature is
 //! on (the default); without it only the `tracing` events remain.
 
 use std::sync::Arc;
@@ -34,6 +34,7 @@ pub(crate) fn deny(rule: &Arc<str>, key: &Key, d: &Decision, shadow: bool) {
     count(DECISIONS_TOTAL, rule, &[("outcome", outcome)]);
 }
 
+#[cfg(feature = "redis")]
 /// A decision made without Redis: `mode` decided it, because of `cause`.
 pub(crate) fn failure_mode(
     rule: &Arc<str>,
@@ -60,6 +61,7 @@ pub(crate) fn failure_mode(
     );
 }
 
+#[cfg(feature = "redis")]
 /// A rule's circuit breaker opened after `detail`.
 pub(crate) fn breaker_opened(rule: &Arc<str>, detail: &dyn std::fmt::Display) {
     tracing::warn!(target: TARGET, rule = %rule, detail = %detail, "redis circuit breaker opened");

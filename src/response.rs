@@ -6,8 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use headers::{HeaderMapExt, RetryAfter};
-use http::header::{CONTENT_TYPE, HeaderName, HeaderValue};
+use http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
 use http::{HeaderMap, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 
@@ -74,21 +73,46 @@ pub fn problem_json(d: &Denied) -> Response<Bytes> {
     } else {
         format!("no rate-limit key for rule {:?}", &*d.rule)
     };
-    let body = serde_json::json!({
-        "type": "about:blank",
-        "title": title,
-        "status": d.status.as_u16(),
-        "detail": detail,
-        "rule": &*d.rule,
-        "retry_after": d.retry_after_secs(),
-    });
-    let mut res = Response::new(Bytes::from(body.to_string()));
+    // Written by hand: three strings and two numbers don't need a JSON crate.
+    let mut body = String::with_capacity(160 + detail.len() + 2 * d.rule.len());
+    body.push_str(r#"{"type":"about:blank","title":"#);
+    json_str(&mut body, title);
+    body.push_str(r#","status":"#);
+    body.push_str(itoa::Buffer::new().format(d.status.as_u16()));
+    body.push_str(r#","detail":"#);
+    json_str(&mut body, &detail);
+    body.push_str(r#","rule":"#);
+    json_str(&mut body, &d.rule);
+    body.push_str(r#","retry_after":"#);
+    match d.retry_after_secs() {
+        Some(s) => body.push_str(itoa::Buffer::new().format(s)),
+        None => body.push_str("null"),
+    }
+    body.push('}');
+    let mut res = Response::new(Bytes::from(body));
     *res.status_mut() = d.status;
     res.headers_mut().insert(
         CONTENT_TYPE,
         HeaderValue::from_static("application/problem+json"),
     );
     res
+}
+
+/// `s` as a JSON string (RFC 8259 escapes).
+fn json_str(out: &mut String, s: &str) {
+    use std::fmt::Write;
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c < ' ' => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
 }
 
 /// Builds the full refusal: the user's body for HTTP, the gRPC shape for a
@@ -109,8 +133,9 @@ pub(crate) fn refusal(
         res
     };
     if let Some(secs) = d.retry_after_secs() {
+        // delay-seconds (RFC 9110 §10.2.3).
         res.headers_mut()
-            .typed_insert(RetryAfter::delay(Duration::from_secs(secs)));
+            .insert(RETRY_AFTER, HeaderValue::from(secs));
     }
     crate::headers::apply(res.headers_mut(), &mut extra);
     res
@@ -124,7 +149,7 @@ const GRPC_PUSHBACK: HeaderName = HeaderName::from_static("grpc-retry-pushback-m
 fn grpc_refusal(d: &Denied) -> Response<Bytes> {
     let (code, message) = if d.status == StatusCode::TOO_MANY_REQUESTS {
         (
-            tonic::Code::ResourceExhausted,
+            grpc::RESOURCE_EXHAUSTED,
             format!("rate limit {:?} exceeded", &*d.rule),
         )
     } else {
@@ -136,7 +161,7 @@ fn grpc_refusal(d: &Denied) -> Response<Bytes> {
     let mut res = Response::new(Bytes::new());
     let h: &mut HeaderMap = res.headers_mut();
     h.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
-    h.insert(GRPC_STATUS, HeaderValue::from(code as i32));
+    h.insert(GRPC_STATUS, HeaderValue::from(u16::from(code)));
     if let Ok(v) = HeaderValue::try_from(percent_encode(&message)) {
         h.insert(GRPC_MESSAGE, v);
     }
@@ -151,16 +176,28 @@ fn grpc_refusal(d: &Denied) -> Response<Bytes> {
     res
 }
 
-/// The gRPC code for a missing-key rejection status (RFC of the gRPC HTTP mapping, reversed).
-fn grpc_code(status: StatusCode) -> tonic::Code {
+/// gRPC status codes (the gRPC spec's `statuscodes.md`); a refusal is only
+/// headers, so it needs no gRPC crate.
+mod grpc {
+    pub(super) const UNKNOWN: u8 = 2;
+    pub(super) const INVALID_ARGUMENT: u8 = 3;
+    pub(super) const NOT_FOUND: u8 = 5;
+    pub(super) const PERMISSION_DENIED: u8 = 7;
+    pub(super) const RESOURCE_EXHAUSTED: u8 = 8;
+    pub(super) const UNAVAILABLE: u8 = 14;
+    pub(super) const UNAUTHENTICATED: u8 = 16;
+}
+
+/// The gRPC code for a missing-key rejection status (the gRPC HTTP mapping, reversed).
+fn grpc_code(status: StatusCode) -> u8 {
     match status {
-        StatusCode::UNAUTHORIZED => tonic::Code::Unauthenticated,
-        StatusCode::FORBIDDEN => tonic::Code::PermissionDenied,
-        StatusCode::BAD_REQUEST => tonic::Code::InvalidArgument,
-        StatusCode::NOT_FOUND => tonic::Code::NotFound,
-        StatusCode::TOO_MANY_REQUESTS => tonic::Code::ResourceExhausted,
-        StatusCode::SERVICE_UNAVAILABLE => tonic::Code::Unavailable,
-        _ => tonic::Code::Unknown,
+        StatusCode::UNAUTHORIZED => grpc::UNAUTHENTICATED,
+        StatusCode::FORBIDDEN => grpc::PERMISSION_DENIED,
+        StatusCode::BAD_REQUEST => grpc::INVALID_ARGUMENT,
+        StatusCode::NOT_FOUND => grpc::NOT_FOUND,
+        StatusCode::TOO_MANY_REQUESTS => grpc::RESOURCE_EXHAUSTED,
+        StatusCode::SERVICE_UNAVAILABLE => grpc::UNAVAILABLE,
+        _ => grpc::UNKNOWN,
     }
 }
 
@@ -215,6 +252,8 @@ impl RefusalBody for axum::body::Body {
     }
 }
 
+#[cfg(feature = "tonic")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
 impl RefusalBody for tonic::body::Body {
     fn from_refusal(body: Bytes) -> Self {
         Self::new(Full::new(body))
@@ -296,6 +335,48 @@ mod tests {
         assert_eq!(res.headers()["grpc-message"], "rate limit \"api\" exceeded");
     }
 
+    /// Our numbers are tonic's, where tonic is at hand to compare.
+    #[cfg(feature = "tonic")]
+    #[test]
+    fn grpc_codes_match_tonic() {
+        use tonic::Code;
+        for (ours, theirs) in [
+            (grpc::UNKNOWN, Code::Unknown),
+            (grpc::INVALID_ARGUMENT, Code::InvalidArgument),
+            (grpc::NOT_FOUND, Code::NotFound),
+            (grpc::PERMISSION_DENIED, Code::PermissionDenied),
+            (grpc::RESOURCE_EXHAUSTED, Code::ResourceExhausted),
+            (grpc::UNAVAILABLE, Code::Unavailable),
+            (grpc::UNAUTHENTICATED, Code::Unauthenticated),
+        ] {
+            assert_eq!(i32::from(ours), theirs as i32);
+        }
+    }
+
+    #[test]
+    fn problem_json_escapes_and_parses() {
+        let d = Denied {
+            rule: r#"a "quoted" \ rule"#.into(),
+            retry_after: Some(Duration::from_millis(1500)),
+            status: StatusCode::TOO_MANY_REQUESTS,
+        };
+        let res = problem_json(&d);
+        let v: serde_json::Value = serde_json::from_slice(res.body()).unwrap();
+        assert_eq!(v["rule"], r#"a "quoted" \ rule"#);
+        assert_eq!(v["status"], 429);
+        assert_eq!(v["retry_after"], 2);
+        assert_eq!(v["title"], "Too Many Requests");
+        let never = Denied {
+            retry_after: None,
+            ..d
+        };
+        let v: serde_json::Value = serde_json::from_slice(problem_json(&never).body()).unwrap();
+        assert!(v["retry_after"].is_null());
+        let mut s = String::new();
+        json_str(&mut s, "\u{1}\n");
+        assert_eq!(s, r#""\u0001\u000a""#);
+    }
+
     #[test]
     fn no_retry_after_when_waiting_cannot_help() {
         let res = refusal(
@@ -306,10 +387,7 @@ mod tests {
         );
         assert!(res.headers().get("retry-after").is_none());
         assert!(res.headers().get("grpc-retry-pushback-ms").is_none());
-        assert_eq!(
-            grpc_code(StatusCode::UNAUTHORIZED),
-            tonic::Code::Unauthenticated
-        );
+        assert_eq!(grpc_code(StatusCode::UNAUTHORIZED), grpc::UNAUTHENTICATED);
         assert_eq!(percent_encode("é%"), "%C3%A9%25");
     }
 }

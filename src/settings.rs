@@ -29,6 +29,16 @@ impl Default for Settings {
     }
 }
 
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settings")
+            .field("max_key_len", &self.max_key_len)
+            .field("instances", &self.instances)
+            .field("headers", &self.headers)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Settings {
     pub(crate) fn validate(&self) -> Result<(), BuildError> {
         if self.max_key_len < crate::key::MIN_MAX_KEY_LEN {
@@ -43,6 +53,7 @@ impl Settings {
     }
 
     /// The instance count to divide by.
+    #[cfg(feature = "redis")]
     pub(crate) fn instances(&self) -> u32 {
         self.instances.unwrap_or(1)
     }
@@ -123,6 +134,7 @@ macro_rules! settings_setters {
     };
 }
 
+#[cfg(feature = "redis")]
 /// The Redis failure setters, on a type with a `failure: FailurePolicy`
 /// field. `$value` makes one, for the doc examples.
 macro_rules! failure_setters {
@@ -176,4 +188,6 @@ macro_rules! failure_setters {
     };
 }
 
-pub(crate) use {failure_setters, settings_setters};
+#[cfg(feature = "redis")]
+pub(crate) use failure_setters;
+pub(crate) use settings_setters;

@@ -4,15 +4,18 @@
 //! unchecked cost used to wrap inside governor and be admitted.
 
 mod common;
+#[cfg(feature = "redis")]
 mod support;
-
-use std::time::Duration;
 
 use axum::{Router, routing::get};
 use common::{client, header, serve};
-use keyed_rate_limit::failure::FailureMode;
-use keyed_rate_limit::{Algorithm, Quota, RateLimitLayer, Rule, key::KeyExtractor};
-use support::redis_server::RedisServer;
+use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+#[cfg(feature = "redis")]
+use {
+    keyed_rate_limit::{Algorithm, FailureMode},
+    std::time::Duration,
+    support::redis_server::RedisServer,
+};
 
 const BURST: u32 = 10;
 
@@ -88,6 +91,7 @@ async fn local_rules_refuse_costs_past_the_burst() {
     edges(&app(rule()).await, "local").await;
 }
 
+#[cfg(feature = "redis")]
 #[tokio::test]
 async fn every_redis_algorithm_refuses_costs_past_its_capacity() {
     let server = RedisServer::start();
@@ -107,6 +111,7 @@ async fn every_redis_algorithm_refuses_costs_past_its_capacity() {
     }
 }
 
+#[cfg(feature = "redis")]
 #[tokio::test]
 async fn failure_modes_refuse_costs_past_the_burst() {
     let mut server = RedisServer::start();

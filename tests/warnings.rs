@@ -28,26 +28,26 @@ async fn build_warns_by_rule_name_about_settings_that_let_a_fleet_over_admit() {
     let rule = |name: &str, redis| {
         Rule::new(name, KeyExtractor::global(), Quota::per_minute(10)).global(redis)
     };
-    RateLimitLayer::builder()
+    let _ = RateLimitLayer::builder()
         .rule(rule("unsplit", safe.clone()))
         .build()
         .unwrap();
-    RateLimitLayer::builder()
+    let _ = RateLimitLayer::builder()
         .rule(rule("evicted", evicting.clone()))
         .instances(3)
         .build()
         .unwrap();
-    ConcurrencyLimitLayer::builder("exports", KeyExtractor::global(), 2)
+    let _ = ConcurrencyLimitLayer::builder("exports", KeyExtractor::global(), 2)
         .global(safe.clone())
         .build()
         .unwrap();
     // Quiet: an instance count, a fail mode that doesn't divide, noeviction.
-    RateLimitLayer::builder()
+    let _ = RateLimitLayer::builder()
         .rule(rule("split", safe.clone()))
         .instances(1)
         .build()
         .unwrap();
-    RateLimitLayer::builder()
+    let _ = RateLimitLayer::builder()
         .rule(rule("open", safe.clone()).on_redis_failure(FailureMode::FailOpen))
         .build()
         .unwrap();

@@ -1,8 +1,12 @@
 //! Backends: where a rule's counters live.
 //!
 //! - `local` keeps them in this process with `governor` (local scope).
-//! - [`redis`] keeps them in a shared Redis, decided by Lua scripts (global scope).
+//! - `redis` keeps them in a shared Redis, decided by Lua scripts (global
+//!   scope; feature `redis`).
 
+#[cfg(feature = "redis")]
 pub(crate) mod deny_cache;
 pub(crate) mod local;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;

@@ -10,7 +10,7 @@
 //! `qu="concurrent-requests"`.
 //!
 //! Counts live in this process by default. With
-//! [`ConcurrencyLimitBuilder::global`] they are leases in a shared Redis,
+//! `ConcurrencyLimitBuilder::global` (feature `redis`) they are leases in a shared Redis,
 //! so all gateways together admit N; a lease carries a TTL, renewed while
 //! the request lives, so a crashed gateway's slots free themselves.
 //!
@@ -28,6 +28,8 @@
 mod backend;
 mod body;
 mod future;
+#[cfg(feature = "redis")]
+mod lease;
 mod service;
 
 use std::sync::Arc;
@@ -42,11 +44,11 @@ pub use body::ResponseBody;
 pub use future::ResponseFuture;
 pub use service::ConcurrencyLimitService;
 
-use crate::backend::redis::RedisBackend;
-use crate::backend::redis::validate_global;
+#[cfg(feature = "redis")]
+use crate::backend::redis::{RedisBackend, validate_global};
 use crate::error::BuildError;
-use crate::failure::FailurePolicy;
-use crate::failure::Guard;
+#[cfg(feature = "redis")]
+use crate::failure::{FailurePolicy, Guard};
 use crate::headers::{HeaderStyle, StaticPolicy};
 use crate::key::KeyExtractor;
 use crate::observe;
@@ -78,6 +80,7 @@ type Headers = crate::headers::Rendered;
 /// # Ok::<(), keyed_rate_limit::error::BuildError>(())
 /// ```
 #[derive(Clone)]
+#[must_use = "a layer does nothing until it wraps a service"]
 pub struct ConcurrencyLimitLayer {
     shared: Arc<Shared>,
 }
@@ -271,8 +274,11 @@ impl ConcurrencyLimitLayer {
             on_missing: OnMissingKey::default(),
             retry_after: Duration::from_secs(1),
             settings: Settings::default(),
+            #[cfg(feature = "redis")]
             redis: None,
+            #[cfg(feature = "redis")]
             lease_ttl: Duration::from_secs(30),
+            #[cfg(feature = "redis")]
             failure: FailurePolicy::default(),
         }
     }
@@ -300,7 +306,7 @@ impl ConcurrencyLimitLayer {
     }
 
     /// How many requests `key` has in flight now through this layer (for a
-    /// [`global`](ConcurrencyLimitBuilder::global) limit, this instance's
+    /// global limit (feature `redis`), this instance's
     /// share of the total in Redis; keys longer than
     /// [`max_key_len`](ConcurrencyLimitBuilder::max_key_len) are looked up
     /// by their hash, as the layer stores them).
@@ -362,6 +368,7 @@ impl std::fmt::Debug for ConcurrencyLimitLayer {
 /// # Ok::<(), keyed_rate_limit::error::BuildError>(())
 /// ```
 #[must_use]
+#[derive(Debug)]
 pub struct ConcurrencyLimitBuilder {
     name: Arc<str>,
     key: KeyExtractor,
@@ -369,8 +376,11 @@ pub struct ConcurrencyLimitBuilder {
     on_missing: OnMissingKey,
     retry_after: Duration,
     settings: Settings,
+    #[cfg(feature = "redis")]
     redis: Option<RedisBackend>,
+    #[cfg(feature = "redis")]
     lease_ttl: Duration,
+    #[cfg(feature = "redis")]
     failure: FailurePolicy,
 }
 
@@ -379,6 +389,7 @@ impl ConcurrencyLimitBuilder {
         "ConcurrencyLimitLayer::builder(\"exports\", KeyExtractor::global(), 2)"
     );
 
+    #[cfg(feature = "redis")]
     settings::failure_setters!(
         "ConcurrencyLimitLayer::builder(\"exports\", KeyExtractor::global(), 2)"
     );
@@ -411,6 +422,8 @@ impl ConcurrencyLimitBuilder {
     /// # let _ = exports;
     /// # Ok(()) }
     /// ```
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
     pub fn global(mut self, redis: RedisBackend) -> Self {
         self.redis = Some(redis);
         self
@@ -427,6 +440,8 @@ impl ConcurrencyLimitBuilder {
     ///     .lease_ttl(Duration::from_secs(5));
     /// # let _ = b;
     /// ```
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
         self.lease_ttl = ttl;
         self
@@ -469,6 +484,9 @@ impl ConcurrencyLimitBuilder {
         }
         self.settings.validate()?;
         self.on_missing.check_keys(&self.key, &self.name)?;
+        #[cfg(not(feature = "redis"))]
+        let backend = Backend::local();
+        #[cfg(feature = "redis")]
         let backend = match self.redis {
             None => Backend::local(),
             Some(redis) => {

@@ -33,9 +33,12 @@ use std::sync::Arc;
 use http::request::Parts;
 use serde::Deserialize;
 
+#[cfg(feature = "redis")]
 use crate::backend::redis::RedisBackend;
 use crate::error::BuildError;
-use crate::failure::{BreakerConfig, FailureMode};
+#[cfg(feature = "redis")]
+use crate::failure::BreakerConfig;
+use crate::failure::FailureMode;
 use crate::key::{KeyExtractor, TrustedProxies};
 use crate::rule::OnMissingKey;
 use crate::{Algorithm, HeaderStyle, Quota, RateLimitBuilder, RateLimitLayer, Rule};
@@ -64,30 +67,10 @@ type CostFn = dyn Fn(&Parts) -> u32 + Send + Sync;
 #[serde(deny_unknown_fields)]
 pub struct RulesConfig {
     #[serde(default)]
-    headers: HeadersSpec,
+    headers: HeaderStyle,
     instances: Option<u32>,
     max_key_len: Option<usize>,
     rules: Vec<RuleConfig>,
-}
-
-#[derive(Debug, Default, Clone, Copy, Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum HeadersSpec {
-    #[default]
-    Draft,
-    Legacy,
-    Both,
-    None,
-}
-
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum AlgorithmSpec {
-    #[default]
-    Gcra,
-    TokenBucket,
-    FixedWindow,
-    SlidingWindow,
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -99,15 +82,9 @@ enum ScopeSpec {
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum FailureSpec {
-    FailOpen,
-    FailClosed,
-    LocalFallback,
-}
-
-#[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(deny_unknown_fields)]
+// Parsed without the `redis` feature too, so a file checks the same either way.
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
 struct BreakerSpec {
     failure_threshold: Option<u32>,
     open_for: Option<DurationSpec>,
@@ -126,10 +103,10 @@ struct RawRule {
     cost: Option<u32>,
     cost_fn: Option<String>,
     #[serde(default)]
-    algorithm: AlgorithmSpec,
+    algorithm: Algorithm,
     #[serde(default)]
     scope: ScopeSpec,
-    failure_mode: Option<FailureSpec>,
+    failure_mode: Option<FailureMode>,
     timeout: Option<DurationSpec>,
     breaker: Option<BreakerSpec>,
     #[serde(default)]
@@ -221,6 +198,7 @@ pub struct Registry {
     keys: HashMap<String, KeyExtractor>,
     quotas: HashMap<String, Arc<QuotaFn>>,
     costs: HashMap<String, Arc<CostFn>>,
+    #[cfg(feature = "redis")]
     redis: Option<RedisBackend>,
 }
 
@@ -258,6 +236,8 @@ impl Registry {
     }
 
     /// The backend of every `scope = "global"` rule.
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
     pub fn redis(mut self, backend: RedisBackend) -> Self {
         self.redis = Some(backend);
         self
@@ -271,12 +251,13 @@ impl fmt::Debug for Registry {
             v.sort();
             v
         };
-        f.debug_struct("Registry")
-            .field("keys", &names(self.keys.keys().collect()))
+        let mut f = f.debug_struct("Registry");
+        f.field("keys", &names(self.keys.keys().collect()))
             .field("quota_fns", &names(self.quotas.keys().collect()))
-            .field("cost_fns", &names(self.costs.keys().collect()))
-            .field("redis", &self.redis)
-            .finish()
+            .field("cost_fns", &names(self.costs.keys().collect()));
+        #[cfg(feature = "redis")]
+        f.field("redis", &self.redis);
+        f.finish()
     }
 }
 
@@ -442,12 +423,7 @@ impl RulesConfig {
     /// A name the registry doesn't hold, or a global rule without
     /// [`Registry::redis`].
     pub fn into_builder(self, registry: &Registry) -> Result<RateLimitBuilder, ConfigError> {
-        let mut builder = RateLimitLayer::builder().headers(match self.headers {
-            HeadersSpec::Draft => HeaderStyle::Draft,
-            HeadersSpec::Legacy => HeaderStyle::Legacy,
-            HeadersSpec::Both => HeaderStyle::Both,
-            HeadersSpec::None => HeaderStyle::None,
-        });
+        let mut builder = RateLimitLayer::builder().headers(self.headers);
         if let Some(n) = self.instances {
             builder = builder.instances(n);
         }
@@ -483,12 +459,7 @@ impl RuleConfig {
             raw.burst.map_or(q.0, |b| q.0.with_burst(b))
         });
         let mut rule = Rule::new(raw.name, key, quota)
-            .algorithm(match raw.algorithm {
-                AlgorithmSpec::Gcra => Algorithm::Gcra,
-                AlgorithmSpec::TokenBucket => Algorithm::TokenBucket,
-                AlgorithmSpec::FixedWindow => Algorithm::FixedWindow,
-                AlgorithmSpec::SlidingWindow => Algorithm::SlidingWindow,
-            })
+            .algorithm(raw.algorithm)
             .shadow(raw.shadow)
             .split_across_instances(raw.split_across_instances);
         if let Some(name) = raw.quota_fn {
@@ -511,17 +482,18 @@ impl RuleConfig {
                 }
             });
         }
+        #[cfg(not(feature = "redis"))]
+        if raw.scope == ScopeSpec::Global {
+            return Err("`scope = \"global\"` needs the crate's `redis` feature".into());
+        }
+        #[cfg(feature = "redis")]
         if raw.scope == ScopeSpec::Global {
             let redis = reg.redis.clone().ok_or(
                 "`scope = \"global\"` needs a Redis backend: pass one with `Registry::redis`",
             )?;
             rule = rule.global(redis);
             if let Some(mode) = raw.failure_mode {
-                rule = rule.on_redis_failure(match mode {
-                    FailureSpec::FailOpen => FailureMode::FailOpen,
-                    FailureSpec::FailClosed => FailureMode::FailClosed,
-                    FailureSpec::LocalFallback => FailureMode::LocalFallback,
-                });
+                rule = rule.on_redis_failure(mode);
             }
             if let Some(t) = raw.timeout {
                 rule = rule.redis_timeout(t.0);

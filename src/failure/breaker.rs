@@ -1,8 +1,11 @@
 //! A circuit breaker, so a dead Redis costs one timeout per probe instead
 //! of one per request.
 
+#[cfg(feature = "redis")]
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+#[cfg(feature = "redis")]
+use std::time::Instant;
 
 /// When the breaker opens and how it probes.
 ///
@@ -81,6 +84,7 @@ pub struct BreakerStatus {
     pub reopens_in: Option<Duration>,
 }
 
+#[cfg(feature = "redis")]
 #[derive(Debug)]
 enum State {
     Closed { failures: u32 },
@@ -89,6 +93,7 @@ enum State {
 }
 
 /// What a caller may do now.
+#[cfg(feature = "redis")]
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Admit {
     Call,
@@ -96,6 +101,7 @@ pub(crate) enum Admit {
     Skip(Duration),
 }
 
+#[cfg(feature = "redis")]
 #[derive(Debug)]
 pub(crate) struct CircuitBreaker {
     cfg: BreakerConfig,
@@ -105,6 +111,7 @@ pub(crate) struct CircuitBreaker {
     state: Mutex<State>,
 }
 
+#[cfg(feature = "redis")]
 impl CircuitBreaker {
     pub(crate) fn new(cfg: BreakerConfig, probe_deadline: Duration) -> Self {
         Self {
@@ -205,7 +212,7 @@ impl CircuitBreaker {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "redis"))]
 mod tests {
     use super::*;
 

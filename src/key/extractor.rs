@@ -163,7 +163,7 @@ impl KeyExtractor {
     }
 
     /// The TCP peer's IP, from axum's `ConnectInfo<SocketAddr>` (serve with
-    /// `into_make_service_with_connect_info::<SocketAddr>()`) or tonic's
+    /// `into_make_service_with_connect_info::<SocketAddr>()`) or, with feature `tonic`, tonic's
     /// `TcpConnectInfo`. IPv4-mapped IPv6 addresses count as IPv4.
     ///
     /// ```
@@ -349,11 +349,18 @@ impl fmt::Debug for KeyExtractor {
     }
 }
 
+/// axum's `ConnectInfo`, or with feature `tonic` tonic's `TcpConnectInfo`.
 fn peer_addr(p: &Parts) -> Option<SocketAddr> {
     if let Some(ConnectInfo(addr)) = p.extensions.get::<ConnectInfo<SocketAddr>>() {
         return Some(*addr);
     }
-    p.extensions
+    #[cfg(feature = "tonic")]
+    if let Some(addr) = p
+        .extensions
         .get::<tonic::transport::server::TcpConnectInfo>()
         .and_then(|c| c.remote_addr())
+    {
+        return Some(addr);
+    }
+    None
 }

@@ -8,13 +8,12 @@ use futures_util::future::BoxFuture;
 use http::StatusCode;
 use http::request::Parts;
 
-use crate::backend::deny_cache::DenyCache;
+#[cfg(feature = "redis")]
+use super::global::Global;
 use crate::backend::local::LocalStore;
-use crate::backend::redis::RedisBackend;
-use crate::backend::redis::validate_global;
 use crate::decision::Decisions;
 use crate::error::BuildError;
-use crate::failure::{Admit, BreakerStatus, Cause, FailureMode, Guard};
+use crate::failure::BreakerStatus;
 use crate::headers::StaticPolicy;
 use crate::observe;
 use crate::rule::{Cost, Found, Lookup, OnMissingKey, QuotaSource, Rule, Scope, valid_name};
@@ -40,83 +39,8 @@ pub(crate) struct CompiledRule {
 
 enum Backend {
     Local(LocalStore),
+    #[cfg(feature = "redis")]
     Global(Arc<Global>),
-}
-
-struct Global {
-    redis: RedisBackend,
-    guard: Guard,
-    denies: DenyCache,
-    /// What `LocalFallback` counts in: this instance's share of each quota.
-    fallback: LocalStore,
-}
-
-impl Global {
-    /// Decides without Redis, through the guard, which says so loudly.
-    fn fail(&self, key: &Key, quota: Quota, cost: NonZeroU32, cause: Cause) -> (Decision, Source) {
-        let guard = &self.guard;
-        guard.fail_with(key, cause, |mode| {
-            let decision = match mode {
-                FailureMode::FailOpen => {
-                    Decision::allowed(quota.limit(), quota.window(), quota.burst(), Duration::ZERO)
-                }
-                FailureMode::FailClosed => Decision::denied(
-                    quota.limit(),
-                    quota.window(),
-                    guard.closed_retry(),
-                    quota.window(),
-                ),
-                // A cost the share can't hold waits for Redis, not a local bucket.
-                FailureMode::LocalFallback => {
-                    let share = guard.share(quota);
-                    if cost.get() > share.burst() {
-                        Decision::denied(
-                            share.limit(),
-                            share.window(),
-                            guard.closed_retry(),
-                            share.window(),
-                        )
-                    } else {
-                        self.fallback.check(key, share, cost)
-                    }
-                }
-            };
-            let allowed = decision.is_allowed();
-            (decision, allowed)
-        })
-    }
-
-    /// One Redis decision under the rule's timeout; failures go to the failure mode.
-    async fn ask(
-        &self,
-        rule: &Rule,
-        key: &Key,
-        quota: Quota,
-        cost: NonZeroU32,
-    ) -> (Decision, Source) {
-        let name = &rule.name;
-        let check = self
-            .redis
-            .check_next(name, key, rule.algorithm, &quota, cost.get());
-        match self.guard.call(self.redis.liveness(), check).await {
-            Ok((d, next)) => {
-                match next {
-                    // The next request would be denied until `next`: cache that now.
-                    Some(wait) if d.is_allowed() => {
-                        let deny = Decision::denied(d.limit(), d.window(), wait, d.reset());
-                        self.denies.put(key.clone(), quota, NonZeroU32::MIN, &deny);
-                    }
-                    _ if d.is_allowed() => self.denies.forget(key),
-                    _ => self.denies.put(key.clone(), quota, cost, &d),
-                }
-                (d, Source::Global)
-            }
-            Err(cause) => {
-                self.denies.forget(key);
-                self.fail(key, quota, cost, cause)
-            }
-        }
-    }
 }
 
 /// One rule's contribution.
@@ -182,12 +106,10 @@ impl Chain {
                 Scope::Local => Backend::Local(LocalStore::new(
                     rule.static_quota().map(|q| share(&rule, q, instances)),
                 )),
-                Scope::Global(redis) => Backend::Global(Arc::new(Global {
-                    redis: redis.clone(),
-                    guard: Guard::new(rule.name.clone(), rule.failure, instances),
-                    denies: DenyCache::default(),
-                    fallback: LocalStore::new(None),
-                })),
+                #[cfg(feature = "redis")]
+                Scope::Global(redis) => {
+                    Backend::Global(Arc::new(Global::new(&rule, redis.clone(), instances)))
+                }
             };
             let policy = rule.static_quota().filter(|_| policies).and_then(|q| {
                 let q = share(&rule, q, instances);
@@ -239,7 +161,8 @@ impl Chain {
         self.rules
             .iter()
             .filter_map(|r| match &r.backend {
-                Backend::Global(g) => Some(g.guard.breaker_status()),
+                #[cfg(feature = "redis")]
+                Backend::Global(g) => Some(g.breaker_status()),
                 Backend::Local(_) => None,
             })
             .collect()
@@ -255,7 +178,8 @@ impl Chain {
             .iter()
             .map(|r| match &r.backend {
                 Backend::Local(l) => l.len(),
-                Backend::Global(g) => g.fallback.len() + g.denies.len(),
+                #[cfg(feature = "redis")]
+                Backend::Global(g) => g.len(),
             })
             .sum()
     }
@@ -264,10 +188,8 @@ impl Chain {
         for r in &self.rules {
             match &r.backend {
                 Backend::Local(l) => l.cleanup(),
-                Backend::Global(g) => {
-                    g.fallback.cleanup();
-                    g.denies.cleanup();
-                }
+                #[cfg(feature = "redis")]
+                Backend::Global(g) => g.cleanup(),
             }
         }
     }
@@ -341,9 +263,12 @@ fn validate(rule: &Rule, instances: Option<u32>) -> Result<(), BuildError> {
     }
     let rule_err = || name.to_string();
     rule.on_missing.check_keys(&rule.key, name)?;
+    #[cfg(feature = "redis")]
     if let Scope::Global(redis) = &rule.scope {
-        validate_global(name, &rule.failure, redis, instances)?;
+        crate::backend::redis::validate_global(name, &rule.failure, redis, instances)?;
     }
+    #[cfg(not(feature = "redis"))]
+    let _ = instances;
     if matches!(rule.scope, Scope::Local) && !rule.algorithm.runs_locally() {
         return Err(BuildError::AlgorithmNotLocal {
             rule: rule_err(),
@@ -426,7 +351,7 @@ impl CompiledRule {
         // Static quotas and fixed costs were checked at build time.
         let dynamic = matches!(self.rule.quota, QuotaSource::Dynamic(_));
         if let Some(error) = dynamic.then(|| quota.validate().err()).flatten() {
-            tracing::warn!(target: "keyed_rate_limit", rule = %self.rule.name, %quota, %error, "request-time quota admits nothing; denying");
+            tracing::warn!(target: observe::TARGET, rule = %self.rule.name, %quota, %error, "request-time quota admits nothing; denying");
             let d = Decision::never(quota.limit(), quota.window());
             return Step::Done(self.outcome(&key, d, self.local_source()));
         }
@@ -434,7 +359,7 @@ impl CompiledRule {
         // cost (a panic in debug, an admit in release).
         let capacity = self.rule.algorithm.capacity(&quota);
         if cost.get() > capacity {
-            tracing::warn!(target: "keyed_rate_limit", rule = %self.rule.name, cost = cost.get(), capacity, "request cost above the rule's capacity; denying");
+            tracing::warn!(target: observe::TARGET, rule = %self.rule.name, cost = cost.get(), capacity, "request cost above the rule's capacity; denying");
             let d = Decision::never(quota.limit(), quota.window());
             return Step::Done(self.outcome(&key, d, self.local_source()));
         }
@@ -448,23 +373,19 @@ impl CompiledRule {
                 };
                 Step::Done(self.outcome(&key, d, Source::Local))
             }
+            #[cfg(feature = "redis")]
             Backend::Global(g) => {
                 let bounded = key.clone().bounded(self.max_key_len);
-                if let Some(d) =
-                    g.denies
-                        .get(&bounded, quota, cost, self.rule.algorithm.has_burst())
-                {
-                    return Step::Done(self.outcome(&key, d, Source::Global));
+                match g.decide_now(&self.rule, &bounded, quota, cost) {
+                    Ok((d, source)) => Step::Done(self.outcome(&key, d, source)),
+                    Err(()) => {
+                        let (this, g) = (self.clone(), g.clone());
+                        Step::Pending(Box::pin(async move {
+                            let (d, source) = g.ask(&this.rule, &bounded, quota, cost).await;
+                            this.outcome(&key, d, source)
+                        }))
+                    }
                 }
-                if let Admit::Skip(_) = g.guard.admit() {
-                    let (d, source) = g.fail(&bounded, quota, cost, Cause::CircuitOpen);
-                    return Step::Done(self.outcome(&key, d, source));
-                }
-                let (this, g) = (self.clone(), g.clone());
-                Step::Pending(Box::pin(async move {
-                    let (d, source) = g.ask(&this.rule, &bounded, quota, cost).await;
-                    this.outcome(&key, d, source)
-                }))
             }
         }
     }
@@ -472,6 +393,7 @@ impl CompiledRule {
     fn local_source(&self) -> Source {
         match self.backend {
             Backend::Local(_) => Source::Local,
+            #[cfg(feature = "redis")]
             Backend::Global(_) => Source::Global,
         }
     }

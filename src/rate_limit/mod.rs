@@ -3,6 +3,8 @@
 
 mod chain;
 mod future;
+#[cfg(feature = "redis")]
+mod global;
 mod service;
 
 use std::sync::Arc;
@@ -39,6 +41,7 @@ use chain::{Chain, ChainConfig, Verdict};
 /// # Ok::<(), keyed_rate_limit::error::BuildError>(())
 /// ```
 #[derive(Clone)]
+#[must_use = "a layer does nothing until it wraps a service"]
 pub struct RateLimitLayer {
     shared: Arc<Shared>,
 }
@@ -196,6 +199,7 @@ impl std::fmt::Debug for RateLimitLayer {
 /// # Ok::<(), keyed_rate_limit::error::BuildError>(())
 /// ```
 #[must_use]
+#[derive(Debug)]
 pub struct RateLimitBuilder {
     rules: Vec<Rule>,
     settings: Settings,

@@ -12,6 +12,7 @@ use http::request::Parts;
 use crate::Algorithm;
 use crate::Key;
 use crate::Quota;
+#[cfg(feature = "redis")]
 use crate::backend::redis::RedisBackend;
 use crate::error::BuildError;
 use crate::failure::FailurePolicy;
@@ -123,6 +124,8 @@ pub enum Scope {
     Local,
     /// In a shared Redis: every gateway instance sees the same counters.
     /// See [`Rule::global`].
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
     Global(RedisBackend),
 }
 
@@ -131,8 +134,14 @@ impl Scope {
     pub fn as_str(&self) -> &'static str {
         match self {
             Self::Local => "local",
+            #[cfg(feature = "redis")]
             Self::Global(_) => "global",
         }
+    }
+
+    /// Whether the counters live in Redis.
+    pub fn is_global(&self) -> bool {
+        !matches!(self, Self::Local)
     }
 }
 
@@ -166,6 +175,7 @@ pub struct Rule {
 }
 
 impl Rule {
+    #[cfg(feature = "redis")]
     crate::settings::failure_setters!(
         "Rule::new(\"r\", KeyExtractor::global(), Quota::per_second(10))"
     );
@@ -198,6 +208,8 @@ impl Rule {
     ///     .algorithm(Algorithm::SlidingWindow);
     /// # Ok(()) }
     /// ```
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
     pub fn global(mut self, redis: RedisBackend) -> Self {
         self.scope = Scope::Global(redis);
         self

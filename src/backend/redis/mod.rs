@@ -30,6 +30,8 @@ mod error;
 mod keys;
 mod pinger;
 mod script;
+#[cfg(feature = "redis-tls")]
+mod tls;
 
 use std::fmt;
 use std::sync::Arc;
@@ -37,9 +39,10 @@ use std::time::Duration;
 
 use bb8_redis::{RedisConnectionManager, bb8};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+#[cfg(feature = "redis-cluster")]
 use redis::cluster::ClusterClient;
+#[cfg(feature = "redis-cluster")]
 use redis::cluster_async::ClusterConnection;
-use redis::{ClientTlsConfig, TlsCertificates};
 
 pub use error::RedisBackendError;
 pub(crate) use script::{LeaseOp, LeaseReply};
@@ -71,6 +74,8 @@ pub enum ConnectionMode {
     /// A Redis Cluster: one multiplexed connection per node, commands routed
     /// by key slot, `MOVED`/`ASK` redirections and failovers followed by the
     /// client. Set by [`RedisBackend::cluster_builder`].
+    #[cfg(feature = "redis-cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis-cluster")))]
     Cluster,
 }
 
@@ -81,74 +86,11 @@ pub struct RedisBackendBuilder {
     prefix: String,
     mode: ConnectionMode,
     lazy: bool,
-    tls: Tls,
-}
-
-/// Certificates for `rediss://`; `Debug` never shows the key.
-#[derive(Clone, Default)]
-struct Tls {
-    root_cert: Option<Vec<u8>>,
-    client: Option<(Vec<u8>, Vec<u8>)>,
-}
-
-impl fmt::Debug for Tls {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Tls")
-            .field("root_cert", &self.root_cert.is_some())
-            .field("client_cert", &self.client.is_some())
-            .finish()
-    }
-}
-
-impl Tls {
-    fn certificates(&self) -> Option<TlsCertificates> {
-        if self.root_cert.is_none() && self.client.is_none() {
-            return None;
-        }
-        Some(TlsCertificates {
-            client_tls: self
-                .client
-                .clone()
-                .map(|(client_cert, client_key)| ClientTlsConfig {
-                    client_cert,
-                    client_key,
-                }),
-            root_cert: self.root_cert.clone(),
-        })
-    }
+    #[cfg(feature = "redis-tls")]
+    tls: tls::Tls,
 }
 
 impl RedisBackendBuilder {
-    /// For `rediss://`: trust this PEM root certificate instead of the
-    /// system's store, e.g. a private CA. Multiplexed and cluster modes.
-    ///
-    /// ```
-    /// # use keyed_rate_limit::backend::redis::RedisBackend;
-    /// let ca = b"-----BEGIN CERTIFICATE-----\n...".to_vec();
-    /// let builder = RedisBackend::builder("rediss://redis.internal:6380").tls_root_cert(ca);
-    /// ```
-    pub fn tls_root_cert(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.tls.root_cert = Some(pem.into());
-        self
-    }
-
-    /// For `rediss://` with mutual TLS: the client certificate and key, PEM.
-    /// Multiplexed and cluster modes.
-    ///
-    /// ```
-    /// # use keyed_rate_limit::backend::redis::RedisBackend;
-    /// let (cert, key) = (b"-----BEGIN CERTIFICATE-----".to_vec(), b"-----BEGIN PRIVATE KEY-----".to_vec());
-    /// let builder = RedisBackend::builder("rediss://redis.internal:6380").tls_client_cert(cert, key);
-    /// ```
-    pub fn tls_client_cert(
-        mut self,
-        cert_pem: impl Into<Vec<u8>>,
-        key_pem: impl Into<Vec<u8>>,
-    ) -> Self {
-        self.tls.client = Some((cert_pem.into(), key_pem.into()));
-        self
-    }
-
     /// With [`ConnectionMode::Multiplexed`]: don't connect in `build`, but
     /// on the first decision. A gateway then starts while Redis is down, and
     /// its global rules follow their failure modes until Redis answers. The
@@ -201,13 +143,17 @@ impl RedisBackendBuilder {
 
     async fn connect(&self, mode: ConnectionMode, lazy: bool) -> Result<Conn, RedisBackendError> {
         let url = self.urls.first().map_or("", String::as_str);
+        #[cfg(feature = "redis-tls")]
         let certs = self.tls.certificates();
         Ok(match mode {
             ConnectionMode::Multiplexed => {
+                #[cfg(feature = "redis-tls")]
                 let client = match certs {
                     Some(c) => redis::Client::build_with_tls(url, c)?,
                     None => redis::Client::open(url)?,
                 };
+                #[cfg(not(feature = "redis-tls"))]
+                let client = redis::Client::open(url)?;
                 // Few retries so a bad URL fails the build fast; after a drop,
                 // every later call starts a new reconnect attempt anyway.
                 let config = ConnectionManagerConfig::new().set_number_of_retries(2);
@@ -217,6 +163,7 @@ impl RedisBackendBuilder {
                     ConnectionManager::new_with_config(client, config).await?
                 })
             }
+            #[cfg(feature = "redis-tls")]
             ConnectionMode::Pool { .. } if certs.is_some() => {
                 return Err(RedisBackendError::Unsupported(
                     "custom TLS certificates need the multiplexed or cluster connection",
@@ -234,8 +181,11 @@ impl RedisBackendBuilder {
                     .await?;
                 Conn::Pool(pool)
             }
+            #[cfg(feature = "redis-cluster")]
             ConnectionMode::Cluster => {
+                #[allow(unused_mut)]
                 let mut client = ClusterClient::builder(self.urls.iter().map(String::as_str));
+                #[cfg(feature = "redis-tls")]
                 if let Some(c) = certs {
                     client = client.certs(c);
                 }
@@ -272,6 +222,7 @@ const NOSCRIPT_ROUNDS: u32 = 5;
 enum Conn {
     Multiplexed(ConnectionManager),
     Pool(bb8::Pool<RedisConnectionManager>),
+    #[cfg(feature = "redis-cluster")]
     Cluster(ClusterConnection),
 }
 
@@ -280,6 +231,7 @@ impl fmt::Debug for RedisBackend {
         let mode = match &self.inner.conn {
             Conn::Multiplexed(_) => "multiplexed",
             Conn::Pool(_) => "pool",
+            #[cfg(feature = "redis-cluster")]
             Conn::Cluster(_) => "cluster",
         };
         f.debug_struct("RedisBackend")
@@ -304,7 +256,8 @@ impl RedisBackend {
             prefix: "krl".to_owned(),
             mode: ConnectionMode::default(),
             lazy: false,
-            tls: Tls::default(),
+            #[cfg(feature = "redis-tls")]
+            tls: tls::Tls::default(),
         }
     }
 
@@ -317,6 +270,8 @@ impl RedisBackend {
     /// let builder = RedisBackend::cluster_builder(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])
     ///     .prefix("gateway-rl");
     /// ```
+    #[cfg(feature = "redis-cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis-cluster")))]
     pub fn cluster_builder<I, S>(nodes: I) -> RedisBackendBuilder
     where
         I: IntoIterator<Item = S>,
@@ -345,7 +300,7 @@ impl RedisBackend {
     /// A cost that can never pass (above the burst for GCRA and token bucket,
     /// above the limit for the window algorithms) returns [`Decision::never`]
     /// without calling Redis. A deny does not consume anything. Keys longer
-    /// than [`DEFAULT_MAX_KEY_LEN`](crate::key::DEFAULT_MAX_KEY_LEN) count
+    /// than [`DEFAULT_MAX_KEY_LEN`] count
     /// as their SHA-256, as in the layer with its default bound.
     pub async fn check(
         &self,
@@ -416,6 +371,7 @@ impl RedisBackend {
             let reply = match &self.inner.conn {
                 Conn::Multiplexed(conn) => invocation.invoke_async(&mut conn.clone()).await,
                 Conn::Pool(pool) => invocation.invoke_async(&mut *pool.get().await?).await,
+                #[cfg(feature = "redis-cluster")]
                 Conn::Cluster(conn) => invocation.invoke_async(&mut conn.clone()).await,
             };
             if !reply.as_ref().is_err_and(|e| e.is_io_error()) {
@@ -466,6 +422,7 @@ impl RedisBackend {
         cmd.arg("GET").arg("maxmemory-policy");
         let reply: Result<Vec<String>, RedisBackendError> = match &self.inner.conn {
             Conn::Multiplexed(conn) => query(&mut conn.clone(), &cmd).await,
+            #[cfg(feature = "redis-cluster")]
             Conn::Cluster(conn) => query(&mut conn.clone(), &cmd).await,
             Conn::Pool(pool) => match pool.get().await {
                 Ok(mut conn) => query(&mut *conn, &cmd).await,
@@ -543,6 +500,7 @@ async fn ping(conn: &Conn) -> Result<(), RedisBackendError> {
     let cmd = redis::cmd("PING");
     let _: redis::Value = match conn {
         Conn::Multiplexed(conn) => cmd.query_async(&mut conn.clone()).await?,
+        #[cfg(feature = "redis-cluster")]
         Conn::Cluster(conn) => cmd.query_async(&mut conn.clone()).await?,
         Conn::Pool(pool) => cmd.query_async(&mut *pool.get().await?).await?,
     };

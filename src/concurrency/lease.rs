@@ -1,0 +1,235 @@
+//! Global concurrency limits (feature `redis`): leases in a Redis sorted
+//! set, renewed while the request lives and released when it ends.
+
+use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use tokio::task::AbortHandle;
+
+use super::backend::{Acquire, LocalSlots, Outcome, Permit, Refused, local_only};
+use crate::backend::redis::{LeaseOp, RedisBackend};
+use crate::failure::{Admit, Cause, FailureMode, Guard};
+use crate::{Key, Source};
+
+/// A limit shared by every gateway through leases in Redis (`lease.lua`).
+pub(crate) struct Global {
+    redis: RedisBackend,
+    guard: Guard,
+    ttl: Duration,
+    /// The requests this instance holds, admitted by Redis or not: what
+    /// `in_flight` reports, and what the local fallback counts against.
+    local: Arc<LocalSlots>,
+}
+
+impl Global {
+    pub(super) fn new(redis: RedisBackend, guard: Guard, ttl: Duration) -> Self {
+        Self {
+            redis,
+            guard,
+            ttl,
+            local: Arc::default(),
+        }
+    }
+
+    pub(super) fn slots(&self) -> &LocalSlots {
+        &self.local
+    }
+
+    /// Decides at once when the breaker is open, else returns the Redis call.
+    pub(super) fn acquire_now(
+        self: &Arc<Self>,
+        name: &Arc<str>,
+        key: Key,
+        limit: u32,
+        retry_hint: Duration,
+    ) -> Acquire {
+        if let Admit::Skip(_) = self.guard.admit() {
+            return Acquire::Ready(self.fail(key, limit, retry_hint, Cause::CircuitOpen));
+        }
+        let (g, name) = (self.clone(), name.clone());
+        Acquire::Pending(Box::pin(async move {
+            g.acquire(name, key, limit, retry_hint).await
+        }))
+    }
+    async fn acquire(
+        self: Arc<Self>,
+        name: Arc<str>,
+        key: Key,
+        limit: u32,
+        retry_hint: Duration,
+    ) -> Outcome {
+        let id = lease_id();
+        let op = LeaseOp::Acquire {
+            id: &id,
+            max_in_flight: limit,
+            ttl: self.ttl,
+            retry_hint,
+        };
+        // A timeout may leave a lease acquired that no permit owns; it
+        // expires after its TTL.
+        match self
+            .guard
+            .call(self.redis.liveness(), self.redis.lease(&name, &key, op))
+            .await
+        {
+            Ok(r) if r.ok => {
+                let local = self.local.take(key.clone());
+                let lease = Lease::start(self, name, key, id);
+                Outcome {
+                    source: Source::Global,
+                    verdict: Ok((
+                        Permit {
+                            _local: local,
+                            _lease: Some(lease),
+                        },
+                        r.in_flight,
+                    )),
+                }
+            }
+            Ok(r) => Outcome {
+                source: Source::Global,
+                verdict: Err(Refused {
+                    retry_after: r.retry_after,
+                }),
+            },
+            Err(cause) => self.fail(key, limit, retry_hint, cause),
+        }
+    }
+
+    /// Decides without Redis. The local fallback allows this instance's
+    /// share of `limit`.
+    fn fail(&self, key: Key, limit: u32, retry_hint: Duration, cause: Cause) -> Outcome {
+        let (verdict, source) = self.guard.fail_with(&key, cause, |mode| {
+            let verdict = match mode {
+                FailureMode::FailOpen => {
+                    let permit = self.local.take(key.clone());
+                    let held = self.local.held(&key);
+                    Ok((local_only(permit), held))
+                }
+                FailureMode::FailClosed => Err(Refused {
+                    retry_after: self.guard.closed_retry(),
+                }),
+                FailureMode::LocalFallback => {
+                    let share = self.guard.local_share(limit);
+                    self.local.try_acquire(key.clone(), share, retry_hint)
+                }
+            };
+            let allowed = verdict.is_ok();
+            (verdict, allowed)
+        });
+        Outcome { source, verdict }
+    }
+
+    async fn call(&self, name: &str, key: &Key, op: LeaseOp<'_>) -> Result<bool, Cause> {
+        let reply = self
+            .guard
+            .call(self.redis.liveness(), self.redis.lease(name, key, op))
+            .await?;
+        Ok(reply.ok)
+    }
+}
+
+/// Lease ids only need to be unique, not secret: a random per-process half
+/// and a counter, without a random-number dependency.
+fn lease_id() -> String {
+    static NONCE: LazyLock<u64> = LazyLock::new(|| {
+        RandomState::new().hash_one((std::process::id(), std::time::SystemTime::now()))
+    });
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{:016x}{:016x}",
+        *NONCE,
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A lease held in Redis: renewed while it lives, released when dropped.
+pub(crate) struct Lease {
+    global: Arc<Global>,
+    name: Arc<str>,
+    key: Key,
+    id: Arc<str>,
+    renewal: AbortHandle,
+}
+
+impl Lease {
+    /// Starts renewing every TTL/3, so a response that streams for longer
+    /// than the TTL keeps its slot; two renewals may fail before it is lost.
+    pub(super) fn start(global: Arc<Global>, name: Arc<str>, key: Key, id: String) -> Self {
+        let id: Arc<str> = id.into();
+        let renewal = tokio::spawn(renew(global.clone(), name.clone(), key.clone(), id.clone()))
+            .abort_handle();
+        Self {
+            global,
+            name,
+            key,
+            id,
+            renewal,
+        }
+    }
+}
+
+async fn renew(g: Arc<Global>, name: Arc<str>, key: Key, id: Arc<str>) {
+    let every = g.ttl / 3;
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let op = LeaseOp::Renew {
+            id: &id,
+            ttl: g.ttl,
+        };
+        match g.call(&name, &key, op).await {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::warn!(target: "keyed_rate_limit", rule = %name, key = %key.fingerprint(),
+                    "concurrency lease expired before it was renewed; its slot may be given away");
+                return;
+            }
+            Err(cause) => {
+                tracing::warn!(target: "keyed_rate_limit", rule = %name, key = %key.fingerprint(),
+                    %cause, "cannot renew concurrency lease; retrying");
+            }
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.renewal.abort();
+        // Drop cannot await: the release runs on its own, and if it fails
+        // the TTL frees the slot.
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(target: "keyed_rate_limit", rule = %self.name,
+                "no tokio runtime to release a concurrency lease; it expires after its TTL");
+            return;
+        };
+        let (g, name, key, id) = (
+            self.global.clone(),
+            self.name.clone(),
+            self.key.clone(),
+            self.id.clone(),
+        );
+        rt.spawn(async move {
+            if let Err(cause) = g.call(&name, &key, LeaseOp::Release { id: &id }).await {
+                tracing::warn!(target: "keyed_rate_limit", rule = %name, key = %key.fingerprint(),
+                    %cause, "cannot release concurrency lease; it expires after its TTL");
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_ids_are_unique_128_bit_hex() {
+        let (a, b) = (lease_id(), lease_id());
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 32);
+        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
+    }
+}

@@ -1,0 +1,131 @@
+//! A global rule's runtime (feature `redis`): the deny cache, the guarded
+//! Redis call, and the failure mode's local fallback.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use crate::backend::deny_cache::DenyCache;
+use crate::backend::local::LocalStore;
+use crate::backend::redis::RedisBackend;
+use crate::failure::{Admit, BreakerStatus, Cause, FailureMode, Guard};
+use crate::rule::Rule;
+use crate::{Decision, Key, Quota, Source};
+
+pub(super) struct Global {
+    redis: RedisBackend,
+    guard: Guard,
+    denies: DenyCache,
+    /// What `LocalFallback` counts in: this instance's share of each quota.
+    fallback: LocalStore,
+}
+
+impl Global {
+    pub(super) fn new(rule: &Rule, redis: RedisBackend, instances: u32) -> Self {
+        Self {
+            redis,
+            guard: Guard::new(rule.name.clone(), rule.failure, instances),
+            denies: DenyCache::default(),
+            fallback: LocalStore::new(None),
+        }
+    }
+
+    /// Decides without Redis when it can: a cached deny, or an open
+    /// breaker's failure mode. `Err` means ask Redis.
+    pub(super) fn decide_now(
+        &self,
+        rule: &Rule,
+        key: &Key,
+        quota: Quota,
+        cost: NonZeroU32,
+    ) -> Result<(Decision, Source), ()> {
+        if let Some(d) = self
+            .denies
+            .get(key, quota, cost, rule.algorithm.has_burst())
+        {
+            return Ok((d, Source::Global));
+        }
+        if let Admit::Skip(_) = self.guard.admit() {
+            return Ok(self.fail(key, quota, cost, Cause::CircuitOpen));
+        }
+        Err(())
+    }
+
+    pub(super) fn breaker_status(&self) -> BreakerStatus {
+        self.guard.breaker_status()
+    }
+
+    /// Keys held here: fallback shares and cached denies.
+    pub(super) fn len(&self) -> usize {
+        self.fallback.len() + self.denies.len()
+    }
+
+    pub(super) fn cleanup(&self) {
+        self.fallback.cleanup();
+        self.denies.cleanup();
+    }
+    /// Decides without Redis, through the guard, which says so loudly.
+    fn fail(&self, key: &Key, quota: Quota, cost: NonZeroU32, cause: Cause) -> (Decision, Source) {
+        let guard = &self.guard;
+        guard.fail_with(key, cause, |mode| {
+            let decision = match mode {
+                FailureMode::FailOpen => {
+                    Decision::allowed(quota.limit(), quota.window(), quota.burst(), Duration::ZERO)
+                }
+                FailureMode::FailClosed => Decision::denied(
+                    quota.limit(),
+                    quota.window(),
+                    guard.closed_retry(),
+                    quota.window(),
+                ),
+                // A cost the share can't hold waits for Redis, not a local bucket.
+                FailureMode::LocalFallback => {
+                    let share = guard.share(quota);
+                    if cost.get() > share.burst() {
+                        Decision::denied(
+                            share.limit(),
+                            share.window(),
+                            guard.closed_retry(),
+                            share.window(),
+                        )
+                    } else {
+                        self.fallback.check(key, share, cost)
+                    }
+                }
+            };
+            let allowed = decision.is_allowed();
+            (decision, allowed)
+        })
+    }
+
+    /// One Redis decision under the rule's timeout; failures go to the failure mode.
+    pub(super) async fn ask(
+        &self,
+        rule: &Rule,
+        key: &Key,
+        quota: Quota,
+        cost: NonZeroU32,
+    ) -> (Decision, Source) {
+        let name = &rule.name;
+        let check = self
+            .redis
+            .check_next(name, key, rule.algorithm, &quota, cost.get());
+        match self.guard.call(self.redis.liveness(), check).await {
+            Ok((d, next)) => {
+                match next {
+                    // The next request would be denied until `next`: cache that now.
+                    Some(wait) if d.is_allowed() => {
+                        let deny = Decision::denied(d.limit(), d.window(), wait, d.reset());
+                        self.denies.put(key.clone(), quota, NonZeroU32::MIN, &deny);
+                    }
+                    _ if d.is_allowed() => self.denies.forget(key),
+                    _ => self.denies.put(key.clone(), quota, cost, &d),
+                }
+                (d, Source::Global)
+            }
+            Err(cause) => {
+                self.denies.forget(key);
+                self.fail(key, quota, cost, cause)
+            }
+        }
+    }
+}
