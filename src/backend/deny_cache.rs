@@ -39,7 +39,17 @@ impl DenyCache {
         cost: NonZeroU32,
         single_flight: bool,
     ) -> Option<Decision> {
-        let now = Instant::now();
+        self.get_at(Instant::now(), key, quota, cost, single_flight)
+    }
+
+    fn get_at(
+        &self,
+        now: Instant,
+        key: &Key,
+        quota: Quota,
+        cost: NonZeroU32,
+        single_flight: bool,
+    ) -> Option<Decision> {
         let mut e = self.map.get_mut(key)?;
         if e.quota != quota {
             return None;
@@ -68,10 +78,13 @@ impl DenyCache {
     /// Records a deny from Redis, or an allow that left nothing until
     /// `d.retry_after()`; a fresh entry ends any refresh.
     pub(crate) fn put(&self, key: Key, quota: Quota, cost: NonZeroU32, d: &Decision) {
+        self.put_at(Instant::now(), key, quota, cost, d);
+    }
+
+    fn put_at(&self, now: Instant, key: Key, quota: Quota, cost: NonZeroU32, d: &Decision) {
         let Some(wait) = d.retry_after().filter(|w| !w.is_zero()) else {
             return;
         };
-        let now = Instant::now();
         self.map.insert(
             key,
             Entry {
@@ -95,7 +108,10 @@ impl DenyCache {
     }
 
     pub(crate) fn cleanup(&self) {
-        let now = Instant::now();
+        self.cleanup_at(Instant::now());
+    }
+
+    fn cleanup_at(&self, now: Instant) {
         self.map.retain(|_, e| e.until > now);
         self.map.shrink_to_fit();
     }
@@ -105,60 +121,116 @@ impl DenyCache {
 mod tests {
     use super::*;
 
+    const TWO: NonZeroU32 = NonZeroU32::new(2).unwrap();
+
+    fn deny(limit: u32, q: Quota, wait_ms: u64, reset: Duration) -> Decision {
+        Decision::denied(limit, q.window(), Duration::from_millis(wait_ms), reset)
+    }
+
     #[test]
     fn serves_a_deny_until_it_expires_only_for_equal_or_costlier_requests() {
-        let c = DenyCache::default();
+        let (c, t) = (DenyCache::default(), Instant::now());
         let q = Quota::per_minute(10);
         let key = Key::from("k");
-        let two = NonZeroU32::new(2).unwrap();
-        assert!(c.get(&key, q, two, false).is_none());
-        let d = Decision::denied(
-            10,
-            q.window(),
-            Duration::from_millis(80),
-            Duration::from_secs(6),
+        assert!(c.get_at(t, &key, q, TWO, false).is_none());
+        c.put_at(
+            t,
+            key.clone(),
+            q,
+            TWO,
+            &deny(10, q, 80, Duration::from_secs(6)),
         );
-        c.put(key.clone(), q, two, &d);
-        let hit = c.get(&key, q, two, false).unwrap();
+        let hit = c
+            .get_at(t + Duration::from_millis(30), &key, q, TWO, false)
+            .unwrap();
         assert!(!hit.is_allowed());
-        assert!(hit.retry_after().unwrap() <= Duration::from_millis(80));
+        assert_eq!(hit.retry_after(), Some(Duration::from_millis(50)));
+        assert_eq!(hit.reset(), Duration::from_millis(5970));
         assert!(
-            c.get(&key, q, NonZeroU32::MIN, false).is_none(),
+            c.get_at(t, &key, q, NonZeroU32::MIN, false).is_none(),
             "a cheaper request asks Redis"
         );
         assert!(
-            c.get(&key, Quota::per_minute(20), two, false).is_none(),
+            c.get_at(t, &key, Quota::per_minute(20), TWO, false)
+                .is_none(),
             "another quota asks Redis"
         );
-        std::thread::sleep(Duration::from_millis(100));
-        assert!(c.get(&key, q, two, false).is_none());
+        assert!(
+            c.get_at(t + Duration::from_millis(80), &key, q, TWO, false)
+                .is_none()
+        );
         assert_eq!(c.len(), 0, "an expired entry is dropped on read");
     }
 
     #[test]
     fn one_request_refreshes_an_expired_deny_while_the_rest_wait() {
-        let c = DenyCache::default();
+        let (c, t) = (DenyCache::default(), Instant::now());
         let q = Quota::per_minute(60); // one unit back per second
         let key = Key::from("k");
-        let d = Decision::denied(
-            60,
-            q.window(),
-            Duration::from_millis(20),
-            Duration::from_secs(60),
+        c.put_at(
+            t,
+            key.clone(),
+            q,
+            NonZeroU32::MIN,
+            &deny(60, q, 20, Duration::from_secs(60)),
         );
-        c.put(key.clone(), q, NonZeroU32::MIN, &d);
-        std::thread::sleep(Duration::from_millis(30));
+        let later = t + Duration::from_millis(30);
         assert!(
-            c.get(&key, q, NonZeroU32::MIN, true).is_none(),
+            c.get_at(later, &key, q, NonZeroU32::MIN, true).is_none(),
             "the first asks Redis"
         );
         let held = c
-            .get(&key, q, NonZeroU32::MIN, true)
+            .get_at(later, &key, q, NonZeroU32::MIN, true)
             .expect("the others stay denied");
         assert_eq!(held.retry_after(), Some(Duration::from_secs(1)));
+        // Past one more interval another unit may be back: all ask again.
+        let much_later = t + Duration::from_millis(1021);
+        assert!(
+            c.get_at(much_later, &key, q, NonZeroU32::MIN, true)
+                .is_none()
+        );
         // Redis admitted with room: everyone asks again.
+        c.put_at(
+            t,
+            key.clone(),
+            q,
+            NonZeroU32::MIN,
+            &deny(60, q, 20, Duration::from_secs(60)),
+        );
         c.forget(&key);
-        assert!(c.get(&key, q, NonZeroU32::MIN, true).is_none());
+        assert!(c.get_at(later, &key, q, NonZeroU32::MIN, true).is_none());
+    }
+
+    #[test]
+    fn cleanup_drops_only_expired_entries() {
+        let (c, t) = (DenyCache::default(), Instant::now());
+        let q = Quota::per_minute(10);
+        c.put_at(
+            t,
+            Key::from("short"),
+            q,
+            TWO,
+            &deny(10, q, 10, Duration::from_secs(6)),
+        );
+        c.put_at(
+            t,
+            Key::from("long"),
+            q,
+            TWO,
+            &deny(10, q, 500, Duration::from_secs(6)),
+        );
+        c.cleanup_at(t + Duration::from_millis(100));
+        assert_eq!(c.len(), 1);
+        assert!(
+            c.get_at(
+                t + Duration::from_millis(100),
+                &Key::from("long"),
+                q,
+                TWO,
+                false
+            )
+            .is_some()
+        );
     }
 
     #[test]

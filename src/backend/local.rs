@@ -6,28 +6,34 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use governor::clock::{Clock, DefaultClock};
+use governor::middleware::NoOpMiddleware;
 use governor::middleware::StateInformationMiddleware;
 use governor::state::keyed::DefaultKeyedStateStore;
 use governor::{Quota as GovernorQuota, RateLimiter};
 
 use crate::{Decision, Key, Quota};
 
-type Keyed =
-    RateLimiter<Key, DefaultKeyedStateStore<Key>, DefaultClock, StateInformationMiddleware>;
+type Keyed<C> = RateLimiter<Key, DefaultKeyedStateStore<Key>, C, StateInformationMiddleware>;
 
 /// Keyed limiters for one rule: one governor limiter per distinct quota, so
-/// per-plan quotas don't share cells.
-pub(crate) struct LocalStore {
+/// per-plan quotas don't share cells. The clock is governor's: the system's,
+/// or a fake one that tests advance.
+pub(crate) struct LocalStore<C: Clock = DefaultClock> {
     /// The static quota's limiter and emission interval: the hot path skips
     /// the map and the division.
-    fixed: Option<(Quota, Duration, Arc<Keyed>)>,
-    dynamic: RwLock<HashMap<Quota, Arc<Keyed>>>,
-    clock: DefaultClock,
+    fixed: Option<(Quota, Duration, Arc<Keyed<C>>)>,
+    dynamic: RwLock<HashMap<Quota, Arc<Keyed<C>>>>,
+    clock: C,
 }
 
 impl LocalStore {
     pub(crate) fn new(fixed: Option<Quota>) -> Self {
-        let clock = DefaultClock::default();
+        Self::with_clock(fixed, DefaultClock::default())
+    }
+}
+
+impl<C: Clock + Clone> LocalStore<C> {
+    fn with_clock(fixed: Option<Quota>, clock: C) -> Self {
         Self {
             fixed: fixed.map(|q| (q, q.emission_interval(), Arc::new(limiter(q, &clock)))),
             dynamic: RwLock::new(HashMap::new()),
@@ -52,7 +58,7 @@ impl LocalStore {
 
     fn check_with(
         &self,
-        limiter: &Keyed,
+        limiter: &Keyed<C>,
         interval: Duration,
         key: &Key,
         quota: Quota,
@@ -82,7 +88,7 @@ impl LocalStore {
         }
     }
 
-    fn dynamic_limiter(&self, quota: Quota) -> Arc<Keyed> {
+    fn dynamic_limiter(&self, quota: Quota) -> Arc<Keyed<C>> {
         if let Some(l) = self.dynamic.read().expect("poisoned").get(&quota) {
             return l.clone();
         }
@@ -108,20 +114,20 @@ impl LocalStore {
         }
     }
 
-    fn limiters(&self) -> Vec<Arc<Keyed>> {
+    fn limiters(&self) -> Vec<Arc<Keyed<C>>> {
         let mut all: Vec<_> = self.fixed.iter().map(|(_, _, l)| l.clone()).collect();
         all.extend(self.dynamic.read().expect("poisoned").values().cloned());
         all
     }
 }
 
-fn limiter(q: Quota, clock: &DefaultClock) -> Keyed {
+fn limiter<C: Clock + Clone>(q: Quota, clock: &C) -> Keyed<C> {
     // Callers validated the quota: interval and burst are non-zero.
     let burst = NonZeroU32::new(q.burst()).unwrap_or(NonZeroU32::MIN);
     let gq = GovernorQuota::with_period(q.emission_interval())
         .unwrap_or_else(|| GovernorQuota::per_second(NonZeroU32::MIN))
         .allow_burst(burst);
-    RateLimiter::<Key, _, _, governor::middleware::NoOpMiddleware<_>>::new(
+    RateLimiter::<Key, _, _, NoOpMiddleware<C::Instant>>::new(
         gq,
         DefaultKeyedStateStore::default(),
         clock.clone(),
@@ -132,16 +138,22 @@ fn limiter(q: Quota, clock: &DefaultClock) -> Keyed {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use governor::clock::FakeRelativeClock;
     use std::time::Duration;
 
     fn one() -> NonZeroU32 {
         NonZeroU32::MIN
     }
 
+    fn store(fixed: Option<Quota>) -> (LocalStore<FakeRelativeClock>, FakeRelativeClock) {
+        let clock = FakeRelativeClock::default();
+        (LocalStore::with_clock(fixed, clock.clone()), clock)
+    }
+
     #[test]
     fn admits_exactly_the_burst_then_waits_one_interval() {
         let q = Quota::new(5, Duration::from_secs(10));
-        let store = LocalStore::new(Some(q));
+        let (store, clock) = store(Some(q));
         let key = Key::from("k");
         for left in (0..5).rev() {
             let d = store.check(&key, q, one());
@@ -150,24 +162,33 @@ mod tests {
         }
         let d = store.check(&key, q, one());
         assert!(!d.is_allowed());
-        let wait = d.retry_after().unwrap();
-        assert!(
-            wait > Duration::from_millis(1900) && wait <= Duration::from_secs(2),
-            "{wait:?}"
-        );
-        assert!(d.reset() > Duration::from_millis(9900) && d.reset() <= Duration::from_secs(10));
+        assert_eq!(d.retry_after(), Some(Duration::from_secs(2)));
+        assert_eq!(d.reset(), Duration::from_secs(10));
+        clock.advance(Duration::from_millis(500));
+        let d = store.check(&key, q, one());
+        assert_eq!(d.retry_after(), Some(Duration::from_millis(1500)));
+        clock.advance(Duration::from_millis(1500));
+        let d = store.check(&key, q, one());
+        assert!(d.is_allowed(), "one unit is back after one interval");
+        assert_eq!(d.remaining(), 0);
     }
 
     #[test]
     fn weighted_cost_and_insufficient_capacity() {
         let q = Quota::per_minute(10);
-        let store = LocalStore::new(None);
+        let (store, _clock) = store(None);
         let key = Key::from("k");
         let three = NonZeroU32::new(3).unwrap();
         assert_eq!(store.check(&key, q, three).remaining(), 7);
         assert_eq!(store.check(&key, q, three).remaining(), 4);
         assert_eq!(store.check(&key, q, three).remaining(), 1);
-        assert!(!store.check(&key, q, three).is_allowed());
+        let d = store.check(&key, q, three);
+        assert!(!d.is_allowed());
+        assert_eq!(
+            d.retry_after(),
+            Some(Duration::from_secs(12)),
+            "two more units"
+        );
         let never = store.check(&key, q, NonZeroU32::new(11).unwrap());
         assert!(!never.is_allowed());
         assert_eq!(never.retry_after(), None);
@@ -177,7 +198,7 @@ mod tests {
     fn quotas_keep_separate_cells() {
         let free = Quota::per_minute(1);
         let pro = Quota::per_minute(2);
-        let store = LocalStore::new(Some(free));
+        let (store, _clock) = store(Some(free));
         let key = Key::from("k");
         assert!(store.check(&key, free, one()).is_allowed());
         assert!(!store.check(&key, free, one()).is_allowed());
@@ -188,15 +209,19 @@ mod tests {
     #[test]
     fn cleanup_forgets_only_full_buckets() {
         let fast = Quota::new(1000, Duration::from_millis(10)); // 10 µs per cell
-        let store = LocalStore::new(Some(fast));
+        let (store, clock) = store(Some(fast));
         for i in 0..100u64 {
             store.check(&Key::from(i), fast, one());
         }
         let slow = Quota::per_hour(1);
         store.check(&Key::from("kept"), slow, one());
         assert_eq!(store.len(), 101);
-        std::thread::sleep(Duration::from_millis(30));
+        clock.advance(Duration::from_millis(30));
         store.cleanup();
         assert_eq!(store.len(), 1, "only the hour-long bucket is still owed");
+        // governor keeps a key one emission interval past whole.
+        clock.advance(Duration::from_secs(2 * 3600));
+        store.cleanup();
+        assert_eq!(store.len(), 0, "a whole bucket is forgotten");
     }
 }

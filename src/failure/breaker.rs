@@ -4,8 +4,9 @@
 #[cfg(feature = "redis")]
 use std::sync::Mutex;
 use std::time::Duration;
+// Tokio's clock, which tests can pause (the system clock otherwise).
 #[cfg(feature = "redis")]
-use std::time::Instant;
+use tokio::time::Instant;
 
 /// When the breaker opens and how it probes.
 ///

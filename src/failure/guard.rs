@@ -4,7 +4,9 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use futures_util::FutureExt;
 
@@ -118,7 +120,7 @@ impl Guard {
         let mut deadline = start + self.timeout;
         let mut armed = None;
         let outcome = loop {
-            if let Ok(out) = tokio::time::timeout_at(deadline.into(), &mut fut).await {
+            if let Ok(out) = tokio::time::timeout_at(deadline, &mut fut).await {
                 break out;
             }
             // A timer can fire before the connection's reader, woken by the
@@ -151,8 +153,6 @@ impl Guard {
         }
     }
 
-    /// The wait a fail-closed refusal asks for: until the breaker probes, or
-    /// at least a second.
     /// This instance's share of `quota`.
     pub(crate) fn share(&self, quota: Quota) -> Quota {
         quota.divided_by(self.instances)
@@ -163,6 +163,8 @@ impl Guard {
         n.div_ceil(self.instances.max(1))
     }
 
+    /// The wait a fail-closed refusal asks for: until the breaker probes, or
+    /// at least a second.
     pub(crate) fn closed_retry(&self) -> Duration {
         match self.breaker.open_remaining() {
             Some(wait) if !wait.is_zero() => wait,
@@ -186,5 +188,127 @@ impl Guard {
         let mode = self.mode.as_str();
         observe::failure_mode(&self.rule, key, cause.kind(), &cause, mode, allowed);
         (out, self.mode.source())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::failure::BreakerState;
+
+    const TIMEOUT: Duration = Duration::from_millis(20);
+
+    #[derive(Debug)]
+    struct Failed {
+        lost: bool,
+    }
+
+    impl fmt::Display for Failed {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(if self.lost {
+                "connection reset"
+            } else {
+                "ERR script"
+            })
+        }
+    }
+
+    impl CallError for Failed {
+        fn connection_lost(&self) -> bool {
+            self.lost
+        }
+    }
+
+    fn guard() -> Guard {
+        let policy = FailurePolicy {
+            timeout: TIMEOUT,
+            ..FailurePolicy::default()
+        };
+        Guard::new("r".into(), policy, 4)
+    }
+
+    fn never() -> impl Future<Output = Result<(), Failed>> {
+        std::future::pending()
+    }
+
+    /// Reports a reply or pong every 5 ms until dropped.
+    fn alive(l: &Liveness) -> tokio::task::JoinHandle<()> {
+        let l = l.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                l.heard();
+            }
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_server_fails_one_timeout_after_the_pinger_is_armed() {
+        let (g, l) = (guard(), Liveness::new(None));
+        let Err(Cause::Timeout(waited)) = g.call(&l, never()).await else {
+            panic!("a silent server must time out");
+        };
+        assert_eq!(
+            waited,
+            2 * TIMEOUT,
+            "the timeout, then one more with the pinger armed"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_late_reply_from_a_live_server_is_awaited_not_failed() {
+        let (g, l) = (guard(), Liveness::new(None));
+        let pings = alive(&l);
+        let late = async {
+            tokio::time::sleep(15 * TIMEOUT).await;
+            Ok::<_, Failed>(7)
+        };
+        assert_eq!(g.call(&l, late).await.unwrap(), 7);
+        assert_eq!(g.breaker_status().state, BreakerState::Closed);
+        pings.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn patience_bounds_the_wait_on_a_server_that_answers_others() {
+        let (g, l) = (guard(), Liveness::new(None));
+        let pings = alive(&l);
+        let Err(Cause::Timeout(waited)) = g.call(&l, never()).await else {
+            panic!("must give up");
+        };
+        assert_eq!(waited, TIMEOUT * PATIENCE);
+        pings.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_connection_opens_the_breaker_at_once_an_error_reply_does_not() {
+        let (g, l) = (guard(), Liveness::new(None));
+        let reply = g.call(&l, async { Err::<(), _>(Failed { lost: false }) });
+        assert!(matches!(reply.await, Err(Cause::Error(_))));
+        assert_eq!(g.breaker_status().state, BreakerState::Closed);
+        let reset = g.call(&l, async { Err::<(), _>(Failed { lost: true }) });
+        assert!(matches!(reset.await, Err(Cause::Error(_))));
+        let status = g.breaker_status();
+        assert_eq!(status.state, BreakerState::Open);
+        assert_eq!(status.reopens_in, Some(Duration::from_secs(1)));
+        assert!(matches!(g.admit(), Admit::Skip(_)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failures_count_toward_the_breaker_and_the_mode_decides() {
+        let g = guard();
+        let key = Key::from("k");
+        for i in 1..=5 {
+            let (allowed, source) = g.fail_with(&key, Cause::Timeout(TIMEOUT), |mode| {
+                assert_eq!(mode, FailureMode::LocalFallback);
+                (true, true)
+            });
+            assert!(allowed);
+            assert_eq!(source, Source::Fallback);
+            let open = g.breaker_status().state == BreakerState::Open;
+            assert_eq!(open, i == 5, "opens on the 5th consecutive failure");
+        }
+        assert_eq!(g.share(Quota::per_minute(100)).limit(), 25);
+        assert_eq!(g.local_share(10), 3);
+        assert_eq!(g.closed_retry(), Duration::from_secs(1));
     }
 }

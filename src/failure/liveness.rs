@@ -9,7 +9,9 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::thread::Thread;
-use std::time::Instant;
+// Tokio's clock, so tests can pause it; outside a paused runtime it is the
+// system's monotonic clock, which the pinger thread reads.
+use tokio::time::Instant;
 
 /// Starts the pinger thread, handing it a [`Heard`] to report to.
 pub(crate) type StartPinger = Box<dyn FnOnce(Heard) -> std::io::Result<Thread> + Send>;
