@@ -28,11 +28,13 @@ pub struct Decision {
     remaining: u32,
     reset: Duration,
     retry_after: Option<Duration>,
+    next: Duration,
 }
 
 impl Decision {
     /// The request may go on; `remaining` units are left, and the quota is
-    /// whole again after `reset`.
+    /// whole again after `reset`. One more unit is taken to come back after
+    /// `reset` too, unless [`with_next_unit`](Self::with_next_unit) says sooner.
     pub const fn allowed(limit: u32, window: Duration, remaining: u32, reset: Duration) -> Self {
         Self {
             allowed: true,
@@ -41,7 +43,26 @@ impl Decision {
             remaining,
             reset,
             retry_after: None,
+            next: reset,
         }
+    }
+
+    /// On an allow: one unit more than [`remaining`](Self::remaining) fits
+    /// after `next` (zero when the quota is whole). The `RateLimit` header's
+    /// `t`; see [`headers`](crate::headers).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use keyed_rate_limit::Decision;
+    /// let d = Decision::allowed(10, Duration::from_secs(60), 8, Duration::from_secs(12))
+    ///     .with_next_unit(Duration::from_secs(6));
+    /// assert_eq!(d.next_unit(), Duration::from_secs(6));
+    /// ```
+    pub const fn with_next_unit(mut self, next: Duration) -> Self {
+        if self.allowed {
+            self.next = next;
+        }
+        self
     }
 
     /// The request is over the limit; it could succeed after `retry_after`.
@@ -58,6 +79,7 @@ impl Decision {
             remaining: 0,
             reset,
             retry_after: Some(retry_after),
+            next: retry_after,
         }
     }
 
@@ -71,6 +93,7 @@ impl Decision {
             remaining: 0,
             reset: Duration::ZERO,
             retry_after: None,
+            next: Duration::ZERO,
         }
     }
 
@@ -103,6 +126,14 @@ impl Decision {
     /// when allowed or when it can never pass.
     pub const fn retry_after(&self) -> Option<Duration> {
         self.retry_after
+    }
+
+    /// How long until one unit more than [`remaining`](Self::remaining) is
+    /// available: on an allow, when the next unit comes back (zero when the
+    /// quota is whole); on a deny, the retry-after (zero when the request can
+    /// never pass).
+    pub const fn next_unit(&self) -> Duration {
+        self.next
     }
 }
 
@@ -149,6 +180,10 @@ pub struct RuleDecision {
     pub shadow: bool,
     /// The rule counts requests in flight, not requests per window.
     pub concurrency: bool,
+    /// The rule is kept out of the rate-limit headers ([`Rule::headers`](crate::Rule::headers)).
+    pub hidden: bool,
+    /// The draft's `pk`: a prefix of the key's SHA-256 ([`Rule::partition_key`](crate::Rule::partition_key)).
+    pub(crate) partition: Option<[u8; crate::key::PARTITION_LEN]>,
     /// The rule's `RateLimit-Policy` member when its quota is static.
     pub(crate) policy: Option<http::HeaderValue>,
 }

@@ -46,7 +46,9 @@ pub struct DescribedRule {
     /// A global rule's failure mode and Redis timeout, e.g. `fail_closed, 20ms timeout`.
     pub failure_mode: Option<String>,
     /// The answer to a request over quota: `429 + Retry-After`, or
-    /// `log only (shadow)`.
+    /// `log only (shadow)`; with `, hidden from headers` for a rule kept out
+    /// of the rate-limit headers and `, pk` for one that sends its partition
+    /// key.
     pub on_deny: String,
     /// What a request without a key gets: `skip`, a status like `401`, or
     /// `fallback: peer_ip`.
@@ -92,10 +94,19 @@ impl DescribedRule {
                     duration(rule.failure.timeout)
                 )
             }),
-            on_deny: if rule.shadow {
-                "log only (shadow)".to_owned()
-            } else {
-                "429 + Retry-After".to_owned()
+            on_deny: {
+                let mut s = if rule.shadow {
+                    "log only (shadow)"
+                } else {
+                    "429 + Retry-After"
+                }
+                .to_owned();
+                if !rule.visible {
+                    s.push_str(", hidden from headers");
+                } else if rule.partition_key {
+                    s.push_str(", pk");
+                }
+                s
             },
             on_missing_key,
             reject,

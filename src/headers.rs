@@ -15,9 +15,25 @@ use crate::RuleDecision;
 /// | `Both` | all of the above |
 /// | `None` | nothing (a 429 still carries `Retry-After`) |
 ///
-/// `Draft` follows the IETF httpapi `RateLimit` header fields draft: `q` is
-/// the quota, `w` its window in seconds, `r` the units left and `t` the
-/// seconds until the quota is whole again, rounded up. Shadow rules, and
+/// `Draft` follows draft-ietf-httpapi-ratelimit-headers-10, whose values are
+/// RFC 9651 structured fields: `q` is the quota, `w` its window in seconds,
+/// `r` the units left and `t` the seconds until more quota is available,
+/// rounded up:
+///
+/// - on an allow that leaves units (`r > 0`): when the next unit comes back,
+///   0 when nothing is spent ([`Decision::next_unit`](crate::Decision::next_unit));
+/// - on an allow that leaves none (`r = 0`), and on a deny: the `Retry-After`
+///   seconds, so the two never disagree (a cost that can never pass has no
+///   `Retry-After` and `t=0`).
+///
+/// The window algorithms give their units back when the window ends, so `t`
+/// is the time to the window's end (fixed) or to the next unit the decaying
+/// previous window frees (sliding). Locally (governor) the next unit is at
+/// most one emission interval away, and governor does not expose the exact
+/// arrival time: `t` is the interval rounded up, which is exact for quotas of
+/// at least one unit per second (the next unit is then under a second away)
+/// and otherwise late by less than one interval, never early.
+/// `RateLimit-Policy` is constant for a static quota. Shadow rules, and
 /// global rules that failed open, are never shown to clients.
 ///
 /// ```
@@ -68,6 +84,15 @@ pub(crate) fn ceil_secs(d: Duration) -> u64 {
 /// The `Retry-After` delay: whole seconds, rounded up, at least one.
 pub(crate) fn retry_after_secs(d: Duration) -> u64 {
     ceil_secs(d).max(1)
+}
+
+/// The draft's `t` for one decision; see [`HeaderStyle`].
+pub(crate) fn t_secs(d: &crate::Decision) -> u64 {
+    if d.is_allowed() && d.remaining() > 0 || d.next_unit().is_zero() {
+        ceil_secs(d.next_unit())
+    } else {
+        retry_after_secs(d.next_unit())
+    }
 }
 
 /// Rendered rate-limit headers: at most five; the usual two (draft style)
@@ -122,10 +147,75 @@ impl StaticPolicy {
     }
 }
 
+/// What `X-RateLimit-Reset` counts, in the legacy header styles.
+///
+/// | format | `X-RateLimit-Reset` | as in |
+/// |---|---|---|
+/// | `DeltaSeconds` (default) | seconds until the quota is whole again | the early RateLimit drafts, Twitter |
+/// | `UnixSeconds` | the Unix time (seconds) it is whole again | GitHub, express-rate-limit |
+///
+/// ```
+/// use keyed_rate_limit::{HeaderStyle, Quota, RateLimitLayer, ResetFormat, Rule, key::KeyExtractor};
+/// let layer = RateLimitLayer::builder()
+///     .rule(Rule::new("api", KeyExtractor::global(), Quota::per_second(10)))
+///     .headers(HeaderStyle::Legacy)
+///     .legacy_reset(ResetFormat::UnixSeconds)
+///     .build();
+/// assert!(layer.is_ok());
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "config",
+    derive(serde::Deserialize),
+    serde(rename_all = "snake_case")
+)]
+#[non_exhaustive]
+pub enum ResetFormat {
+    /// Seconds from now, rounded up.
+    #[default]
+    DeltaSeconds,
+    /// Seconds since the Unix epoch, rounded up.
+    UnixSeconds,
+}
+
+impl ResetFormat {
+    fn value(self, reset: Duration) -> u64 {
+        let delta = ceil_secs(reset);
+        match self {
+            Self::DeltaSeconds => delta,
+            Self::UnixSeconds => std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |now| ceil_secs(now + reset)),
+        }
+    }
+}
+
 impl HeaderStyle {
     /// Whether responses carry the draft fields, `RateLimit-Policy` among them.
     pub(crate) fn draft(self) -> bool {
         matches!(self, Self::Draft | Self::Both)
+    }
+}
+
+/// What the layer renders: the style, and the legacy reset's format.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Headers {
+    pub(crate) style: HeaderStyle,
+    pub(crate) reset: ResetFormat,
+}
+
+impl From<HeaderStyle> for Headers {
+    fn from(style: HeaderStyle) -> Self {
+        Self {
+            style,
+            reset: ResetFormat::default(),
+        }
+    }
+}
+
+impl Headers {
+    pub(crate) fn draft(self) -> bool {
+        self.style.draft()
     }
 
     /// Renders the headers for `decisions` (the rules that applied, in order).
@@ -135,7 +225,9 @@ impl HeaderStyle {
     /// reference count that every core shares.
     pub(crate) fn render(self, decisions: &mut [RuleDecision], out: &mut Rendered) {
         // Shadow rules are not the client's business; a fail-open rule knows no numbers.
-        let shown = |d: &RuleDecision| !d.shadow && d.source != crate::Source::FailOpen;
+        // A hidden rule's limits are not told either.
+        let shown =
+            |d: &RuleDecision| !d.shadow && !d.hidden && d.source != crate::Source::FailOpen;
         let mut at = (0..decisions.len()).filter(|&i| shown(&decisions[i]));
         let Some(first) = at.next() else { return };
         let single = at.next().is_none();
@@ -178,7 +270,8 @@ impl HeaderStyle {
                     sf_string_len(&d.rule)
                         + ";r=;t=".len()
                         + digits(dec.remaining().into())
-                        + digits(ceil_secs(dec.reset()))
+                        + digits(t_secs(dec))
+                        + d.partition.map_or(0, |_| PK_LEN)
                 })
                 .sum();
             let len = items + ", ".len() * (visible().count() - 1);
@@ -194,7 +287,10 @@ impl HeaderStyle {
                 state.push_str(";r=");
                 state.push_str(n.format(dec.remaining()));
                 state.push_str(";t=");
-                state.push_str(n.format(ceil_secs(dec.reset())));
+                state.push_str(n.format(t_secs(dec)));
+                if let Some(pk) = &d.partition {
+                    push_pk(&mut state, pk);
+                }
             }
             debug_assert_eq!(state.len(), len, "state header sized exactly");
             // Rule names are checked to be printable ASCII at build time.
@@ -203,14 +299,32 @@ impl HeaderStyle {
                 out.push((RATELIMIT, state));
             }
         }
-        if matches!(self, Self::Legacy | Self::Both) {
+        if matches!(self.style, HeaderStyle::Legacy | HeaderStyle::Both) {
             if let Some(d) = crate::decision::tightest(visible()).map(|d| d.decision) {
                 out.push((X_RATELIMIT_LIMIT, HeaderValue::from(d.limit())));
                 out.push((X_RATELIMIT_REMAINING, HeaderValue::from(d.remaining())));
-                out.push((X_RATELIMIT_RESET, HeaderValue::from(ceil_secs(d.reset()))));
+                let reset = self.reset.value(d.reset());
+                out.push((X_RATELIMIT_RESET, HeaderValue::from(reset)));
             }
         }
     }
+}
+
+/// `;pk=:<12 base64 digits>:`.
+const PK_LEN: usize = ";pk=::".len() + crate::key::PARTITION_LEN / 3 * 4;
+
+/// Appends the partition key as an sf-binary (RFC 9651 §3.3.5): base64 of
+/// whole 3-byte groups, so no padding. Nine bytes need no base64 crate.
+fn push_pk(out: &mut String, pk: &[u8; crate::key::PARTITION_LEN]) {
+    const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    out.push_str(";pk=:");
+    for g in pk.chunks_exact(3) {
+        let n = u32::from(g[0]) << 16 | u32::from(g[1]) << 8 | u32::from(g[2]);
+        for shift in [18, 12, 6, 0] {
+            out.push(char::from(B64[(n >> shift & 63) as usize]));
+        }
+    }
+    out.push(':');
 }
 
 fn digits(n: u64) -> usize {
@@ -262,8 +376,30 @@ mod tests {
             source: Source::Local,
             shadow: false,
             concurrency: false,
+            hidden: false,
+            partition: None,
             policy: None,
         }
+    }
+
+    #[test]
+    fn hidden_rules_are_left_out_and_pk_is_sf_binary() {
+        let q = Duration::from_secs(60);
+        let mut ds = [
+            rd("abuse", Decision::allowed(5, q, 4, q)),
+            RuleDecision {
+                partition: Some(*b"\x00\x01\x02\xfd\xfe\xff\x10\x20\x30"),
+                ..rd(
+                    "per-key",
+                    Decision::allowed(10, q, 9, q).with_next_unit(Duration::from_secs(6)),
+                )
+            },
+        ];
+        ds[0].hidden = true;
+        let mut out = Rendered::new();
+        Headers::from(HeaderStyle::Draft).render(&mut ds, &mut out);
+        assert_eq!(out[0].1, r#""per-key";q=10;w=60"#);
+        assert_eq!(out[1].1, r#""per-key";r=9;t=6;pk=:AAEC/f7/ECAw:"#);
     }
 
     #[test]
@@ -293,7 +429,7 @@ mod tests {
             ),
         ];
         let mut out = Rendered::new();
-        HeaderStyle::Both.render(&mut ds, &mut out);
+        Headers::from(HeaderStyle::Both).render(&mut ds, &mut out);
         let get = |n: &HeaderName| {
             out.iter()
                 .find(|(k, _)| k == n)
@@ -322,7 +458,7 @@ mod tests {
         );
         d.concurrency = true;
         let mut out = Rendered::new();
-        HeaderStyle::Draft.render(&mut [d], &mut out);
+        Headers::from(HeaderStyle::Draft).render(&mut [d], &mut out);
         assert_eq!(out[0].1, r#""exports";q=2;qu="concurrent-requests""#);
         assert_eq!(out[1].1, r#""exports";r=1;t=0"#);
     }
@@ -331,10 +467,11 @@ mod tests {
     fn nothing_for_none_or_only_shadow() {
         let w = Duration::from_secs(1);
         let mut out = Rendered::new();
-        HeaderStyle::None.render(&mut [rd("a", Decision::allowed(1, w, 0, w))], &mut out);
+        Headers::from(HeaderStyle::None)
+            .render(&mut [rd("a", Decision::allowed(1, w, 0, w))], &mut out);
         let mut s = rd("a", Decision::allowed(1, w, 0, w));
         s.shadow = true;
-        HeaderStyle::Both.render(&mut [s], &mut out);
+        Headers::from(HeaderStyle::Both).render(&mut [s], &mut out);
         assert!(out.is_empty());
     }
 }

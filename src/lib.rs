@@ -35,7 +35,7 @@ pub use concurrency::{ConcurrencyLimitBuilder, ConcurrencyLimitLayer, Concurrenc
 pub use decision::{Decision, RateLimitDecision, RuleDecision, Source};
 pub use error::BuildError;
 pub use failure::{BreakerConfig, FailureMode};
-pub use headers::HeaderStyle;
+pub use headers::{HeaderStyle, ResetFormat};
 pub use key::{Key, KeyExtractor, TrustedProxies};
 pub use quota::Quota;
 pub use rate_limit::{RateLimitBuilder, RateLimitLayer, RateLimitService};

@@ -54,15 +54,37 @@ impl Denied {
 
 pub(crate) type DenyFn = dyn Fn(&Denied) -> Response<Bytes> + Send + Sync;
 
+/// The problem type a rate limit's 429 carries, registered by the RateLimit
+/// header fields draft.
+pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
+
 /// The default body: an RFC 9457 problem document.
 ///
-/// ```
-/// # use keyed_rate_limit::response::{problem_json, Denied};
-/// // {"type":"about:blank","title":"Too Many Requests","status":429,"detail":"...","rule":"api","retry_after":2}
+/// A 429 has the draft's type [`QUOTA_EXCEEDED`], title "Quota Exceeded"
+/// and `violated-policies`: the names of the rules that refused, as in the
+/// `RateLimit` fields (the first refusal ends evaluation, so there is one).
+/// A fail-closed refusal during a Redis outage is a 429 of this type too:
+/// the draft's `temporary-reduced-capacity` type belongs with a 503, and a
+/// rate limiter never answers 503. A rejected missing key (e.g. 401) is an
+/// `about:blank` problem with its status's reason as title. Both keep the
+/// `rule` and `retry_after` (seconds, or `null`) extension members.
+///
+/// ```text
+/// {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded",
+///  "title":"Quota Exceeded","status":429,"detail":"rate limit \"api\" exceeded; retry in 2 s",
+///  "violated-policies":["api"],"rule":"api","retry_after":2}
 /// ```
 pub fn problem_json(d: &Denied) -> Response<Bytes> {
-    let title = d.status.canonical_reason().unwrap_or("Rejected");
-    let detail = if d.status == StatusCode::TOO_MANY_REQUESTS {
+    let quota = d.status == StatusCode::TOO_MANY_REQUESTS;
+    let (kind, title) = if quota {
+        (QUOTA_EXCEEDED, "Quota Exceeded")
+    } else {
+        (
+            "about:blank",
+            d.status.canonical_reason().unwrap_or("Rejected"),
+        )
+    };
+    let detail = if quota {
         match d.retry_after_secs() {
             Some(s) => format!("rate limit {:?} exceeded; retry in {s} s", &*d.rule),
             None => format!(
@@ -73,14 +95,21 @@ pub fn problem_json(d: &Denied) -> Response<Bytes> {
     } else {
         format!("no rate-limit key for rule {:?}", &*d.rule)
     };
-    // Written by hand: three strings and two numbers don't need a JSON crate.
-    let mut body = String::with_capacity(160 + detail.len() + 2 * d.rule.len());
-    body.push_str(r#"{"type":"about:blank","title":"#);
+    // Written by hand: a few strings and two numbers don't need a JSON crate.
+    let mut body = String::with_capacity(200 + detail.len() + 3 * d.rule.len());
+    body.push_str(r#"{"type":"#);
+    json_str(&mut body, kind);
+    body.push_str(r#","title":"#);
     json_str(&mut body, title);
     body.push_str(r#","status":"#);
     body.push_str(itoa::Buffer::new().format(d.status.as_u16()));
     body.push_str(r#","detail":"#);
     json_str(&mut body, &detail);
+    if quota {
+        body.push_str(r#","violated-policies":["#);
+        json_str(&mut body, &d.rule);
+        body.push(']');
+    }
     body.push_str(r#","rule":"#);
     json_str(&mut body, &d.rule);
     body.push_str(r#","retry_after":"#);
@@ -365,7 +394,22 @@ mod tests {
         assert_eq!(v["rule"], r#"a "quoted" \ rule"#);
         assert_eq!(v["status"], 429);
         assert_eq!(v["retry_after"], 2);
-        assert_eq!(v["title"], "Too Many Requests");
+        assert_eq!(v["title"], "Quota Exceeded");
+        assert_eq!(v["type"], QUOTA_EXCEEDED);
+        assert_eq!(
+            v["violated-policies"],
+            serde_json::json!([r#"a "quoted" \ rule"#])
+        );
+        let missing = Denied {
+            status: StatusCode::UNAUTHORIZED,
+            ..d.clone()
+        };
+        let v: serde_json::Value = serde_json::from_slice(problem_json(&missing).body()).unwrap();
+        assert_eq!(
+            (v["type"].as_str(), v["title"].as_str()),
+            (Some("about:blank"), Some("Unauthorized"))
+        );
+        assert!(v.get("violated-policies").is_none());
         let never = Denied {
             retry_after: None,
             ..d

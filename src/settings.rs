@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use crate::HeaderStyle;
 use crate::error::BuildError;
+use crate::headers::Headers;
 use crate::response::{DenyFn, problem_json};
 
 /// What both builders configure.
@@ -14,7 +14,7 @@ pub(crate) struct Settings {
     /// `None` until `instances(n)`: one instance, and a build-time warning
     /// for local fallbacks that would each admit the whole quota.
     pub(crate) instances: Option<u32>,
-    pub(crate) headers: HeaderStyle,
+    pub(crate) headers: Headers,
     pub(crate) deny: Arc<DenyFn>,
 }
 
@@ -23,7 +23,7 @@ impl Default for Settings {
         Self {
             max_key_len: crate::key::DEFAULT_MAX_KEY_LEN,
             instances: None,
-            headers: HeaderStyle::default(),
+            headers: Headers::default(),
             deny: Arc::new(problem_json),
         }
     }
@@ -106,7 +106,21 @@ macro_rules! settings_setters {
         /// # let _ = b;
         /// ```
         pub fn headers(mut self, style: crate::HeaderStyle) -> Self {
-            self.settings.headers = style;
+            self.settings.headers.style = style;
+            self
+        }
+
+        /// What `X-RateLimit-Reset` counts in the legacy styles (default
+        /// [`ResetFormat::DeltaSeconds`](crate::ResetFormat::DeltaSeconds);
+        /// `UnixSeconds` is GitHub's and express-rate-limit's convention).
+        ///
+        /// ```
+        /// # use keyed_rate_limit::{ConcurrencyLimitLayer, HeaderStyle, KeyExtractor, Quota, RateLimitLayer, ResetFormat, Rule};
+        #[doc = concat!("let b = ", $builder, ".headers(HeaderStyle::Legacy).legacy_reset(ResetFormat::UnixSeconds);")]
+        /// # let _ = b;
+        /// ```
+        pub fn legacy_reset(mut self, format: crate::ResetFormat) -> Self {
+            self.settings.headers.reset = format;
             self
         }
 

@@ -168,7 +168,7 @@ async fn two_in_flight_then_429_until_one_completes() {
     assert_eq!(admitted.status(), StatusCode::OK);
     assert_eq!(
         admitted.headers()["ratelimit"],
-        "\"exports\";r=1;t=0",
+        "\"exports\";r=1;t=1",
         "one of two slots left while this request ran"
     );
     assert_eq!(admitted.text().await.unwrap(), "fast");

@@ -131,12 +131,14 @@ async fn headers_come_from_the_script() {
         );
         assert_eq!(
             header(&res, "ratelimit").unwrap(),
-            format!(r#""api";r={left};t={}"#, 2 * (5 - left))
+            format!(r#""api";r={left};t=2"#),
+            "one unit comes back every 2 s"
         );
     }
     let res = c.get(&url).header("x-api-key", "k").send().await.unwrap();
     assert_eq!(res.status(), 429);
     assert_eq!(header(&res, "retry-after").unwrap(), "2");
+    assert_eq!(header(&res, "ratelimit").unwrap(), r#""api";r=0;t=2"#);
 }
 
 fn layer_with(

@@ -73,9 +73,18 @@ impl<C: Clock + Clone> LocalStore<C> {
         match outcome {
             Ok(Ok(state)) => {
                 let remaining = state.remaining_burst_capacity();
-                // Time until the bucket is whole again: one interval per missing cell.
-                let reset = interval.saturating_mul(quota.burst().saturating_sub(remaining));
+                let missing = quota.burst().saturating_sub(remaining);
+                // Upper bounds: governor keeps the arrival time to itself. The
+                // next cell is at most one interval away, the whole bucket one
+                // interval per missing cell.
+                let reset = interval.saturating_mul(missing);
+                let next = if missing == 0 {
+                    Duration::ZERO
+                } else {
+                    interval
+                };
                 Decision::allowed(quota.limit(), quota.window(), remaining, reset)
+                    .with_next_unit(next)
             }
             Ok(Err(not_until)) => {
                 let wait = not_until.wait_time_from(self.clock.now());

@@ -49,7 +49,7 @@ use crate::backend::redis::{RedisBackend, validate_global};
 use crate::error::BuildError;
 #[cfg(feature = "redis")]
 use crate::failure::{FailurePolicy, Guard};
-use crate::headers::{HeaderStyle, StaticPolicy};
+use crate::headers::StaticPolicy;
 use crate::key::KeyExtractor;
 use crate::observe;
 use crate::response::{Denied, DenyFn, refusal};
@@ -92,7 +92,7 @@ pub(crate) struct Shared {
     on_missing: OnMissingKey,
     retry_after: Duration,
     max_key_len: usize,
-    headers: HeaderStyle,
+    headers: crate::headers::Headers,
     deny: Arc<DenyFn>,
     backend: Backend,
     policy: Option<StaticPolicy>,
@@ -206,12 +206,14 @@ impl Shared {
         let source = outcome.source;
         match outcome.verdict {
             Ok((permit, held)) => {
+                // When a slot frees is unknown: `t` is the hint a refusal gets.
                 let decision = Decision::allowed(
                     self.limit,
                     self.retry_after,
                     self.limit.saturating_sub(held),
                     Duration::ZERO,
-                );
+                )
+                .with_next_unit(self.retry_after);
                 let mut rule = self.rule_decision(decision, source);
                 self.headers
                     .render(std::slice::from_mut(&mut rule), &mut headers);
@@ -249,6 +251,8 @@ impl Shared {
             source,
             shadow: false,
             concurrency: true,
+            hidden: false,
+            partition: None,
         }
     }
 }

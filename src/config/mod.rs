@@ -41,7 +41,7 @@ use crate::failure::BreakerConfig;
 use crate::failure::FailureMode;
 use crate::key::{KeyExtractor, TrustedProxies};
 use crate::rule::OnMissingKey;
-use crate::{Algorithm, HeaderStyle, Quota, RateLimitBuilder, RateLimitLayer, Rule};
+use crate::{Algorithm, HeaderStyle, Quota, RateLimitBuilder, RateLimitLayer, ResetFormat, Rule};
 use parse::{DurationSpec, KeyAtom, KeySpec, MissingSpec, QuotaSpec};
 
 type QuotaFn = dyn Fn(&Parts) -> Quota + Send + Sync;
@@ -68,6 +68,8 @@ type CostFn = dyn Fn(&Parts) -> u32 + Send + Sync;
 pub struct RulesConfig {
     #[serde(default)]
     headers: HeaderStyle,
+    #[serde(default)]
+    legacy_reset: ResetFormat,
     instances: Option<u32>,
     max_key_len: Option<usize>,
     rules: Vec<RuleConfig>,
@@ -111,9 +113,17 @@ struct RawRule {
     breaker: Option<BreakerSpec>,
     #[serde(default)]
     shadow: bool,
+    #[serde(default = "shown")]
+    headers: bool,
+    #[serde(default)]
+    partition_key: bool,
     #[serde(default)]
     split_across_instances: bool,
     on_missing_key: Option<MissingSpec>,
+}
+
+fn shown() -> bool {
+    true
 }
 
 /// A rule whose fields agree with each other. The checks run while
@@ -423,7 +433,9 @@ impl RulesConfig {
     /// A name the registry doesn't hold, or a global rule without
     /// [`Registry::redis`].
     pub fn into_builder(self, registry: &Registry) -> Result<RateLimitBuilder, ConfigError> {
-        let mut builder = RateLimitLayer::builder().headers(self.headers);
+        let mut builder = RateLimitLayer::builder()
+            .headers(self.headers)
+            .legacy_reset(self.legacy_reset);
         if let Some(n) = self.instances {
             builder = builder.instances(n);
         }
@@ -461,6 +473,8 @@ impl RuleConfig {
         let mut rule = Rule::new(raw.name, key, quota)
             .algorithm(raw.algorithm)
             .shadow(raw.shadow)
+            .headers(raw.headers)
+            .partition_key(raw.partition_key)
             .split_across_instances(raw.split_across_instances);
         if let Some(name) = raw.quota_fn {
             let f = lookup(&reg.quotas, "quota_fn", &name)?.clone();

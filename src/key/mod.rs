@@ -10,6 +10,9 @@ use std::net::IpAddr;
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
+/// Bytes of a key's SHA-256 in the `pk` parameter: 72 bits, 12 base64 digits.
+pub(crate) const PARTITION_LEN: usize = 9;
+
 /// Keys longer than this many bytes are replaced by their SHA-256, unless a
 /// builder's `max_key_len` says otherwise.
 pub const DEFAULT_MAX_KEY_LEN: usize = 256;
@@ -103,6 +106,15 @@ impl Key {
         let mut hex = hex_sha256(self.as_bytes());
         hex.truncate(max.max(1));
         Self::from(hex)
+    }
+
+    /// The draft's partition key: the first [`PARTITION_LEN`] bytes of the
+    /// key's SHA-256, never the key.
+    pub(crate) fn partition(&self) -> [u8; PARTITION_LEN] {
+        let digest = Sha256::digest(self.as_bytes());
+        let mut out = [0; PARTITION_LEN];
+        out.copy_from_slice(&digest[..PARTITION_LEN]);
+        out
     }
 
     /// A short, stable fingerprint for logs: never log raw keys (API keys are secrets).

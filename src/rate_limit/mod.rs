@@ -19,7 +19,7 @@ pub use service::RateLimitService;
 
 use crate::error::BuildError;
 use crate::gate::Admission;
-use crate::headers::HeaderStyle;
+use crate::headers::Headers;
 use crate::response::{Denied, DenyFn, refusal};
 use crate::settings::{self, Settings};
 use crate::{RateLimitDecision, Rule};
@@ -48,7 +48,7 @@ pub struct RateLimitLayer {
 
 pub(crate) struct Shared {
     pub(crate) chain: Arc<Chain>,
-    headers: HeaderStyle,
+    headers: Headers,
     deny: Arc<DenyFn>,
     extension: bool,
 }

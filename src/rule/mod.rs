@@ -170,6 +170,8 @@ pub struct Rule {
     pub(crate) scope: Scope,
     pub(crate) on_missing: OnMissingKey,
     pub(crate) shadow: bool,
+    pub(crate) visible: bool,
+    pub(crate) partition_key: bool,
     pub(crate) split_across_instances: bool,
     pub(crate) failure: FailurePolicy,
 }
@@ -191,6 +193,8 @@ impl Rule {
             scope: Scope::default(),
             on_missing: OnMissingKey::default(),
             shadow: false,
+            visible: true,
+            partition_key: false,
             split_across_instances: false,
             failure: FailurePolicy::default(),
         }
@@ -310,6 +314,42 @@ impl Rule {
     /// ```
     pub fn shadow(mut self, shadow: bool) -> Self {
         self.shadow = shadow;
+        self
+    }
+
+    /// Whether the rule shows in `RateLimit-Policy`/`RateLimit` (and the
+    /// legacy headers) (default `true`). A hidden rule still denies, and its
+    /// 429 still carries `Retry-After`, but clients never see its quota or
+    /// what is left of it: for abuse and security limits. A 429 from a
+    /// hidden rule carries the visible rules' members only (`r` and `t` of
+    /// the rules that allowed), and its problem body names the rule.
+    ///
+    /// ```
+    /// # use keyed_rate_limit::{Quota, Rule, key::KeyExtractor};
+    /// let guard = Rule::new("login-abuse", KeyExtractor::peer_ip(), Quota::per_minute(20)).headers(false);
+    /// # let _ = guard;
+    /// ```
+    pub fn headers(mut self, visible: bool) -> Self {
+        self.visible = visible;
+        self
+    }
+
+    /// Adds the draft's partition key `pk` to this rule's `RateLimit`
+    /// member (default off): an sf-binary of the first 9 bytes of the
+    /// SHA-256 of the key, so a client holding several keys can tell its
+    /// quotas apart. The raw key is never sent; a low-entropy key (an IP
+    /// address) can still be recovered by hashing every candidate, so turn it
+    /// on for keys like API keys. `RateLimit-Policy` does not carry it: it
+    /// stays the same for every key.
+    ///
+    /// ```
+    /// # use keyed_rate_limit::{Quota, Rule, key::KeyExtractor};
+    /// let per_key = Rule::new("per-key", KeyExtractor::header("x-api-key"), Quota::per_minute(100))
+    ///     .partition_key(true);
+    /// # let _ = per_key;
+    /// ```
+    pub fn partition_key(mut self, on: bool) -> Self {
+        self.partition_key = on;
         self
     }
 

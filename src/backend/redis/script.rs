@@ -33,25 +33,27 @@ pub(crate) fn window_us(quota: &Quota) -> u64 {
         .max(1)
 }
 
-/// Every script returns `{allowed, remaining, retry_after_ms, reset_ms}`.
+/// Every script returns `{allowed, remaining, wait_ms, reset_ms}`: on a deny
+/// the retry-after, on an allow the wait until one more unit fits.
 pub(crate) type Reply = (i64, i64, i64, i64);
 
 /// Turns a script reply into a decision with exact header values.
 /// The decision, and for an allow that left nothing, the wait until one
 /// more unit fits.
 pub(crate) fn decision(quota: &Quota, reply: Reply) -> (Decision, Option<Duration>) {
-    let (allowed, remaining, retry_after_ms, reset_ms) = reply;
+    let (allowed, remaining, wait_ms, reset_ms) = reply;
     let ms = |v: i64| Duration::from_millis(u64::try_from(v).unwrap_or(0));
     if allowed == 1 {
         let remaining = u32::try_from(remaining.max(0)).unwrap_or(u32::MAX);
-        let next = (remaining == 0 && retry_after_ms > 0).then(|| ms(retry_after_ms));
-        let d = Decision::allowed(quota.limit(), quota.window(), remaining, ms(reset_ms));
+        let next = (remaining == 0 && wait_ms > 0).then(|| ms(wait_ms));
+        let d = Decision::allowed(quota.limit(), quota.window(), remaining, ms(reset_ms))
+            .with_next_unit(ms(wait_ms));
         (d, next)
     } else {
         let d = Decision::denied(
             quota.limit(),
             quota.window(),
-            ms(retry_after_ms.max(1)),
+            ms(wait_ms.max(1)),
             ms(reset_ms),
         );
         (d, None)

@@ -1,7 +1,8 @@
 -- Fixed window starting at the first hit. KEYS[1]: string counter, expiring with the window.
 -- ARGV: limit, window_us, burst (unused), cost.
--- Returns {allowed, remaining, retry_after_ms, reset_ms}; on an allow that leaves
--- nothing, retry_after_ms is the wait until one more unit fits (0 otherwise).
+-- Returns {allowed, remaining, wait_ms, reset_ms}. On a deny wait_ms is the
+-- retry-after; on an allow, the wait until one unit more than `remaining`
+-- fits (0 when the quota is whole): the draft's `t`.
 local limit = tonumber(ARGV[1])
 local window_ms = math.max(1, math.ceil(tonumber(ARGV[2]) / 1000))
 local cost = tonumber(ARGV[4])
@@ -19,6 +20,5 @@ if ttl < 0 then
   redis.call('PEXPIRE', KEYS[1], window_ms)
   ttl = window_ms
 end
-local next_ms = 0
-if count >= limit then next_ms = math.max(1, ttl) end
-return {1, limit - count, next_ms, ttl}
+-- Every unit spent comes back together when the window ends.
+return {1, limit - count, math.max(1, ttl), ttl}

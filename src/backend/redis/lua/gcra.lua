@@ -1,7 +1,8 @@
 -- GCRA, as governor's test_n_all. KEYS[1]: string, the theoretical arrival time (us).
 -- ARGV: limit, window_us, burst, cost.
--- Returns {allowed, remaining, retry_after_ms, reset_ms}; on an allow that leaves
--- nothing, retry_after_ms is the wait until one more unit fits (0 otherwise).
+-- Returns {allowed, remaining, wait_ms, reset_ms}. On a deny wait_ms is the
+-- retry-after; on an allow, the wait until one unit more than `remaining`
+-- fits (0 when the quota is whole): the draft's `t`.
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local burst = tonumber(ARGV[3])
@@ -33,8 +34,9 @@ local remaining = 0
 if room + eps >= 0 then
   remaining = math.floor(room / interval + eps) + 1
 end
+-- Cell `remaining + 1` fits once new_tat + remaining * interval - tolerance <= now.
 local next_ms = 0
-if remaining == 0 then
-  next_ms = math.max(1, math.ceil((new_tat - tolerance - now) / 1000))
+if remaining < burst then
+  next_ms = math.max(1, math.ceil((new_tat + remaining * interval - tolerance - now) / 1000))
 end
 return {1, remaining, next_ms, reset_ms}

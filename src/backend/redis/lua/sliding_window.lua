@@ -1,8 +1,9 @@
 -- Sliding window counter: two fixed windows aligned on server time.
 -- KEYS[1]: base name; the counters are KEYS[1]..':'..window index (same hash tag).
 -- ARGV: limit, window_us, burst (unused), cost.
--- Returns {allowed, remaining, retry_after_ms, reset_ms}; on an allow that leaves
--- nothing, retry_after_ms is the wait until one more unit fits (0 otherwise).
+-- Returns {allowed, remaining, wait_ms, reset_ms}. On a deny wait_ms is the
+-- retry-after; on an allow, the wait until one unit more than `remaining`
+-- fits (0 when the quota is whole): the draft's `t`.
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local cost = tonumber(ARGV[4])
@@ -48,8 +49,6 @@ if n == cost then
   redis.call('PEXPIRE', curr_key, math.ceil((2 * window - elapsed) / 1000))
 end
 local remaining = math.max(0, math.floor(limit - (prev * (1 - elapsed / window) + n) + eps))
-local next_ms = 0
-if remaining == 0 then
-  next_ms = math.max(1, math.ceil(wait_for(1, n) / 1000))
-end
+-- After spending, one unit more than `remaining` always waits a little.
+local next_ms = math.max(1, math.ceil(wait_for(remaining + 1, n) / 1000))
 return {1, remaining, next_ms, math.ceil((2 * window - elapsed) / 1000)}

@@ -1,7 +1,8 @@
 -- Token bucket. KEYS[1]: hash {t = tokens, ts = last update (us)}.
 -- ARGV: limit, window_us, burst, cost.
--- Returns {allowed, remaining, retry_after_ms, reset_ms}; on an allow that leaves
--- nothing, retry_after_ms is the wait until one more unit fits (0 otherwise).
+-- Returns {allowed, remaining, wait_ms, reset_ms}. On a deny wait_ms is the
+-- retry-after; on an allow, the wait until one unit more than `remaining`
+-- fits (0 when the quota is whole): the draft's `t`.
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local burst = tonumber(ARGV[3])
@@ -36,7 +37,7 @@ redis.call('HSET', KEYS[1], 't', tokens, 'ts', now)
 redis.call('PEXPIRE', KEYS[1], math.max(1, full_ms))
 local remaining = math.floor(tokens + eps)
 local next_ms = 0
-if remaining == 0 then
-  next_ms = math.max(1, math.ceil((1 - tokens) * window / limit / 1000))
+if tokens + eps < burst then
+  next_ms = math.max(1, math.ceil((remaining + 1 - tokens) * window / limit / 1000))
 end
 return {1, remaining, next_ms, full_ms}
