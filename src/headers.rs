@@ -474,4 +474,93 @@ mod tests {
         Headers::from(HeaderStyle::Both).render(&mut [s], &mut out);
         assert!(out.is_empty());
     }
+
+    /// Every value the renderer can emit parses as an RFC 9651 list whose
+    /// members and parameters carry the numbers back, whatever the name.
+    mod parses_back {
+        use super::*;
+        use proptest::prelude::*;
+        use sfv::{ListEntry, Parser};
+
+        type Params = Vec<(String, sfv::BareItem)>;
+
+        fn members(v: &HeaderValue) -> Vec<(String, Params)> {
+            let list: sfv::List = Parser::new(v.as_bytes())
+                .parse()
+                .expect("a structured-field list");
+            list.into_iter()
+                .map(|e| match e {
+                    ListEntry::Item(i) => (
+                        i.bare_item
+                            .as_string()
+                            .expect("an sf-string name")
+                            .as_str()
+                            .to_owned(),
+                        i.params
+                            .into_iter()
+                            .map(|(k, v)| (k.as_str().to_owned(), v))
+                            .collect(),
+                    ),
+                    ListEntry::InnerList(_) => panic!("no inner lists"),
+                })
+                .collect()
+        }
+
+        fn int(params: &Params, key: &str) -> Option<i64> {
+            params
+                .iter()
+                .find(|(k, _)| k == key)?
+                .1
+                .as_integer()
+                .map(i64::from)
+        }
+
+        proptest! {
+            #[test]
+            fn rendered_members_parse_with_their_values(
+                names in proptest::collection::vec("[ -~]{1,24}", 1..4),
+                limit in 1u32..1_000_000,
+                window_s in 1u64..100_000,
+                remaining in 0u32..1_000_000,
+                next_ms in 0u64..10_000_000,
+                pk in proptest::option::of(any::<[u8; 9]>()),
+                concurrency in any::<bool>(),
+            ) {
+                let window = Duration::from_secs(window_s);
+                let next = Duration::from_millis(next_ms);
+                let mut ds: Vec<RuleDecision> = names
+                    .iter()
+                    .enumerate()
+                    .map(|(i, n)| RuleDecision {
+                        rule: format!("{n}{i}").into(),
+                        concurrency,
+                        partition: pk,
+                        ..rd("", Decision::allowed(limit, window, remaining, window).with_next_unit(next))
+                    })
+                    .collect();
+                let mut out = Rendered::new();
+                Headers::from(HeaderStyle::Draft).render(&mut ds, &mut out);
+                let policy = members(&out[0].1);
+                let state = members(&out[1].1);
+                prop_assert_eq!(policy.len(), ds.len());
+                for ((d, (pn, pp)), (sn, sp)) in ds.iter().zip(&policy).zip(&state) {
+                    prop_assert_eq!(pn.as_str(), &*d.rule);
+                    prop_assert_eq!(sn.as_str(), &*d.rule);
+                    prop_assert_eq!(int(pp, "q"), Some(i64::from(limit)));
+                    if concurrency {
+                        prop_assert!(int(pp, "w").is_none());
+                    } else {
+                        prop_assert_eq!(int(pp, "w"), Some(window_s as i64));
+                    }
+                    prop_assert_eq!(int(sp, "r"), Some(i64::from(remaining)));
+                    prop_assert_eq!(int(sp, "t"), Some(t_secs(&d.decision) as i64));
+                    let got_pk = sp
+                        .iter()
+                        .find(|(k, _)| k == "pk")
+                        .and_then(|(_, v)| v.as_byte_sequence().map(<[u8]>::to_vec));
+                    prop_assert_eq!(got_pk, pk.map(|p| p.to_vec()));
+                }
+            }
+        }
+    }
 }

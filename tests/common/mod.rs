@@ -3,6 +3,7 @@
 
 pub mod events;
 pub mod metrics;
+pub mod sf;
 
 use std::net::SocketAddr;
 
