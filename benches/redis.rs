@@ -24,6 +24,8 @@
 //! `BURSTS` (default 5; `BURST_ONLY=1` runs only that section), `BUSY_TASKS` (default 4).
 //! Machines are shared and noisy: read the ratios, not the absolute numbers.
 
+#[path = "../tests/support/gateway.rs"]
+mod gateway;
 #[path = "../tests/support/redis_server.rs"]
 mod redis_server;
 #[path = "support/rounds.rs"]
@@ -36,6 +38,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use gateway::gateway;
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::Full;
 use keyed_rate_limit::backend::redis::{ConnectionMode, RedisBackend};
@@ -237,37 +240,13 @@ const BURST_QUOTA: u32 = 50;
 /// run on `rt`, which also reads their Redis replies (each backend connects
 /// from it); the client runs on the caller's runtime.
 fn burst_run(rt: &tokio::runtime::Runtime, url: &str, algo: Algorithm, bursts: usize) -> Vec<u32> {
-    let mut gateways = Vec::new();
-    for _ in 0..4 {
-        let url = url.to_owned();
-        gateways.push(rt.block_on(async move {
-            let redis = RedisBackend::builder(&url)
-                .prefix(format!("burst-{algo}"))
-                .build()
-                .await
-                .unwrap();
-            let layer = RateLimitLayer::builder()
-                .rule(
-                    Rule::new(
-                        "burst",
-                        KeyExtractor::header("x-api-key"),
-                        Quota::per_minute(BURST_QUOTA),
-                    )
-                    .global(redis)
-                    .algorithm(algo),
-                )
-                .instances(4)
-                .build()
-                .unwrap();
-            let app = axum::Router::new()
-                .route("/", axum::routing::get(|| async { "ok" }))
-                .layer(layer);
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let addr = listener.local_addr().unwrap();
-            tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-            format!("http://{addr}/")
-        }));
-    }
+    let gateways: Vec<String> = (0..4)
+        .map(|_| {
+            let (url, prefix) = (url.to_owned(), format!("burst-{algo}"));
+            let quota = Quota::per_minute(BURST_QUOTA);
+            rt.block_on(gateway(url, prefix, algo, quota, 4, rt.handle()))
+        })
+        .collect();
     // Other work of a busy process on the same runtime: tasks that each run
     // `BUSY_SLICE` of CPU between yields, while the bursts last.
     let busy = Arc::new(std::sync::atomic::AtomicBool::new(true));

@@ -23,6 +23,7 @@ pub mod failure;
 mod gate;
 pub mod headers;
 pub mod key;
+mod now_or_later;
 pub mod observe;
 pub mod quota;
 pub mod rate_limit;

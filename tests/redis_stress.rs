@@ -7,9 +7,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use axum::{Router, routing::get};
-use keyed_rate_limit::backend::redis::RedisBackend;
-use keyed_rate_limit::{Algorithm, Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit::{Algorithm, Quota};
+use support::gateway::{gateway, runtime};
 use support::redis_server::RedisServer;
 
 const GATEWAYS: usize = 4;
@@ -23,46 +22,6 @@ const ALGORITHMS: [Algorithm; 4] = [
     Algorithm::FixedWindow,
     Algorithm::SlidingWindow,
 ];
-
-/// One gateway: the defaults throughout (20 ms timeout, breaker,
-/// `LocalFallback`), `instances(4)`. Its backend connects from `rt`, so the
-/// Redis connection's reader runs there too, as in a real gateway.
-async fn gateway(
-    url: String,
-    prefix: String,
-    algo: Algorithm,
-    rt: &tokio::runtime::Handle,
-) -> String {
-    rt.spawn(async move {
-        let redis = RedisBackend::builder(url)
-            .prefix(prefix)
-            .build()
-            .await
-            .unwrap();
-        let layer = RateLimitLayer::builder()
-            .rule(
-                Rule::new(
-                    "burst",
-                    KeyExtractor::header("x-api-key"),
-                    Quota::new(LIMIT, WINDOW),
-                )
-                .global(redis)
-                .algorithm(algo),
-            )
-            .instances(GATEWAYS as u32)
-            .build()
-            .unwrap();
-        let app = Router::new()
-            .route("/", get(|| async { "ok" }))
-            .layer(layer);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        format!("http://{addr}/")
-    })
-    .await
-    .unwrap()
-}
 
 /// Sends `BURST` concurrent requests for `key`, spread over the gateways;
 /// returns how many were admitted and how long the burst took.
@@ -107,60 +66,52 @@ fn bound(algo: Algorithm, elapsed: Duration) -> u32 {
     LIMIT + earned
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn four_gateways_on_one_busy_runtime_never_over_admit() {
+/// Bursts against four gateways per algorithm, the `i`th on `handle(i)`;
+/// every burst within the bound, none trivially empty.
+async fn bursts(label: &str, rounds: u32, handle: impl Fn(usize) -> tokio::runtime::Handle) {
     let server = RedisServer::start();
-    let shared = runtime();
     let mut report = Vec::new();
     for algo in ALGORITHMS {
-        let prefix = format!("shared-{algo}");
         let mut urls = Vec::new();
-        for _ in 0..GATEWAYS {
-            urls.push(gateway(server.url(), prefix.clone(), algo, shared.handle()).await);
+        for i in 0..GATEWAYS {
+            let prefix = format!("{label}-{algo}");
+            let quota = Quota::new(LIMIT, WINDOW);
+            urls.push(
+                gateway(
+                    server.url(),
+                    prefix,
+                    algo,
+                    quota,
+                    GATEWAYS as u32,
+                    &handle(i),
+                )
+                .await,
+            );
         }
-        for round in 0..3 {
+        for round in 0..rounds {
             let (admitted, elapsed) = burst(&urls, &format!("key-{round}")).await;
             report.push((algo, round, admitted, elapsed));
             assert!(
                 admitted <= bound(algo, elapsed),
-                "{algo} burst {round}: admitted {admitted} of {LIMIT} in {elapsed:?}; all: {report:?}"
+                "{label} {algo} burst {round}: admitted {admitted} of {LIMIT} in {elapsed:?}; all: {report:?}"
             );
         }
     }
     // A burst that admitted nothing would pass the bound without testing it.
     assert!(report.iter().all(|r| r.2 >= LIMIT / 2), "{report:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_gateways_on_one_busy_runtime_never_over_admit() {
+    let shared = runtime();
+    bursts("shared", 3, |_| shared.handle().clone()).await;
     shared.shutdown_background();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_gateways_on_their_own_runtimes_never_over_admit() {
-    let server = RedisServer::start();
     let runtimes: Vec<_> = (0..GATEWAYS).map(|_| runtime()).collect();
-    let mut report = Vec::new();
-    for algo in ALGORITHMS {
-        let prefix = format!("own-{algo}");
-        let mut urls = Vec::new();
-        for rt in &runtimes {
-            urls.push(gateway(server.url(), prefix.clone(), algo, rt.handle()).await);
-        }
-        for round in 0..2 {
-            let (admitted, elapsed) = burst(&urls, &format!("key-{round}")).await;
-            report.push((algo, round, admitted, elapsed));
-            assert!(
-                admitted <= bound(algo, elapsed),
-                "{algo} burst {round}: admitted {admitted} of {LIMIT} in {elapsed:?}; all: {report:?}"
-            );
-        }
-    }
-    assert!(report.iter().all(|r| r.2 >= LIMIT / 2), "{report:?}");
+    bursts("own", 2, |i| runtimes[i].handle().clone()).await;
     for rt in runtimes {
         rt.shutdown_background();
     }

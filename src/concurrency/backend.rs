@@ -4,7 +4,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dashmap::DashMap;
-use futures_util::future::BoxFuture;
 
 #[cfg(feature = "redis")]
 pub(crate) use super::lease::{Global, Lease};
@@ -12,6 +11,7 @@ pub(crate) use super::lease::{Global, Lease};
 use crate::backend::redis::RedisBackend;
 #[cfg(feature = "redis")]
 use crate::failure::Guard;
+use crate::now_or_later::NowOrLater;
 use crate::{Key, Source};
 
 /// The store of in-flight counts. An enum rather than a trait object so the
@@ -41,12 +41,8 @@ pub(crate) struct Refused {
     pub(crate) retry_after: Duration,
 }
 
-pub(crate) enum Acquire {
-    Ready(Outcome),
-    /// Only a Redis acquire awaits.
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    Pending(BoxFuture<'static, Outcome>),
-}
+/// Only a Redis acquire awaits.
+pub(crate) type Acquire = NowOrLater<Outcome>;
 
 impl Backend {
     pub(crate) fn local() -> Self {
@@ -70,7 +66,7 @@ impl Backend {
         #[cfg(not(feature = "redis"))]
         let _ = name;
         match self {
-            Self::Local(slots) => Acquire::Ready(Outcome {
+            Self::Local(slots) => Acquire::Now(Outcome {
                 source: Source::Local,
                 verdict: slots.try_acquire(key, limit, retry_hint),
             }),
@@ -180,8 +176,8 @@ mod tests {
     fn take(b: &Backend, key: &Key, limit: u32) -> Result<(Permit, u32), Duration> {
         let name: Arc<str> = "t".into();
         match b.acquire(&name, key.clone(), limit, Duration::from_secs(1)) {
-            Acquire::Ready(o) => o.verdict.map_err(|r| r.retry_after),
-            Acquire::Pending(_) => panic!("local acquire never awaits"),
+            Acquire::Now(o) => o.verdict.map_err(|r| r.retry_after),
+            Acquire::Later(_) => panic!("local acquire never awaits"),
         }
     }
 

@@ -46,10 +46,10 @@ impl Global {
         retry_hint: Duration,
     ) -> Acquire {
         if let Admit::Skip(_) = self.guard.admit() {
-            return Acquire::Ready(self.fail(key, limit, retry_hint, Cause::CircuitOpen));
+            return Acquire::Now(self.fail(key, limit, retry_hint, Cause::CircuitOpen));
         }
         let (g, name) = (self.clone(), name.clone());
-        Acquire::Pending(Box::pin(async move {
+        Acquire::Later(Box::pin(async move {
             g.acquire(name, key, limit, retry_hint).await
         }))
     }

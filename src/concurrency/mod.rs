@@ -137,8 +137,8 @@ impl Shared {
     /// stopped for [`suspend`](Self::suspend).
     pub(crate) fn decide(&self, parts: &mut Parts) -> Result<Admission, Stopped> {
         let found = match self.on_missing.lookup(&self.key, parts) {
-            Lookup::Ready(found) => found,
-            Lookup::Pending(find) => return Err(Stopped::Finding(find)),
+            Lookup::Now(found) => found,
+            Lookup::Later(find) => return Err(Stopped::Finding(find)),
         };
         match self.take(found) {
             Taken::Ready(t) => Ok(self.admit(parts, t)),
@@ -174,8 +174,8 @@ impl Shared {
             .backend
             .acquire(&self.name, bounded, self.limit, self.retry_after)
         {
-            Acquire::Ready(outcome) => Taken::Ready(Ready::Key(key, outcome)),
-            Acquire::Pending(fut) => Taken::Pending(key, fut),
+            Acquire::Now(outcome) => Taken::Ready(Ready::Key(key, outcome)),
+            Acquire::Later(fut) => Taken::Pending(key, fut),
         }
     }
 

@@ -10,6 +10,7 @@ use http::request::Parts;
 
 use super::Key;
 use super::forwarded::TrustedProxies;
+use crate::now_or_later::NowOrLater;
 
 type SyncFn = dyn Fn(&Parts) -> Option<Key> + Send + Sync;
 type AsyncFn = dyn Fn(&Parts) -> BoxFuture<'static, Option<Key>> + Send + Sync;
@@ -49,10 +50,7 @@ pub struct KeyExtractor {
 
 /// The result of running an extractor: most are ready at once, so the
 /// layer only allocates a future when an async extractor needs one.
-pub(crate) enum Extracted {
-    Ready(Option<Key>),
-    Pending(BoxFuture<'static, Option<Key>>),
-}
+pub(crate) type Extracted = NowOrLater<Option<Key>>;
 
 impl KeyExtractor {
     /// A key from a sync closure over the request head.
@@ -326,17 +324,8 @@ impl KeyExtractor {
 
     pub(crate) fn extract(&self, parts: &Parts) -> Extracted {
         match &self.kind {
-            Kind::Sync(f) => Extracted::Ready(f(parts)),
-            Kind::Async(f) => Extracted::Pending(f(parts)),
-        }
-    }
-}
-
-impl Extracted {
-    pub(crate) async fn resolve(self) -> Option<Key> {
-        match self {
-            Extracted::Ready(k) => k,
-            Extracted::Pending(f) => f.await,
+            Kind::Sync(f) => Extracted::Now(f(parts)),
+            Kind::Async(f) => Extracted::Later(f(parts)),
         }
     }
 }

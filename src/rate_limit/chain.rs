@@ -15,6 +15,7 @@ use crate::decision::Decisions;
 use crate::error::BuildError;
 use crate::failure::BreakerStatus;
 use crate::headers::StaticPolicy;
+use crate::now_or_later::NowOrLater;
 use crate::observe;
 use crate::rule::{Cost, Found, Lookup, OnMissingKey, QuotaSource, Rule, Scope, valid_name};
 use crate::{Decision, Key, Quota, RuleDecision, Source};
@@ -52,10 +53,7 @@ pub(crate) enum Outcome {
     Decided(RuleDecision),
 }
 
-pub(crate) enum Step {
-    Done(Outcome),
-    Pending(BoxFuture<'static, Outcome>),
-}
+pub(crate) type Step = NowOrLater<Outcome>;
 
 /// The chain's verdict on a request.
 pub(crate) enum Verdict {
@@ -201,12 +199,12 @@ impl Chain {
         let mut decisions = Decisions::new();
         for (i, rule) in self.rules.iter().enumerate() {
             match rule.step(parts) {
-                Step::Done(o) => {
+                Step::Now(o) => {
                     if let Some(v) = fold(&rule.rule, &mut decisions, o) {
                         return Ok(v);
                     }
                 }
-                Step::Pending(pending) => {
+                Step::Later(pending) => {
                     return Err(Box::new(Suspended {
                         next: i + 1,
                         decisions,
@@ -319,13 +317,13 @@ impl CompiledRule {
             Cost::Dynamic(f) => f(parts),
         };
         let Some(cost) = NonZeroU32::new(cost) else {
-            return Step::Done(Outcome::Skip);
+            return Step::Now(Outcome::Skip);
         };
         match self.rule.on_missing.lookup(&self.rule.key, parts) {
-            Lookup::Ready(found) => self.on_found(found, quota, cost),
-            Lookup::Pending(f) => {
+            Lookup::Now(found) => self.on_found(found, quota, cost),
+            Lookup::Later(f) => {
                 let this = self.clone();
-                Step::Pending(Box::pin(async move {
+                Step::Later(Box::pin(async move {
                     this.on_found(f.await, quota, cost).resolve().await
                 }))
             }
@@ -335,8 +333,8 @@ impl CompiledRule {
     fn on_found(self: &Arc<Self>, found: Found, quota: Quota, cost: NonZeroU32) -> Step {
         match found {
             Found::Key(key) => self.decide(key, quota, cost),
-            Found::Missing => Step::Done(self.missing()),
-            Found::Skip => Step::Done(Outcome::Skip),
+            Found::Missing => Step::Now(self.missing()),
+            Found::Skip => Step::Now(Outcome::Skip),
         }
     }
 
@@ -353,7 +351,7 @@ impl CompiledRule {
         if let Some(error) = dynamic.then(|| quota.validate().err()).flatten() {
             tracing::warn!(target: observe::TARGET, rule = %self.rule.name, %quota, %error, "request-time quota admits nothing; denying");
             let d = Decision::never(quota.limit(), quota.window());
-            return Step::Done(self.outcome(&key, d, self.local_source()));
+            return Step::Now(self.outcome(&key, d, self.local_source()));
         }
         // Before any backend: governor's n-cell arithmetic overflows on a huge
         // cost (a panic in debug, an admit in release).
@@ -361,7 +359,7 @@ impl CompiledRule {
         if cost.get() > capacity {
             tracing::warn!(target: observe::TARGET, rule = %self.rule.name, cost = cost.get(), capacity, "request cost above the rule's capacity; denying");
             let d = Decision::never(quota.limit(), quota.window());
-            return Step::Done(self.outcome(&key, d, self.local_source()));
+            return Step::Now(self.outcome(&key, d, self.local_source()));
         }
         match &self.backend {
             Backend::Local(store) => {
@@ -371,16 +369,16 @@ impl CompiledRule {
                 } else {
                     store.check(&key.clone().bounded(self.max_key_len), quota, cost)
                 };
-                Step::Done(self.outcome(&key, d, Source::Local))
+                Step::Now(self.outcome(&key, d, Source::Local))
             }
             #[cfg(feature = "redis")]
             Backend::Global(g) => {
                 let bounded = key.clone().bounded(self.max_key_len);
                 match g.decide_now(&self.rule, &bounded, quota, cost) {
-                    Ok((d, source)) => Step::Done(self.outcome(&key, d, source)),
+                    Ok((d, source)) => Step::Now(self.outcome(&key, d, source)),
                     Err(()) => {
                         let (this, g) = (self.clone(), g.clone());
-                        Step::Pending(Box::pin(async move {
+                        Step::Later(Box::pin(async move {
                             let (d, source) = g.ask(&this.rule, &bounded, quota, cost).await;
                             this.outcome(&key, d, source)
                         }))
@@ -413,15 +411,6 @@ impl CompiledRule {
             hidden: !self.rule.visible,
             partition: self.rule.partition_key.then(|| key.partition()),
         })
-    }
-}
-
-impl Step {
-    pub(crate) async fn resolve(self) -> Outcome {
-        match self {
-            Step::Done(o) => o,
-            Step::Pending(f) => f.await,
-        }
     }
 }
 

@@ -17,7 +17,7 @@ use crate::backend::redis::RedisBackend;
 use crate::error::BuildError;
 use crate::failure::FailurePolicy;
 use crate::key::{Extracted, KeyExtractor};
-use futures_util::future::BoxFuture;
+use crate::now_or_later::NowOrLater;
 
 type QuotaFn = dyn Fn(&Parts) -> Quota + Send + Sync;
 type CostFn = dyn Fn(&Parts) -> u32 + Send + Sync;
@@ -68,10 +68,7 @@ pub(crate) enum Found {
     Skip,
 }
 
-pub(crate) enum Lookup {
-    Ready(Found),
-    Pending(BoxFuture<'static, Found>),
-}
+pub(crate) type Lookup = NowOrLater<Found>;
 
 impl OnMissingKey {
     /// The configuration errors `key`, and the fallback extractor, carry.
@@ -92,17 +89,17 @@ impl OnMissingKey {
         };
         let fell_back = |key: Option<Key>| key.map_or(Found::Skip, Found::Key);
         match key.extract(parts) {
-            Extracted::Ready(Some(k)) => Lookup::Ready(Found::Key(k)),
-            Extracted::Ready(None) => match fallback.map(|f| f.extract(parts)) {
-                None => Lookup::Ready(Found::Missing),
-                Some(Extracted::Ready(k)) => Lookup::Ready(fell_back(k)),
-                Some(Extracted::Pending(f)) => {
-                    Lookup::Pending(Box::pin(async move { fell_back(f.await) }))
+            Extracted::Now(Some(k)) => Lookup::Now(Found::Key(k)),
+            Extracted::Now(None) => match fallback.map(|f| f.extract(parts)) {
+                None => Lookup::Now(Found::Missing),
+                Some(Extracted::Now(k)) => Lookup::Now(fell_back(k)),
+                Some(Extracted::Later(f)) => {
+                    Lookup::Later(Box::pin(async move { fell_back(f.await) }))
                 }
             },
-            Extracted::Pending(f) => {
+            Extracted::Later(f) => {
                 let fallback = fallback.map(|k| k.extract(parts));
-                Lookup::Pending(Box::pin(async move {
+                Lookup::Later(Box::pin(async move {
                     match (f.await, fallback) {
                         (Some(k), _) => Found::Key(k),
                         (None, Some(fb)) => fell_back(fb.resolve().await),
@@ -117,7 +114,7 @@ impl OnMissingKey {
 /// Where a rule's counters live.
 #[derive(Clone, Debug, Default)]
 #[non_exhaustive]
-pub enum Scope {
+pub(crate) enum Scope {
     /// In this process, with `governor`: fast, but each gateway instance
     /// counts on its own.
     #[default]
@@ -131,7 +128,7 @@ pub enum Scope {
 
 impl Scope {
     /// `local` or `global`.
-    pub fn as_str(&self) -> &'static str {
+    pub(crate) fn as_str(&self) -> &'static str {
         match self {
             Self::Local => "local",
             #[cfg(feature = "redis")]
@@ -140,7 +137,7 @@ impl Scope {
     }
 
     /// Whether the counters live in Redis.
-    pub fn is_global(&self) -> bool {
+    pub(crate) fn is_global(&self) -> bool {
         !matches!(self, Self::Local)
     }
 }
@@ -217,11 +214,6 @@ impl Rule {
     pub fn global(mut self, redis: RedisBackend) -> Self {
         self.scope = Scope::Global(redis);
         self
-    }
-
-    /// The failure policy (used by global rules only).
-    pub fn failure_policy(&self) -> &FailurePolicy {
-        &self.failure
     }
 
     /// Computes the quota per request, e.g. from a plan an auth layer put in
@@ -384,21 +376,6 @@ impl Rule {
             QuotaSource::Static(q) => Some(q),
             QuotaSource::Dynamic(_) => None,
         }
-    }
-
-    /// The rule's algorithm.
-    pub fn algorithm_kind(&self) -> Algorithm {
-        self.algorithm
-    }
-
-    /// The rule's scope.
-    pub fn scope(&self) -> &Scope {
-        &self.scope
-    }
-
-    /// Whether the rule only records.
-    pub fn is_shadow(&self) -> bool {
-        self.shadow
     }
 }
 

@@ -1,3 +1,4 @@
 //! Shared helpers for integration tests.
+pub mod gateway;
 pub mod redis_cluster;
 pub mod redis_server;
