@@ -20,6 +20,21 @@ pub const DECISIONS_TOTAL: &str = "rate_limit_decisions_total";
 /// Counter: a rule's Redis circuit breaker opened; label `rule`.
 pub const BREAKER_OPENED_TOTAL: &str = "rate_limit_breaker_opened_total";
 
+/// Counter: a request showed a likely proxy misconfiguration; label `kind`
+/// (`peer_ip_behind_proxy`, `untrusted_forwarder`). Logged at most once a
+/// minute per key extractor, counted every time.
+pub const PROXY_MISCONFIG_TOTAL: &str = "rate_limit_proxy_misconfig_total";
+
+/// A likely proxy misconfiguration, seen by a key extractor: always
+/// counted, logged when `log` (the extractor's once-a-minute throttle).
+pub(crate) fn proxy_misconfig(kind: &'static str, what: &'static str, log: bool) {
+    if log {
+        tracing::warn!(target: TARGET, kind, "{what}");
+    }
+    #[cfg(feature = "metrics")]
+    metrics::counter!(PROXY_MISCONFIG_TOTAL, "kind" => kind).increment(1);
+}
+
 /// Every deny is logged (with a key fingerprint, never the key) and counted.
 pub(crate) fn deny(rule: &Arc<str>, key: &Key, d: &Decision, shadow: bool) {
     // 0 means waiting would not help.

@@ -601,3 +601,66 @@ async fn stale_keys_are_swept_in_the_background() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Behind a proxy every client is the proxy: `peer_ip()` says so (once a
+/// minute, not per request), and `client_ip()` says when a peer it does not
+/// trust sends forwarding headers.
+#[tokio::test]
+async fn proxy_misconfigurations_are_reported_once_a_minute() {
+    use common::events::{capture, with_message};
+    let (events, _guard) = capture();
+    let layer = |key| {
+        RateLimitLayer::builder()
+            .rule(Rule::new("ip", key, Quota::per_minute(100)))
+            .build()
+            .unwrap()
+    };
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer(KeyExtractor::peer_ip()));
+    let url = serve(app).await;
+    let c = client();
+    for spoof in ["203.0.113.9", "198.51.100.7", "192.0.2.1"] {
+        let res = c
+            .get(&url)
+            .header("x-forwarded-for", spoof)
+            .send()
+            .await
+            .unwrap();
+        // One key for all: the loopback peer's.
+        assert_eq!(res.status(), 200);
+    }
+    let behind = with_message(&events, "peer_ip() sees");
+    assert_eq!(behind.len(), 1, "{behind:?}");
+    assert_eq!(behind[0]["kind"], "peer_ip_behind_proxy");
+
+    let proxies = TrustedProxies::new(["10.0.0.0/8"]).unwrap();
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer(KeyExtractor::client_ip(proxies)));
+    let url = serve(app).await;
+    for _ in 0..2 {
+        c.get(&url)
+            .header("forwarded", "for=203.0.113.9")
+            .send()
+            .await
+            .unwrap();
+    }
+    c.get(&url).send().await.unwrap();
+    let untrusted = with_message(&events, "outside TrustedProxies");
+    assert_eq!(untrusted.len(), 1, "{untrusted:?}");
+    assert_eq!(untrusted[0]["kind"], "untrusted_forwarder");
+}
+
+#[tokio::test]
+async fn an_invalid_ipv6_prefix_is_a_build_error() {
+    for bad in [0, 129] {
+        let rule = Rule::new(
+            "ip",
+            KeyExtractor::peer_ip_prefix(bad),
+            Quota::per_minute(1),
+        );
+        let err = RateLimitLayer::builder().rule(rule).build().unwrap_err();
+        assert!(matches!(err, BuildError::InvalidKey { .. }), "{err}");
+    }
+}

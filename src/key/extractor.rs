@@ -1,6 +1,6 @@
 use std::fmt;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use axum::extract::{ConnectInfo, MatchedPath};
@@ -161,8 +161,18 @@ impl KeyExtractor {
     }
 
     /// The TCP peer's IP, from axum's `ConnectInfo<SocketAddr>` (serve with
-    /// `into_make_service_with_connect_info::<SocketAddr>()`) or, with feature `tonic`, tonic's
-    /// `TcpConnectInfo`. IPv4-mapped IPv6 addresses count as IPv4.
+    /// `into_make_service_with_connect_info::<SocketAddr>()`) or, with
+    /// feature `tonic`, tonic's `TcpConnectInfo`. IPv6 peers are keyed by
+    /// their /56 network ([`DEFAULT_V6_PREFIX`](super::DEFAULT_V6_PREFIX):
+    /// one ISP delegation; see [`peer_ip_prefix`](Self::peer_ip_prefix)),
+    /// IPv4-mapped and IPv4-compatible IPv6 addresses as IPv4.
+    ///
+    /// Behind a reverse proxy every request comes from the proxy, so all
+    /// clients would share one key: use [`client_ip`](Self::client_ip). A
+    /// request that carries `X-Forwarded-For` or `Forwarded` from a private
+    /// or loopback peer is logged as a likely misconfiguration (at most once
+    /// a minute per extractor) and counted in
+    /// [`PROXY_MISCONFIG_TOTAL`](crate::observe::PROXY_MISCONFIG_TOTAL).
     ///
     /// ```
     /// use std::net::SocketAddr;
@@ -176,9 +186,47 @@ impl KeyExtractor {
     /// # assert_eq!(k.extract_now(&parts).unwrap().as_bytes(), b"192.0.2.7");
     /// ```
     pub fn peer_ip() -> Self {
-        Self::new("peer_ip", |p| {
-            peer_addr(p).map(|a| Key::from(a.ip().to_canonical()))
-        })
+        Self::peer_ip_prefix(super::DEFAULT_V6_PREFIX)
+    }
+
+    /// [`peer_ip`](Self::peer_ip), IPv6 peers keyed by their `/v6_prefix`
+    /// network: 64 for one LAN, 128 for single addresses (which lets an
+    /// attacker with a /64 mint 2^64 keys). A length outside 1..=128 is a
+    /// build error.
+    ///
+    /// ```
+    /// use std::net::SocketAddr;
+    /// use axum::extract::ConnectInfo;
+    /// use keyed_rate_limit::key::KeyExtractor;
+    ///
+    /// let k = KeyExtractor::peer_ip_prefix(64);
+    /// let mut req = http::Request::new(());
+    /// req.extensions_mut().insert(ConnectInfo("[2001:db8:1:2:3::9]:5000".parse::<SocketAddr>().unwrap()));
+    /// let (parts, _) = req.into_parts();
+    /// assert_eq!(k.extract_now(&parts).unwrap().as_bytes(), b"2001:db8:1:2::/64");
+    /// ```
+    pub fn peer_ip_prefix(v6_prefix: u8) -> Self {
+        let warn = Throttle::default();
+        let name = if v6_prefix == super::DEFAULT_V6_PREFIX {
+            "peer_ip".to_owned()
+        } else {
+            format!("peer_ip/{v6_prefix}")
+        };
+        let mut k = Self::new(name, move |p| {
+            let ip = peer_addr(p)?.ip();
+            if forwarded(p) && is_private(ip) {
+                crate::observe::proxy_misconfig(
+                    "peer_ip_behind_proxy",
+                    "peer_ip() sees X-Forwarded-For/Forwarded from a private or loopback peer: \
+                     a proxy is in front and every client shares its key; use client_ip()",
+                    warn.ready(),
+                );
+            }
+            Some(super::ip::ip_key(ip, v6_prefix))
+        });
+        k.invalid = (!super::ip::valid_v6_prefix(v6_prefix))
+            .then(|| format!("IPv6 prefix /{v6_prefix} is not in 1..=128").into());
+        k
     }
 
     /// The client IP as seen through trusted reverse proxies. See
@@ -191,10 +239,42 @@ impl KeyExtractor {
     /// assert_eq!(k.name(), "client_ip");
     /// ```
     pub fn client_ip(proxies: TrustedProxies) -> Self {
-        Self::new("client_ip", move |p| {
+        Self::client_ip_prefix(proxies, super::DEFAULT_V6_PREFIX)
+    }
+
+    /// [`client_ip`](Self::client_ip), IPv6 clients keyed by their
+    /// `/v6_prefix` network (see [`peer_ip_prefix`](Self::peer_ip_prefix)).
+    ///
+    /// ```
+    /// use keyed_rate_limit::key::{KeyExtractor, TrustedProxies};
+    /// let k = KeyExtractor::client_ip_prefix(TrustedProxies::new(["10.0.0.0/8"]).unwrap(), 64);
+    /// assert_eq!(k.name(), "client_ip/64");
+    /// ```
+    pub fn client_ip_prefix(proxies: TrustedProxies, v6_prefix: u8) -> Self {
+        let warn = Throttle::default();
+        let name = if v6_prefix == super::DEFAULT_V6_PREFIX {
+            "client_ip".to_owned()
+        } else {
+            format!("client_ip/{v6_prefix}")
+        };
+        let mut k = Self::new(name, move |p| {
             let peer = peer_addr(p)?.ip();
-            Some(Key::from(proxies.client_ip(peer, &p.headers)))
-        })
+            if forwarded(p) && !proxies.is_trusted(super::canonical(peer)) {
+                crate::observe::proxy_misconfig(
+                    "untrusted_forwarder",
+                    "client_ip() sees X-Forwarded-For/Forwarded from a peer outside TrustedProxies: \
+                     the header is ignored; add the proxy to TrustedProxies if it is yours",
+                    warn.ready(),
+                );
+            }
+            Some(super::ip::ip_key(
+                proxies.client_ip(peer, &p.headers),
+                v6_prefix,
+            ))
+        });
+        k.invalid = (!super::ip::valid_v6_prefix(v6_prefix))
+            .then(|| format!("IPv6 prefix /{v6_prefix} is not in 1..=128").into());
+        k
     }
 
     /// The route pattern axum matched (`/users/{id}`, not `/users/7`), so
@@ -335,6 +415,43 @@ impl fmt::Debug for KeyExtractor {
         f.debug_struct("KeyExtractor")
             .field("name", &self.name)
             .finish()
+    }
+}
+
+/// Whether the request carries a forwarding header.
+fn forwarded(p: &Parts) -> bool {
+    p.headers.contains_key("x-forwarded-for") || p.headers.contains_key(http::header::FORWARDED)
+}
+
+/// A peer that is most likely a proxy of one's own: private, loopback,
+/// link-local or unique-local.
+fn is_private(ip: IpAddr) -> bool {
+    match super::canonical(ip) {
+        IpAddr::V4(v4) => v4.is_private() || v4.is_loopback() || v4.is_link_local(),
+        IpAddr::V6(v6) => v6.is_loopback() || v6.is_unique_local() || v6.is_unicast_link_local(),
+    }
+}
+
+/// At most one warning a minute from one extractor: a misconfiguration
+/// repeats on every request, and a log line per request would drown it.
+#[derive(Default)]
+struct Throttle(std::sync::atomic::AtomicU64);
+
+impl Throttle {
+    const EVERY_SECS: u64 = 60;
+
+    fn ready(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let last = self.0.load(Ordering::Relaxed);
+        // 0 means never: the first sighting always warns.
+        (last == 0 || now >= last + Self::EVERY_SECS)
+            && self
+                .0
+                .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
     }
 }
 

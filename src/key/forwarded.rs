@@ -97,7 +97,7 @@ impl TrustedProxies {
 
     /// The client address for a connection from `peer` carrying `headers`.
     pub fn client_ip(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
-        let mut client = peer.to_canonical();
+        let mut client = super::canonical(peer);
         if !self.is_trusted(client) {
             return client;
         }
@@ -116,7 +116,7 @@ impl TrustedProxies {
                 ForwardedHeader::Forwarded => parse_forwarded_for(hop),
             };
             let Some(ip) = parsed else { break };
-            client = ip.to_canonical();
+            client = super::canonical(ip);
             if !self.is_trusted(client) {
                 break;
             }
@@ -125,14 +125,17 @@ impl TrustedProxies {
     }
 }
 
-/// An address as proxies write it: bare, `ip:port`, or `[v6]:port`.
+/// An address as proxies write it: bare, `ip:port`, or `[v6]:port`, an
+/// IPv6 zone (`fe80::1%eth0`, `%25eth0` in URI form) dropped: it names the
+/// proxy's interface, not the client.
 fn parse_addr(raw: &[u8]) -> Option<IpAddr> {
     let s = std::str::from_utf8(raw).ok()?.trim();
-    if let Ok(ip) = s.parse::<IpAddr>() {
+    let unzoned = |a: &str| a.split('%').next().unwrap_or(a).parse::<IpAddr>().ok();
+    if let Some(ip) = unzoned(s) {
         return Some(ip);
     }
     if let Some(rest) = s.strip_prefix('[') {
-        return rest.split_once(']')?.0.parse().ok();
+        return unzoned(rest.split_once(']')?.0);
     }
     let (host, port) = s.rsplit_once(':')?;
     port.parse::<u16>().ok()?;
@@ -231,5 +234,29 @@ mod tests {
             http::HeaderValue::from_bytes(b"1.2.3.4, \xff\xfe").unwrap(),
         );
         assert_eq!(p.client_ip(ip("10.0.0.1"), &h), ip("10.0.0.1"));
+    }
+
+    #[test]
+    fn zone_ids_and_ipv4_compatible_addresses() {
+        let p = TrustedProxies::new(["10.0.0.0/8"]).unwrap();
+        for hop in ["fe80::1%eth0", "[fe80::1%25eth0]:443", "fe80::1%25eth0"] {
+            let h = xff(&[hop]);
+            assert_eq!(p.client_ip(ip("10.0.0.1"), &h), ip("fe80::1"), "{hop}");
+        }
+        let h = xff(&["::203.0.113.9"]);
+        assert_eq!(
+            p.client_ip(ip("10.0.0.1"), &h),
+            ip("203.0.113.9"),
+            "IPv4-compatible"
+        );
+        let p = p.header(ForwardedHeader::Forwarded);
+        let mut h = HeaderMap::new();
+        h.insert(FORWARDED, r#"for="[fe80::2%25en0]:80""#.parse().unwrap());
+        assert_eq!(p.client_ip(ip("10.0.0.1"), &h), ip("fe80::2"));
+        assert_eq!(
+            p.client_ip(ip("::10.0.0.1"), &h),
+            ip("fe80::2"),
+            "a compatible peer is trusted as IPv4"
+        );
     }
 }

@@ -219,10 +219,13 @@ impl From<u64> for Key {
 
 mod extractor;
 mod forwarded;
+mod ip;
 
 pub(crate) use extractor::Extracted;
 pub use extractor::KeyExtractor;
 pub use forwarded::{ForwardedHeader, TrustedProxies};
+pub use ip::DEFAULT_V6_PREFIX;
+pub(crate) use ip::canonical;
 
 #[cfg(test)]
 mod tests {
