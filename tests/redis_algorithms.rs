@@ -363,8 +363,24 @@ async fn password_in_url() {
         let d = b.check("r", &key, Algorithm::TokenBucket, &q, 1).await;
         assert!(d.unwrap().is_allowed());
     }
-    let wrong = format!("redis://:nope@127.0.0.1:{}", server.port());
-    assert!(RedisBackend::builder(wrong).build().await.is_err());
+    // A wrong password is a clear start-up error that never shows the password.
+    for mode in [ConnectionMode::Multiplexed, POOL] {
+        let wrong = format!("redis://:n0pe-secret@127.0.0.1:{}", server.port());
+        let err = RedisBackend::builder(wrong)
+            .connection(mode)
+            .build()
+            .await
+            .unwrap_err();
+        let (shown, debug) = (err.to_string(), format!("{err:?}"));
+        assert!(
+            !shown.contains("n0pe-secret") && !debug.contains("n0pe-secret"),
+            "{debug}"
+        );
+        assert!(
+            shown.to_lowercase().contains("auth") || shown.contains("WRONGPASS"),
+            "{mode:?}: {shown}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -80,7 +80,15 @@ pub enum ConnectionMode {
 }
 
 /// Configures and connects a [`RedisBackend`]; see [`RedisBackend::builder`].
-#[derive(Debug, Clone)]
+/// Its `Debug` output shows URLs without their passwords.
+///
+/// ```
+/// use keyed_rate_limit::backend::redis::RedisBackend;
+/// let b = RedisBackend::builder("redis://app:s3cret@redis.internal:6379");
+/// let shown = format!("{b:?}");
+/// assert!(shown.contains("redis://app:***@redis.internal:6379") && !shown.contains("s3cret"));
+/// ```
+#[derive(Clone)]
 pub struct RedisBackendBuilder {
     urls: Vec<String>,
     prefix: String,
@@ -88,6 +96,34 @@ pub struct RedisBackendBuilder {
     lazy: bool,
     #[cfg(feature = "redis-tls")]
     tls: tls::Tls,
+}
+
+impl fmt::Debug for RedisBackendBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let urls: Vec<String> = self.urls.iter().map(|u| redact(u)).collect();
+        let mut d = f.debug_struct("RedisBackendBuilder");
+        d.field("urls", &urls)
+            .field("prefix", &self.prefix)
+            .field("mode", &self.mode)
+            .field("lazy", &self.lazy);
+        #[cfg(feature = "redis-tls")]
+        d.field("tls", &self.tls);
+        d.finish()
+    }
+}
+
+/// `url` with the password of its user info replaced by `***`.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    match rest.rsplit_once('@') {
+        Some((user_info, host)) => {
+            let user = user_info.split_once(':').map_or(user_info, |(u, _)| u);
+            format!("{scheme}://{user}:***@{host}")
+        }
+        None => url.to_owned(),
+    }
 }
 
 impl RedisBackendBuilder {
