@@ -7,15 +7,10 @@ mod common;
 #[cfg(feature = "redis")]
 mod support;
 
-use axum::{Router, routing::get};
-use common::{client, header, serve};
+use common::{client, header, ok_app, serve};
 use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
 #[cfg(feature = "redis")]
-use {
-    keyed_rate_limit::{Algorithm, FailureMode},
-    std::time::Duration,
-    support::redis_server::RedisServer,
-};
+use {keyed_rate_limit::FailureMode, std::time::Duration, support::redis_server::RedisServer};
 
 const BURST: u32 = 10;
 
@@ -39,13 +34,7 @@ async fn app(rule: Rule) -> String {
         .instances(1)
         .build()
         .unwrap();
-    let url = serve(
-        Router::new()
-            .route("/", get(|| async { "ok" }))
-            .layer(layer),
-    )
-    .await;
-    format!("{url}/")
+    format!("{}/", serve(ok_app(layer)).await)
 }
 
 /// (status, Retry-After, RateLimit) for one request of `cost` units.
@@ -95,12 +84,7 @@ async fn local_rules_refuse_costs_past_the_burst() {
 #[tokio::test]
 async fn every_redis_algorithm_refuses_costs_past_its_capacity() {
     let server = RedisServer::start();
-    for algo in [
-        Algorithm::Gcra,
-        Algorithm::TokenBucket,
-        Algorithm::FixedWindow,
-        Algorithm::SlidingWindow,
-    ] {
+    for algo in common::ALGORITHMS {
         let redis = server.backend(&format!("cost-{algo}")).await;
         let url = app(rule()
             .global(redis)

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use axum::{Router, routing::get};
 use common::sf::{Member, member};
-use common::{client, header, serve};
+use common::{client, header, ok_app, serve};
 use keyed_rate_limit::{ConcurrencyLimitLayer, KeyExtractor, Quota, RateLimitLayer, Rule};
 use tokio::sync::oneshot;
 
@@ -34,12 +34,6 @@ async fn seen(res: reqwest::Response, rule: &str) -> Seen {
         policy: member(&res, "ratelimit-policy", rule),
         state: member(&res, "ratelimit", rule),
     }
-}
-
-fn app(layer: RateLimitLayer) -> Router {
-    Router::new()
-        .route("/", get(|| async { "ok" }))
-        .layer(layer)
 }
 
 /// `LIMIT + 1` requests for one key: the quota, then a deny.
@@ -95,7 +89,7 @@ async fn local_t_is_the_next_unit_and_the_retry_after() {
         ))
         .build()
         .unwrap();
-    let url = serve(app(layer)).await;
+    let url = serve(ok_app(layer)).await;
     let seen = exchange(&format!("{url}/"), "k", "local").await;
     // One unit every 2 s: the next is never further.
     check("local", &seen, 2);
@@ -130,7 +124,7 @@ async fn every_redis_algorithm_gives_t_per_the_draft() {
             .instances(1)
             .build()
             .unwrap();
-        let url = serve(app(layer)).await;
+        let url = serve(ok_app(layer)).await;
         let seen = exchange(&format!("{url}/"), "k", "global").await;
         check(algo.as_str(), &seen, t_max);
     }
@@ -242,7 +236,7 @@ async fn a_fail_closed_deny_has_t_equal_to_retry_after_the_breakers_wait() {
         .instances(1)
         .build()
         .unwrap();
-    let url = format!("{}/", serve(app(layer.clone())).await);
+    let url = format!("{}/", serve(ok_app(layer.clone())).await);
     server.kill();
     for _ in 0..3 {
         let res = client()
@@ -283,7 +277,7 @@ async fn a_hidden_rule_denies_with_retry_after_but_shows_nothing() {
         )
         .build()
         .unwrap();
-    let url = format!("{}/", serve(app(layer)).await);
+    let url = format!("{}/", serve(ok_app(layer)).await);
     let c = client();
     let ok = c.get(&url).header("x-api-key", "k").send().await.unwrap();
     assert_eq!(ok.status(), 200);
@@ -323,7 +317,7 @@ async fn pk_is_a_prefix_of_the_keys_sha256_as_sf_binary() {
         )
         .build()
         .unwrap();
-    let url = format!("{}/", serve(app(layer)).await);
+    let url = format!("{}/", serve(ok_app(layer)).await);
     let c = client();
     let mut pks = Vec::new();
     for key in ["alice-key", "bob-key"] {

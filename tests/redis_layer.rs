@@ -62,12 +62,7 @@ async fn until_global(c: &reqwest::Client, url: &str) {
 #[tokio::test]
 async fn separate_gateways_sharing_redis_admit_the_quota_exactly() {
     let server = RedisServer::start();
-    for algo in [
-        Algorithm::Gcra,
-        Algorithm::TokenBucket,
-        Algorithm::FixedWindow,
-        Algorithm::SlidingWindow,
-    ] {
+    for algo in common::ALGORITHMS {
         let prefix = format!("exact-{algo}");
         let mut urls = Vec::new();
         for _ in 0..3 {
@@ -329,12 +324,7 @@ async fn an_abusive_key_is_answered_from_the_deny_cache() {
     let server = RedisServer::start();
     let calls = || server.script_calls();
     let c = client();
-    for algo in [
-        Algorithm::Gcra,
-        Algorithm::TokenBucket,
-        Algorithm::FixedWindow,
-        Algorithm::SlidingWindow,
-    ] {
+    for algo in common::ALGORITHMS {
         let layer = RateLimitLayer::builder()
             .rule(
                 Rule::new("abuse", KeyExtractor::global(), Quota::per_hour(5))

@@ -6,9 +6,8 @@ mod support;
 
 use std::time::Duration;
 
-use axum::{Router, routing::get};
 use common::events::{capture, with_message};
-use common::{client, serve};
+use common::{client, ok_app, serve};
 use keyed_rate_limit::concurrency::ConcurrencyLimitLayer;
 use keyed_rate_limit::failure::FailureMode;
 use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
@@ -78,12 +77,7 @@ async fn failure_mode_events_carry_a_stable_cause() {
         )
         .build()
         .unwrap();
-    let url = serve(
-        Router::new()
-            .route("/", get(|| async { "ok" }))
-            .layer(layer),
-    )
-    .await;
+    let url = serve(ok_app(layer)).await;
     let (events, _guard) = capture();
     server.kill();
     for _ in 0..3 {

@@ -8,6 +8,23 @@ pub mod sf;
 use std::net::SocketAddr;
 
 use axum::Router;
+use axum::routing::get;
+use keyed_rate_limit::{Algorithm, RateLimitLayer};
+
+/// Every algorithm, for tests that run each on Redis.
+pub const ALGORITHMS: [Algorithm; 4] = [
+    Algorithm::Gcra,
+    Algorithm::TokenBucket,
+    Algorithm::FixedWindow,
+    Algorithm::SlidingWindow,
+];
+
+/// `GET /` answering `ok` behind `layer`.
+pub fn ok_app(layer: RateLimitLayer) -> Router {
+    Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer)
+}
 
 /// Serves `app` on 127.0.0.1:0 with `ConnectInfo`, returning its base URL.
 pub async fn serve(app: Router) -> String {
