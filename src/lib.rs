@@ -40,4 +40,4 @@ pub use headers::{HeaderStyle, ResetFormat};
 pub use key::{Key, KeyExtractor, TrustedProxies};
 pub use quota::Quota;
 pub use rate_limit::{RateLimitBuilder, RateLimitLayer, RateLimitService};
-pub use rule::{OnMissingKey, Rule};
+pub use rule::{OnDeny, OnMissingKey, Rule};

@@ -26,6 +26,8 @@ pub struct Denied {
     pub(crate) rule: Arc<str>,
     pub(crate) retry_after: Option<Duration>,
     pub(crate) status: StatusCode,
+    /// The rule is kept out of the headers; the default bodies don't name it.
+    pub(crate) hidden: bool,
 }
 
 impl Denied {
@@ -44,6 +46,13 @@ impl Denied {
     /// The wait as sent in `Retry-After`: whole seconds, rounded up, never 0.
     pub fn retry_after_secs(&self) -> Option<u64> {
         self.retry_after.map(retry_after_secs)
+    }
+
+    /// Whether the refusing rule is hidden from clients
+    /// ([`Rule::headers(false)`](crate::Rule::headers)): the default
+    /// bodies then don't name it, and a custom body should not either.
+    pub fn is_hidden(&self) -> bool {
+        self.hidden
     }
 
     /// 429, or the status of an [`OnMissingKey::Reject`](crate::rule::OnMissingKey::Reject).
@@ -84,13 +93,16 @@ pub fn problem_json(d: &Denied) -> Response<Bytes> {
             d.status.canonical_reason().unwrap_or("Rejected"),
         )
     };
+    // A hidden rule is not named: its limits are nobody's business.
+    let name = if d.hidden {
+        "a".to_owned()
+    } else {
+        format!("{:?}", &*d.rule)
+    };
     let detail = if quota {
         match d.retry_after_secs() {
-            Some(s) => format!("rate limit {:?} exceeded; retry in {s} s", &*d.rule),
-            None => format!(
-                "request exceeds what rate limit {:?} can ever admit",
-                &*d.rule
-            ),
+            Some(s) => format!("rate limit {name} exceeded; retry in {s} s"),
+            None => format!("request exceeds what rate limit {name} can ever admit"),
         }
     } else {
         format!("no rate-limit key for rule {:?}", &*d.rule)
@@ -105,13 +117,15 @@ pub fn problem_json(d: &Denied) -> Response<Bytes> {
     body.push_str(itoa::Buffer::new().format(d.status.as_u16()));
     body.push_str(r#","detail":"#);
     json_str(&mut body, &detail);
-    if quota {
-        body.push_str(r#","violated-policies":["#);
+    if !d.hidden {
+        if quota {
+            body.push_str(r#","violated-policies":["#);
+            json_str(&mut body, &d.rule);
+            body.push(']');
+        }
+        body.push_str(r#","rule":"#);
         json_str(&mut body, &d.rule);
-        body.push(']');
     }
-    body.push_str(r#","rule":"#);
-    json_str(&mut body, &d.rule);
     body.push_str(r#","retry_after":"#);
     match d.retry_after_secs() {
         Some(s) => body.push_str(itoa::Buffer::new().format(s)),
@@ -177,10 +191,12 @@ const GRPC_PUSHBACK: HeaderName = HeaderName::from_static("grpc-retry-pushback-m
 /// A trailers-only gRPC response: HTTP 200 with the status in the headers.
 fn grpc_refusal(d: &Denied) -> Response<Bytes> {
     let (code, message) = if d.status == StatusCode::TOO_MANY_REQUESTS {
-        (
-            grpc::RESOURCE_EXHAUSTED,
-            format!("rate limit {:?} exceeded", &*d.rule),
-        )
+        let message = if d.hidden {
+            "rate limited".to_owned()
+        } else {
+            format!("rate limit {:?} exceeded", &*d.rule)
+        };
+        (grpc::RESOURCE_EXHAUSTED, message)
     } else {
         (
             grpc_code(d.status),
@@ -329,6 +345,7 @@ mod tests {
             rule: "api".into(),
             retry_after: wait,
             status: StatusCode::TOO_MANY_REQUESTS,
+            hidden: false,
         }
     }
 
@@ -388,6 +405,7 @@ mod tests {
             rule: r#"a "quoted" \ rule"#.into(),
             retry_after: Some(Duration::from_millis(1500)),
             status: StatusCode::TOO_MANY_REQUESTS,
+            hidden: false,
         };
         let res = problem_json(&d);
         let v: serde_json::Value = serde_json::from_slice(res.body()).unwrap();

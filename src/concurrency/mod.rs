@@ -191,6 +191,7 @@ impl Shared {
                         rule: self.name.clone(),
                         retry_after: None,
                         status,
+                        hidden: false,
                     };
                     return Admission::Stop(refusal(
                         &*self.deny,
@@ -237,6 +238,7 @@ impl Shared {
                     rule: self.name.clone(),
                     retry_after: Some(wait),
                     status: StatusCode::TOO_MANY_REQUESTS,
+                    hidden: false,
                 };
                 Admission::Stop(refusal(&*self.deny, &denied, &parts.headers, headers))
             }

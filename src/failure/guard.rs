@@ -48,8 +48,17 @@ pub(crate) const PATIENCE: u32 = 50;
 
 /// A failed call's error, as the guard needs to see it.
 pub(crate) trait CallError: fmt::Display {
-    /// The connection is gone (refused, reset, dropped): no reply will come.
-    fn connection_lost(&self) -> bool;
+    /// Nothing listens where the server was: it is down, not slow. (A
+    /// dropped connection is not enough: servers close idle ones, and the
+    /// client reconnects at once.)
+    fn connection_refused(&self) -> bool;
+}
+
+/// `t + d`, or a time so far ahead it never comes: a timeout of
+/// `Duration::MAX` means "wait as long as it takes".
+fn after(t: Instant, d: Duration) -> Instant {
+    t.checked_add(d)
+        .unwrap_or_else(|| t + Duration::from_secs(100 * 365 * 86_400))
 }
 
 /// A global rule's failure handling: the mode, the per-decision timeout,
@@ -66,10 +75,10 @@ pub(crate) struct Guard {
 
 impl Guard {
     pub(crate) fn new(rule: Arc<str>, policy: FailurePolicy, instances: u32) -> Self {
-        // A probe is lost once its own timeout has long passed.
+        // A probe is lost once it has waited longer than any call may.
         let probe_deadline = policy
             .timeout
-            .saturating_mul(4)
+            .saturating_mul(PATIENCE + 1)
             .max(Duration::from_millis(50));
         Self {
             rule,
@@ -115,9 +124,9 @@ impl Guard {
     ) -> Result<T, Cause> {
         let mut fut = std::pin::pin!(fut);
         let start = Instant::now();
-        let give_up = start + self.timeout.saturating_mul(PATIENCE);
+        let give_up = after(start, self.timeout.saturating_mul(PATIENCE));
         let mut since = start;
-        let mut deadline = start + self.timeout;
+        let mut deadline = after(start, self.timeout);
         let mut armed = None;
         let outcome = loop {
             if let Ok(out) = tokio::time::timeout_at(deadline, &mut fut).await {
@@ -136,7 +145,7 @@ impl Guard {
             }
             armed.get_or_insert_with(|| liveness.arm());
             since = now;
-            deadline = (now + self.timeout).min(give_up);
+            deadline = after(now, self.timeout).min(give_up);
         };
         drop(armed);
         match outcome {
@@ -145,7 +154,7 @@ impl Guard {
                 Ok(v)
             }
             Err(e) => {
-                if e.connection_lost() && self.breaker.trip() {
+                if e.connection_refused() && self.breaker.trip() {
                     self.breaker_opened_event(&e);
                 }
                 Err(Cause::Error(e.to_string()))
@@ -214,7 +223,7 @@ mod tests {
     }
 
     impl CallError for Failed {
-        fn connection_lost(&self) -> bool {
+        fn connection_refused(&self) -> bool {
             self.lost
         }
     }
@@ -310,5 +319,16 @@ mod tests {
         assert_eq!(g.share(Quota::per_minute(100)).limit(), 25);
         assert_eq!(g.local_share(10), 3);
         assert_eq!(g.closed_retry(), Duration::from_secs(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_endless_timeout_is_no_overflow() {
+        let policy = FailurePolicy {
+            timeout: Duration::MAX,
+            ..FailurePolicy::default()
+        };
+        let (g, l) = (Guard::new("r".into(), policy, 1), Liveness::new(None));
+        let ok = g.call(&l, async { Ok::<_, Failed>(1) }).await;
+        assert_eq!(ok.unwrap(), 1);
     }
 }

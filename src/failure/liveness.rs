@@ -6,8 +6,8 @@
 //! So a call that outlives its timeout asks a pinger, a thread with its own
 //! connection and its own runtime, whether the server still answers.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::thread::Thread;
 // Tokio's clock, so tests can pause it; outside a paused runtime it is the
 // system's monotonic clock, which the pinger thread reads.
@@ -26,6 +26,7 @@ struct Shared {
     heard: AtomicU64,
     /// Calls waiting past their timeout: the pinger pings while any are.
     armed: AtomicUsize,
+    stopped: AtomicBool,
     pinger: Mutex<Pinger>,
 }
 
@@ -51,6 +52,7 @@ impl Liveness {
             base: Instant::now(),
             heard: AtomicU64::new(0),
             armed: AtomicUsize::new(0),
+            stopped: AtomicBool::new(false),
             pinger: Mutex::new(start.map_or(Pinger::None, |s| Pinger::Idle(Some(s)))),
         }))
     }
@@ -68,7 +70,7 @@ impl Liveness {
     /// Keeps the pinger pinging until the returned guard drops.
     pub(crate) fn arm(&self) -> Armed<'_> {
         self.0.armed.fetch_add(1, Ordering::Relaxed);
-        let mut p = self.0.pinger.lock().expect("poisoned");
+        let mut p = self.0.pinger.lock().unwrap_or_else(PoisonError::into_inner);
         match &mut *p {
             Pinger::Running(t) => t.unpark(),
             Pinger::Idle(start) => {
@@ -86,9 +88,10 @@ impl Liveness {
         Armed(self)
     }
 
-    /// Wakes the pinger so it sees the backend is gone.
+    /// Ends the pinger: the backend is gone.
     pub(crate) fn stop(&self) {
-        if let Pinger::Running(t) = &*self.0.pinger.lock().expect("poisoned") {
+        self.0.stopped.store(true, Ordering::Relaxed);
+        if let Pinger::Running(t) = &*self.0.pinger.lock().unwrap_or_else(PoisonError::into_inner) {
             t.unpark();
         }
     }
@@ -120,6 +123,9 @@ impl Heard {
     /// `None`: the backend is gone, stop. `Some(false)`: nobody waits, park.
     pub(crate) fn wanted(&self) -> Option<bool> {
         let s = self.0.upgrade()?;
+        if s.stopped.load(Ordering::Relaxed) {
+            return None;
+        }
         Some(s.armed.load(Ordering::Relaxed) > 0)
     }
 
@@ -164,7 +170,10 @@ mod tests {
         let again = l.arm();
         assert!(rx.try_recv().is_err(), "started only once");
         drop(again);
-        drop(l);
+        let clone = l.clone();
+        clone.stop();
+        assert_eq!(heard.wanted(), None, "a stopped backend's pinger ends");
+        drop((clone, l));
         assert_eq!(heard.wanted(), None, "the backend is gone");
     }
 }

@@ -259,11 +259,13 @@ impl KeyExtractor {
         };
         let mut k = Self::new(name, move |p| {
             let peer = peer_addr(p)?.ip();
-            if forwarded(p) && !proxies.is_trusted(super::canonical(peer)) {
+            // A private peer is one's own infrastructure; public clients
+            // behind corporate proxies send the header all the time.
+            if forwarded(p) && is_private(peer) && !proxies.is_trusted(super::canonical(peer)) {
                 crate::observe::proxy_misconfig(
                     "untrusted_forwarder",
-                    "client_ip() sees X-Forwarded-For/Forwarded from a peer outside TrustedProxies: \
-                     the header is ignored; add the proxy to TrustedProxies if it is yours",
+                    "client_ip() sees X-Forwarded-For/Forwarded from a private peer outside \
+                     TrustedProxies: the header is ignored; add the proxy to TrustedProxies",
                     warn.ready(),
                 );
             }
@@ -442,9 +444,10 @@ impl Throttle {
 
     fn ready(&self) -> bool {
         use std::sync::atomic::Ordering;
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        // Monotonic seconds since the first throttle was asked, plus one.
+        static BASE: std::sync::LazyLock<std::time::Instant> =
+            std::sync::LazyLock::new(std::time::Instant::now);
+        let now = BASE.elapsed().as_secs() + 1;
         let last = self.0.load(Ordering::Relaxed);
         // 0 means never: the first sighting always warns.
         (last == 0 || now >= last + Self::EVERY_SECS)

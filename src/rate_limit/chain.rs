@@ -17,7 +17,9 @@ use crate::failure::BreakerStatus;
 use crate::headers::StaticPolicy;
 use crate::now_or_later::NowOrLater;
 use crate::observe;
-use crate::rule::{Cost, Found, Lookup, OnMissingKey, QuotaSource, Rule, Scope, valid_name};
+use crate::rule::{
+    Cost, Found, Lookup, OnDeny, OnMissingKey, QuotaSource, Rule, Scope, valid_name,
+};
 use crate::{Decision, Key, Quota, RuleDecision, Source};
 
 /// Settings the chain shares with every rule.
@@ -32,6 +34,8 @@ pub(crate) struct ChainConfig {
 
 pub(crate) struct CompiledRule {
     rule: Rule,
+    /// Requests waiting per key, for `OnDeny::Wait`.
+    waiters: Arc<Waiters>,
     backend: Backend,
     instances: u32,
     max_key_len: usize,
@@ -114,6 +118,7 @@ impl Chain {
                 StaticPolicy::new(&rule.name, q.limit(), q.window(), false)
             });
             out.push(Arc::new(CompiledRule {
+                waiters: Arc::default(),
                 backend,
                 policy,
                 rule,
@@ -261,6 +266,13 @@ fn validate(rule: &Rule, instances: Option<u32>) -> Result<(), BuildError> {
     }
     let rule_err = || name.to_string();
     rule.on_missing.check_keys(&rule.key, name)?;
+    if let OnDeny::Wait { max, queue } = rule.on_deny
+        && (max.is_zero() || queue == 0)
+    {
+        return Err(BuildError::InvalidSetting(
+            "OnDeny::Wait needs a positive max and a queue of at least 1",
+        ));
+    }
     #[cfg(feature = "redis")]
     if let Scope::Global(redis) = &rule.scope {
         crate::backend::redis::validate_global(name, &rule.failure, redis, instances)?;
@@ -295,6 +307,41 @@ fn validate(rule: &Rule, instances: Option<u32>) -> Result<(), BuildError> {
         }
     }
     Ok(())
+}
+
+/// Requests waiting per key; a key is removed when its last waiter leaves.
+#[derive(Default)]
+struct Waiters(dashmap::DashMap<Key, u32>);
+
+/// One waiter's place; dropping it (the request went on, or its client went
+/// away) frees the place.
+struct Place {
+    waiters: Arc<Waiters>,
+    key: Key,
+}
+
+impl Waiters {
+    fn enter(self: &Arc<Self>, key: Key, queue: u32) -> Option<Place> {
+        let mut n = self.0.entry(key.clone()).or_insert(0);
+        if *n >= queue {
+            return None;
+        }
+        *n += 1;
+        drop(n);
+        Some(Place {
+            waiters: self.clone(),
+            key,
+        })
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.waiters.0.remove_if_mut(&self.key, |_, n| {
+            *n -= 1;
+            *n == 0
+        });
+    }
 }
 
 /// The quota this instance enforces for `rule`.
@@ -361,31 +408,126 @@ impl CompiledRule {
             let d = Decision::never(quota.limit(), quota.window());
             return Step::Now(self.outcome(&key, d, self.local_source()));
         }
+        // Without `redis` the match has one arm.
+        #[cfg_attr(not(feature = "redis"), allow(clippy::infallible_destructuring_match))]
+        let store = match &self.backend {
+            Backend::Local(store) => store,
+            #[cfg(feature = "redis")]
+            Backend::Global(_) => return self.decide_global(key, quota, cost),
+        };
+        // The hot path: a local decision, returned as is.
+        let d = self.check_local(store, &key, quota, cost);
+        if self.waits(&d) {
+            Step::Later(Box::pin(self.clone().settle(
+                key,
+                quota,
+                cost,
+                d,
+                Source::Local,
+            )))
+        } else {
+            Step::Now(self.outcome(&key, d, Source::Local))
+        }
+    }
+
+    #[cfg(feature = "redis")]
+    fn decide_global(self: &Arc<Self>, key: Key, quota: Quota, cost: NonZeroU32) -> Step {
+        match self.check(&key, quota, cost) {
+            NowOrLater::Now((d, source)) if !self.waits(&d) => {
+                Step::Now(self.outcome(&key, d, source))
+            }
+            NowOrLater::Now((d, source)) => {
+                Step::Later(Box::pin(self.clone().settle(key, quota, cost, d, source)))
+            }
+            NowOrLater::Later(f) => {
+                let this = self.clone();
+                Step::Later(Box::pin(async move {
+                    let (d, source) = f.await;
+                    this.settle(key, quota, cost, d, source).await
+                }))
+            }
+        }
+    }
+
+    /// One decision from the backend.
+    fn check(
+        self: &Arc<Self>,
+        key: &Key,
+        quota: Quota,
+        cost: NonZeroU32,
+    ) -> NowOrLater<(Decision, Source)> {
         match &self.backend {
             Backend::Local(store) => {
-                // Cloning a fresh `Bytes` allocates: only overlong keys pay for it.
-                let d = if key.len() <= self.max_key_len {
-                    store.check(&key, quota, cost)
-                } else {
-                    store.check(&key.clone().bounded(self.max_key_len), quota, cost)
-                };
-                Step::Now(self.outcome(&key, d, Source::Local))
+                NowOrLater::Now((self.check_local(store, key, quota, cost), Source::Local))
             }
             #[cfg(feature = "redis")]
             Backend::Global(g) => {
                 let bounded = key.clone().bounded(self.max_key_len);
                 match g.decide_now(&self.rule, &bounded, quota, cost) {
-                    Ok((d, source)) => Step::Now(self.outcome(&key, d, source)),
+                    Ok(decided) => NowOrLater::Now(decided),
                     Err(()) => {
                         let (this, g) = (self.clone(), g.clone());
-                        Step::Later(Box::pin(async move {
-                            let (d, source) = g.ask(&this.rule, &bounded, quota, cost).await;
-                            this.outcome(&key, d, source)
+                        NowOrLater::Later(Box::pin(async move {
+                            g.ask(&this.rule, &bounded, quota, cost).await
                         }))
                     }
                 }
             }
         }
+    }
+
+    fn check_local(
+        &self,
+        store: &LocalStore,
+        key: &Key,
+        quota: Quota,
+        cost: NonZeroU32,
+    ) -> Decision {
+        // Cloning a fresh `Bytes` allocates: only overlong keys pay for it.
+        if key.len() <= self.max_key_len {
+            store.check(key, quota, cost)
+        } else {
+            store.check(&key.clone().bounded(self.max_key_len), quota, cost)
+        }
+    }
+
+    /// Whether `d` is a deny this rule would rather wait out.
+    fn waits(&self, d: &Decision) -> bool {
+        matches!(self.rule.on_deny, OnDeny::Wait { .. }) && !d.is_allowed() && !self.rule.shadow
+    }
+
+    /// `OnDeny::Wait`: sleeps until the unit is back and asks again, while
+    /// the waits fit in `max` and the key's queue has room.
+    async fn settle(
+        self: Arc<Self>,
+        key: Key,
+        quota: Quota,
+        cost: NonZeroU32,
+        mut d: Decision,
+        mut source: Source,
+    ) -> Outcome {
+        let OnDeny::Wait { max, queue } = self.rule.on_deny else {
+            return self.outcome(&key, d, source);
+        };
+        let deadline = tokio::time::Instant::now() + max;
+        let mut place = None;
+        while self.waits(&d) {
+            let Some(wait) = d.retry_after() else { break };
+            if tokio::time::Instant::now() + wait > deadline {
+                break;
+            }
+            if place.is_none() {
+                place = self
+                    .waiters
+                    .enter(key.clone().bounded(self.max_key_len), queue);
+                if place.is_none() {
+                    break;
+                }
+            }
+            tokio::time::sleep(wait).await;
+            (d, source) = self.check(&key, quota, cost).resolve().await;
+        }
+        self.outcome(&key, d, source)
     }
 
     fn local_source(&self) -> Source {

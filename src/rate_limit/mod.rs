@@ -78,6 +78,7 @@ impl Shared {
                     rule: last.rule.clone(),
                     retry_after: last.decision.retry_after(),
                     status: StatusCode::TOO_MANY_REQUESTS,
+                    hidden: last.hidden,
                 };
                 Admission::Stop(refusal(&*self.deny, &denied, &parts.headers, headers))
             }
@@ -91,6 +92,7 @@ impl Shared {
                     rule,
                     retry_after: None,
                     status,
+                    hidden: false,
                 };
                 Admission::Stop(refusal(&*self.deny, &denied, &parts.headers, headers))
             }

@@ -36,6 +36,41 @@ pub(crate) enum Cost {
     Dynamic(Arc<CostFn>),
 }
 
+/// What a rule does with a request over its quota.
+///
+/// `Wait` suits internal callers and job workers that would rather be slowed
+/// than refused (tower's own `RateLimit` only delays): a request whose unit
+/// comes back within `max` waits for it, holding its connection, and goes
+/// on; one that would wait longer, or finds `queue` requests of its key
+/// already waiting, is refused as with `Refuse`. A waiter whose client goes
+/// away is dropped with its future and frees its place at once. Waiters of
+/// one key retry when their wait ends, so each is admitted at a slot the
+/// algorithm frees, in no particular order; each retry of a global rule is
+/// a Redis call (or a deny-cache hit).
+///
+/// ```
+/// use std::time::Duration;
+/// use keyed_rate_limit::{KeyExtractor, Quota, Rule, rule::OnDeny};
+/// let jobs = Rule::new("jobs", KeyExtractor::header("x-worker"), Quota::per_second(50))
+///     .on_deny(OnDeny::Wait { max: Duration::from_secs(2), queue: 100 });
+/// # let _ = jobs;
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OnDeny {
+    /// Answer 429 at once (the default).
+    #[default]
+    Refuse,
+    /// Wait up to `max` for the unit, with at most `queue` requests of one
+    /// key waiting; otherwise refuse.
+    Wait {
+        /// The longest a request may be held.
+        max: std::time::Duration,
+        /// Requests of one key that may wait at once.
+        queue: u32,
+    },
+}
+
 /// What a rule does with a request its key extractor found no key for.
 ///
 /// ```
@@ -166,6 +201,7 @@ pub struct Rule {
     pub(crate) algorithm: Algorithm,
     pub(crate) scope: Scope,
     pub(crate) on_missing: OnMissingKey,
+    pub(crate) on_deny: OnDeny,
     pub(crate) shadow: bool,
     pub(crate) visible: bool,
     pub(crate) partition_key: bool,
@@ -189,6 +225,7 @@ impl Rule {
             algorithm: Algorithm::default(),
             scope: Scope::default(),
             on_missing: OnMissingKey::default(),
+            on_deny: OnDeny::default(),
             shadow: false,
             visible: true,
             partition_key: false,
@@ -286,6 +323,12 @@ impl Rule {
     /// ```
     pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
         self.algorithm = algorithm;
+        self
+    }
+
+    /// What to do with a request over the quota (default [`OnDeny::Refuse`]).
+    pub fn on_deny(mut self, on_deny: OnDeny) -> Self {
+        self.on_deny = on_deny;
         self
     }
 

@@ -37,28 +37,46 @@ impl RedisServer {
         server
     }
 
+    /// Starts the process; when it exits at once (another socket took the
+    /// free port between `free_port` and its bind), tries a fresh port,
+    /// a few times. `restart` keeps the port: nothing else holds it then.
     fn spawn(&mut self) {
-        assert_ne!(self.port, 6379, "never touch the shared redis");
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string()])
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .args(&self.extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server must be installed");
-        self.child = Some(child);
-        self.wait_ready();
+        for attempt in 0..5 {
+            if attempt > 0 {
+                self.port = free_port();
+            }
+            assert_ne!(self.port, 6379, "never touch the shared redis");
+            let child = Command::new("redis-server")
+                .args(["--port", &self.port.to_string()])
+                .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                .args(&self.extra)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server must be installed");
+            self.child = Some(child);
+            if self.wait_ready() {
+                return;
+            }
+            self.kill();
+        }
+        panic!("redis-server did not start on five ports");
     }
 
-    fn wait_ready(&self) {
+    /// Waits for a PONG; false when the process exited first.
+    fn wait_ready(&mut self) -> bool {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let ok = self
                 .connection()
                 .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
             if ok.is_ok() {
-                return;
+                return true;
+            }
+            if let Some(child) = self.child.as_mut()
+                && child.try_wait().ok().flatten().is_some()
+            {
+                return false;
             }
             assert!(
                 Instant::now() < deadline,

@@ -69,10 +69,7 @@ impl From<bb8_redis::bb8::RunError<RedisError>> for RedisBackendError {
 }
 
 impl crate::failure::CallError for RedisBackendError {
-    fn connection_lost(&self) -> bool {
-        match self {
-            Self::Redis(e) => e.is_connection_refusal() || e.is_connection_dropped(),
-            _ => false,
-        }
+    fn connection_refused(&self) -> bool {
+        matches!(self, Self::Redis(e) if e.is_connection_refusal())
     }
 }

@@ -21,12 +21,18 @@ pub(super) fn start(builder: RedisBackendBuilder, heard: Heard) -> std::io::Resu
         ConnectionMode::Pool { .. } => ConnectionMode::Multiplexed,
         mode => mode,
     };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
     let handle = std::thread::Builder::new()
         .name("krl-redis-pinger".into())
         .spawn(move || {
+            // Built here, not by the caller: a runtime must not be dropped
+            // on another runtime's worker, as it would be if the spawn failed.
+            let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    tracing::warn!(target: crate::observe::TARGET, error = %e, "cannot start the redis pinger's runtime");
+                    return;
+                }
+            };
             let mut conn = None;
             while let Some(wanted) = heard.wanted() {
                 if !wanted {
