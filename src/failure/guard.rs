@@ -113,7 +113,7 @@ impl Guard {
     /// to [`PATIENCE`] timeouts. Failing it instead would hand a unit Redis
     /// may already have spent to the failure mode, admitting it twice. With
     /// nothing heard for a timeout after arming, the call fails. A lost
-    /// connection (refused, reset) opens the breaker at once, so later calls
+    /// connection refused (nothing listens) opens the breaker at once, so later calls
     /// don't each wait for it.
     ///
     /// The caller checks [`admit`](Self::admit) first.
