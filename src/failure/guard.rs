@@ -112,8 +112,8 @@ impl Guard {
     /// is queued behind others, or the runtime is too busy to read it), up
     /// to [`PATIENCE`] timeouts. Failing it instead would hand a unit Redis
     /// may already have spent to the failure mode, admitting it twice. With
-    /// nothing heard for a timeout after arming, the call fails. A lost
-    /// connection refused (nothing listens) opens the breaker at once, so later calls
+    /// nothing heard for a timeout after arming, the call fails. A
+    /// refused connection (nothing listens) opens the breaker at once, so later calls
     /// don't each wait for it.
     ///
     /// The caller checks [`admit`](Self::admit) first.
