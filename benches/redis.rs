@@ -1,7 +1,7 @@
 //! Redis backend throughput against the same server's pipelined ceiling, and
 //! the deny cache's Redis calls per request for one abusive key.
 //!
-//! `cargo bench --bench redis` starts a private `redis-server` on a free port
+//! `cargo bench --bench redis --features redis` starts a private `redis-server` on a free port
 //! (never the shared 6379) and, in one process, measures:
 //!
 //! - the ceiling: one connection sending batches of `PIPELINE` `EVALSHA` of

@@ -1,7 +1,7 @@
 //! Global limits on a Redis Cluster.
 //!
 //! ```sh
-//! REDIS_CLUSTER_NODES=redis://127.0.0.1:7000,redis://127.0.0.1:7001 cargo run --example cluster
+//! REDIS_CLUSTER_NODES=redis://127.0.0.1:7000,redis://127.0.0.1:7001 cargo run --example cluster --features redis-cluster
 //! curl -i -H 'x-api-key: k' localhost:3000/
 //! ```
 //!

@@ -1,7 +1,7 @@
 //! HTTP load test: the same axum hello-world app served seven ways, side by side.
 //!
 //! ```sh
-//! cargo run --example loadtest --release
+//! cargo run --example loadtest --release --features redis
 //! ```
 //!
 //! 1. `bare`: no rate limiting;

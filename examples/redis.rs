@@ -1,7 +1,7 @@
 //! Global limits on a shared Redis, with a failure mode per rule.
 //!
 //! ```sh
-//! REDIS_URL=redis://127.0.0.1:6379 cargo run --example redis   # the default URL
+//! REDIS_URL=redis://127.0.0.1:6379 cargo run --example redis --features redis   # the default URL
 //! for i in $(seq 12); do curl -s -o /dev/null -w '%{http_code} ' -H 'x-api-key: k' localhost:3000/; done
 //! ```
 //!
