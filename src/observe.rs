@@ -1,12 +1,15 @@
 //! What the crate tells operators: every `tracing` event (target
 //! `keyed_rate_limit`) and metric it emits, written once here.
 //!
+//! A leaf: callers hand it names and key fingerprints, so every other
+//! module may use it.
+//!
 //! Metrics go through the [`metrics`](https://docs.rs/metrics) facade when the `metrics` feature is
 //! on (the default); without it only the `tracing` events remain.
 
 use std::sync::Arc;
 
-use crate::{Decision, Key};
+use std::time::Duration;
 
 /// The `tracing` target of every event.
 pub const TARGET: &str = "keyed_rate_limit";
@@ -35,11 +38,11 @@ pub(crate) fn proxy_misconfig(kind: &'static str, what: &'static str, log: bool)
     metrics::counter!(PROXY_MISCONFIG_TOTAL, "kind" => kind).increment(1);
 }
 
-/// Every deny is logged (with a key fingerprint, never the key) and counted.
-pub(crate) fn deny(rule: &Arc<str>, key: &Key, d: &Decision, shadow: bool) {
+/// Every deny is logged (with the key's fingerprint, never the key) and
+/// counted. `retry_after` is `None` when waiting would not help.
+pub(crate) fn deny(rule: &Arc<str>, key: &str, retry_after: Option<Duration>, shadow: bool) {
     // 0 means waiting would not help.
-    let retry_after_ms = d.retry_after().map_or(0, |w| w.as_millis() as u64);
-    let key = key.fingerprint();
+    let retry_after_ms = retry_after.map_or(0, |w| w.as_millis() as u64);
     if shadow {
         tracing::info!(target: TARGET, rule = %rule, %key, retry_after_ms, "shadow rule would deny");
     } else {
@@ -53,7 +56,7 @@ pub(crate) fn deny(rule: &Arc<str>, key: &Key, d: &Decision, shadow: bool) {
 /// A decision made without Redis: `mode` decided it, because of `cause`.
 pub(crate) fn failure_mode(
     rule: &Arc<str>,
-    key: &Key,
+    key: &str,
     cause: &'static str,
     detail: &dyn std::fmt::Display,
     mode: &'static str,
@@ -62,7 +65,7 @@ pub(crate) fn failure_mode(
     tracing::warn!(
         target: TARGET,
         rule = %rule,
-        key = %key.fingerprint(),
+        key,
         cause,
         detail = %detail,
         mode,

@@ -231,7 +231,12 @@ impl Shared {
             Err(refused) => {
                 let wait = refused.retry_after.max(Duration::from_millis(1));
                 let decision = Decision::denied(self.limit, self.retry_after, wait, wait);
-                observe::deny(&self.name, &key, &decision, false);
+                observe::deny(
+                    &self.name,
+                    &key.fingerprint(),
+                    decision.retry_after(),
+                    false,
+                );
                 self.headers
                     .render(&mut [self.rule_decision(decision, source)], &mut headers);
                 let denied = Denied {

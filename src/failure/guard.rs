@@ -195,7 +195,15 @@ impl Guard {
         }
         let (out, allowed) = decide(self.mode);
         let mode = self.mode.as_str();
-        observe::failure_mode(&self.rule, key, cause.kind(), &cause, mode, allowed);
+        let fingerprint = key.fingerprint();
+        observe::failure_mode(
+            &self.rule,
+            &fingerprint,
+            cause.kind(),
+            &cause,
+            mode,
+            allowed,
+        );
         (out, self.mode.source())
     }
 }

@@ -541,7 +541,8 @@ impl CompiledRule {
     fn outcome(&self, key: &Key, decision: Decision, source: Source) -> Outcome {
         let shadow = self.rule.shadow;
         if !decision.is_allowed() {
-            observe::deny(&self.rule.name, key, &decision, shadow);
+            let retry = decision.retry_after();
+            observe::deny(&self.rule.name, &key.fingerprint(), retry, shadow);
         }
         Outcome::Decided(RuleDecision {
             rule: self.rule.name.clone(),
