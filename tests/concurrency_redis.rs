@@ -391,3 +391,47 @@ async fn build_checks_global_settings() {
             .is_ok()
     );
 }
+
+/// An acquire that times out may still run once Redis answers: its lease is
+/// released then, not left ownerless until its TTL.
+#[tokio::test]
+async fn a_timed_out_acquire_leaves_no_lease_behind() {
+    let server = RedisServer::start();
+    let layer = builder(2)
+        .global(redis(&server, "unanswered").await)
+        .redis_timeout(Duration::from_millis(50))
+        .lease_ttl(Duration::from_secs(60))
+        .on_redis_failure(FailureMode::FailOpen)
+        .instances(1)
+        .build()
+        .unwrap();
+    let gw = gateway(layer).await;
+    // Loads the script, so the queued EVALSHA below runs on resume.
+    assert_eq!(get(gw.addr, "/fast", "warm").await.status(), StatusCode::OK);
+    let calls = server.script_calls();
+    server.pause(); // the acquire is sent and queued, unanswered
+    let res = get(gw.addr, "/fast", "acme").await;
+    assert_eq!(res.status(), StatusCode::OK, "failed open");
+    server.resume(); // the queued acquire runs now, then the release
+    let mut c = server.connection().unwrap();
+    let key = lease_key("unanswered", "acme");
+    // Bounded: the release follows the acquire on the same connection; a
+    // lease that lingered would stay for its 60 s TTL.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let held: u32 = redis::cmd("ZCARD").arg(&key).query(&mut c).unwrap();
+        if held == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{held} ownerless lease(s) left"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The acquire did run after the resume, and so did its release.
+    assert!(
+        server.script_calls() >= calls + 2,
+        "acquire and release both ran"
+    );
+}

@@ -60,20 +60,27 @@ impl Global {
         limit: u32,
         retry_hint: Duration,
     ) -> Outcome {
-        let id = lease_id();
+        let id: Arc<str> = lease_id().into();
         let op = LeaseOp::Acquire {
             id: &id,
             max_in_flight: limit,
             ttl: self.ttl,
             retry_hint,
         };
-        // A timeout may leave a lease acquired that no permit owns; it
-        // expires after its TTL.
-        match self
+        let mut unanswered = Unanswered {
+            global: &self,
+            name: &name,
+            key: &key,
+            id: &id,
+            answered: false,
+        };
+        let reply = self
             .guard
             .call(self.redis.liveness(), self.redis.lease(&name, &key, op))
-            .await
-        {
+            .await;
+        unanswered.answered = reply.is_ok();
+        drop(unanswered);
+        match reply {
             Ok(r) if r.ok => {
                 let local = self.local.take(key.clone());
                 let lease = Lease::start(self, name, key, id);
@@ -157,8 +164,7 @@ pub(crate) struct Lease {
 impl Lease {
     /// Starts renewing every TTL/3, so a response that streams for longer
     /// than the TTL keeps its slot; two renewals may fail before it is lost.
-    pub(super) fn start(global: Arc<Global>, name: Arc<str>, key: Key, id: String) -> Self {
-        let id: Arc<str> = id.into();
+    pub(super) fn start(global: Arc<Global>, name: Arc<str>, key: Key, id: Arc<str>) -> Self {
         let renewal = tokio::spawn(renew(global.clone(), name.clone(), key.clone(), id.clone()))
             .abort_handle();
         Self {
@@ -199,25 +205,43 @@ async fn renew(g: Arc<Global>, name: Arc<str>, key: Key, id: Arc<str>) {
 impl Drop for Lease {
     fn drop(&mut self) {
         self.renewal.abort();
-        // Drop cannot await: the release runs on its own, and if it fails
-        // the TTL frees the slot.
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(target: "keyed_rate_limit", rule = %self.name,
-                "no tokio runtime to release a concurrency lease; it expires after its TTL");
-            return;
-        };
-        let (g, name, key, id) = (
-            self.global.clone(),
-            self.name.clone(),
-            self.key.clone(),
-            self.id.clone(),
-        );
-        rt.spawn(async move {
-            if let Err(cause) = g.call(&name, &key, LeaseOp::Release { id: &id }).await {
-                tracing::warn!(target: "keyed_rate_limit", rule = %name, key = %key.fingerprint(),
-                    %cause, "cannot release concurrency lease; it expires after its TTL");
-            }
-        });
+        release_later(&self.global, &self.name, &self.key, &self.id);
+    }
+}
+
+/// Releases lease `id` on its own task: drop cannot await. If the release
+/// fails, the TTL frees the slot.
+fn release_later(g: &Arc<Global>, name: &Arc<str>, key: &Key, id: &Arc<str>) {
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        tracing::warn!(target: crate::observe::TARGET, rule = %name,
+            "no tokio runtime to release a concurrency lease; it expires after its TTL");
+        return;
+    };
+    let (g, name, key, id) = (g.clone(), name.clone(), key.clone(), id.clone());
+    rt.spawn(async move {
+        if let Err(cause) = g.call(&name, &key, LeaseOp::Release { id: &id }).await {
+            tracing::warn!(target: crate::observe::TARGET, rule = %name, key = %key.fingerprint(),
+                %cause, "cannot release concurrency lease; it expires after its TTL");
+        }
+    });
+}
+
+/// An acquire whose answer is not in: when it ends without one (a timeout,
+/// an error, or a client that went away mid-call), the script may still
+/// have run, so the lease it may hold is released, not left to its TTL.
+struct Unanswered<'a> {
+    global: &'a Arc<Global>,
+    name: &'a Arc<str>,
+    key: &'a Key,
+    id: &'a Arc<str>,
+    answered: bool,
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        if !self.answered {
+            release_later(self.global, self.name, self.key, self.id);
+        }
     }
 }
 
