@@ -198,3 +198,35 @@ async fn a_streaming_watch_holds_its_concurrency_slot_until_dropped() {
         }
     }
 }
+
+/// `OnDeny::Wait` holds a gRPC call for its unit instead of refusing it.
+#[tokio::test]
+async fn grpc_calls_over_the_quota_wait_for_their_unit() {
+    use keyed_rate_limit::OnDeny;
+    let layer = RateLimitLayer::builder()
+        .rule(
+            Rule::new(
+                "grpc-wait",
+                KeyExtractor::peer_ip(),
+                Quota::new(5, std::time::Duration::from_secs(1)).with_burst(1),
+            )
+            .on_deny(OnDeny::Wait {
+                max: std::time::Duration::from_secs(5),
+                queue: 10,
+            }),
+        )
+        .build()
+        .unwrap();
+    let addr = serve!(layer);
+    let client = client(addr).await;
+    let calls: Vec<_> = (0..3)
+        .map(|_| {
+            let mut c = client.clone();
+            tokio::spawn(async move { c.check(HealthCheckRequest::default()).await })
+        })
+        .collect();
+    for call in calls {
+        let res = call.await.unwrap().expect("waited, not refused");
+        assert_eq!(res.into_inner().status(), ServingStatus::Serving);
+    }
+}
