@@ -233,4 +233,61 @@ mod tests {
         store.cleanup();
         assert_eq!(store.len(), 0, "a whole bucket is forgotten");
     }
+
+    /// The store decides as a reference GCRA would, on the same fake clock:
+    /// the same admits, the same waits, for random quotas, costs and gaps.
+    mod matches_a_reference_gcra {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// The textbook GCRA on nanoseconds: a theoretical arrival time per key.
+        struct Model {
+            t: u128,
+            tau: u128,
+            tat: Option<u128>,
+        }
+
+        impl Model {
+            /// `Ok(())` on an admit, `Err(wait)` on a deny.
+            fn check(&mut self, now: u128, cost: u128) -> Result<(), u128> {
+                let tat = self.tat.unwrap_or(now);
+                let earliest = (tat + (cost - 1) * self.t).saturating_sub(self.tau);
+                if now < earliest {
+                    return Err(earliest - now);
+                }
+                self.tat = Some(tat.max(now) + cost * self.t);
+                Ok(())
+            }
+        }
+
+        proptest! {
+            #[test]
+            fn same_admits_and_waits(
+                limit in 1u32..20,
+                window_s in 1u64..60,
+                extra_burst in 0u32..10,
+                ops in proptest::collection::vec((0u64..3_000, 1u32..=4), 1..60),
+            ) {
+                let q = Quota::new(limit, Duration::from_secs(window_s)).with_burst(limit + extra_burst);
+                let (store, clock) = store(Some(q));
+                let t = q.emission_interval().as_nanos();
+                let mut model = Model { t, tau: t * u128::from(q.burst() - 1), tat: None };
+                let key = Key::from("k");
+                let mut now = 0u128;
+                for (gap_ms, cost) in ops {
+                    clock.advance(Duration::from_millis(gap_ms));
+                    now += u128::from(gap_ms) * 1_000_000;
+                    let cost = cost.min(q.burst());
+                    let d = store.check(&key, q, NonZeroU32::new(cost).unwrap());
+                    match model.check(now, u128::from(cost)) {
+                        Ok(()) => prop_assert!(d.is_allowed(), "{now}: model admits, store denied {d:?}"),
+                        Err(wait) => {
+                            prop_assert!(!d.is_allowed(), "{now}: model denies, store admitted {d:?}");
+                            prop_assert_eq!(d.retry_after().map(|w| w.as_nanos()), Some(wait));
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

@@ -301,4 +301,54 @@ mod tests {
         assert!(m("reject:abc").is_err());
         assert!(m("drop").is_err());
     }
+
+    /// No input makes a parser panic: each answers `Ok` or `Err`, and what
+    /// it accepts is sane. Bounded: proptest's default 256 cases each.
+    mod never_panic {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #[test]
+            fn quota_duration_key_and_missing_specs(s in "\\PC{0,40}") {
+                if let Ok(q) = s.parse::<QuotaSpec>() {
+                    prop_assert!(q.0.limit() > 0 && !q.0.window().is_zero());
+                }
+                if let Ok(d) = s.parse::<DurationSpec>() {
+                    prop_assert!(d.0 < Duration::from_secs(u64::MAX / 2));
+                }
+                let _ = s.parse::<KeySpec>();
+                let _ = s.parse::<MissingSpec>();
+            }
+
+            #[test]
+            fn spec_shaped_strings(
+                n in any::<u64>(),
+                unit in "(s|sec|min|h|hour|d|day|ms|[a-z]{0,4})",
+                sep in "(/| per |)",
+                frac in proptest::option::of(0u32..1000),
+            ) {
+                let num = match frac { Some(f) => format!("{n}.{f}"), None => n.to_string() };
+                let _ = format!("{num}{sep}{unit}").parse::<QuotaSpec>();
+                let _ = format!("{num}{unit}").parse::<DurationSpec>();
+                let _ = format!("reject:{n}").parse::<MissingSpec>();
+            }
+
+            #[test]
+            fn whole_config_files(src in "\\PC{0,200}") {
+                let _ = crate::config::RulesConfig::from_toml_str(&src);
+                let _ = crate::config::RulesConfig::from_yaml_str(&src);
+            }
+
+            #[test]
+            fn config_shaped_files(
+                name in "[ -~]{0,12}",
+                quota in "[0-9a-z/ .]{0,12}",
+                key in "[a-z:_|+0-9-]{0,24}",
+            ) {
+                let toml = format!("[[rules]]\nname = {name:?}\nkey = {key:?}\nquota = {quota:?}\n");
+                let _ = crate::config::RulesConfig::from_toml_str(&toml);
+            }
+        }
+    }
 }

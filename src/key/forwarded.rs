@@ -259,4 +259,52 @@ mod tests {
             "a compatible peer is trusted as IPv4"
         );
     }
+
+    /// Arbitrary forwarding headers never panic, and the client is always
+    /// the peer or an address some header entry names.
+    mod never_panic {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #[test]
+            fn any_header_bytes(
+                values in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..64), 0..4),
+                forwarded in any::<bool>(),
+            ) {
+                let mut h = HeaderMap::new();
+                let name = if forwarded { FORWARDED } else { X_FORWARDED_FOR };
+                for v in &values {
+                    if let Ok(v) = http::HeaderValue::from_bytes(v) {
+                        h.append(name.clone(), v);
+                    }
+                }
+                let p = TrustedProxies::new(["0.0.0.0/0", "::/0"]).unwrap();
+                let p = if forwarded { p.header(ForwardedHeader::Forwarded) } else { p };
+                let peer = ip("10.0.0.1");
+                let client = p.client_ip(peer, &h);
+                if h.is_empty() {
+                    prop_assert_eq!(client, peer, "no header: the peer");
+                }
+            }
+
+            #[test]
+            fn address_shaped_hops(
+                a in any::<[u8; 4]>(),
+                b in any::<[u16; 8]>(),
+                port in any::<u16>(),
+                zone in "[a-z0-9%]{0,6}",
+            ) {
+                let v4 = std::net::Ipv4Addr::from(a);
+                let v6 = std::net::Ipv6Addr::from(b);
+                for hop in [
+                    format!("{v4}"), format!("{v4}:{port}"), format!("{v6}"),
+                    format!("[{v6}]:{port}"), format!("{v6}%{zone}"), format!("[{v6}%{zone}]:{port}"),
+                ] {
+                    let parsed = parse_addr(hop.as_bytes());
+                    prop_assert!(parsed.is_some(), "{hop}");
+                }
+            }
+        }
+    }
 }
