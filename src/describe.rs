@@ -183,6 +183,39 @@ impl Description {
         out
     }
 
+    /// The metrics the layer emits, as a Markdown table for a dashboard:
+    /// name, kind, labels, and the `rule` label's values for this chain.
+    /// Breaker and backend metrics only concern global rules.
+    ///
+    /// ```
+    /// use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
+    /// let layer = RateLimitLayer::builder()
+    ///     .rule(Rule::new("per-key", KeyExtractor::header("x-api-key"), Quota::per_minute(100)))
+    ///     .build()
+    ///     .unwrap();
+    /// let table = layer.describe().metrics();
+    /// assert!(table.contains("| `rate_limit_decisions_total` | counter | rule, outcome, cause | `per-key` |"));
+    /// ```
+    pub fn metrics(&self) -> String {
+        let rules = self
+            .rules
+            .iter()
+            .map(|r| format!("`{}`", r.name))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let mut out =
+            String::from("| metric | kind | labels | `rule` values |\n|---|---|---|---|\n");
+        for (name, kind, labels) in crate::observe::METRICS {
+            let values = if labels.starts_with("rule") {
+                rules.as_str()
+            } else {
+                ""
+            };
+            let _ = writeln!(out, "| `{name}` | {kind} | {labels} | {values} |");
+        }
+        out
+    }
+
     /// A Mermaid flowchart: the client, the gateway, each rule in order with
     /// its store and decision, the 429 (gRPC `RESOURCE_EXHAUSTED`) path, the
     /// path to the service, and metrics as dashed edges.

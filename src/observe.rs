@@ -23,6 +23,42 @@ pub const DECISIONS_TOTAL: &str = "rate_limit_decisions_total";
 /// Counter: a rule's Redis circuit breaker opened; label `rule`.
 pub const BREAKER_OPENED_TOTAL: &str = "rate_limit_breaker_opened_total";
 
+/// Histogram: seconds one Redis decision (or lease operation) took, from
+/// send to answer or failure; labels `rule`, `backend` (`redis`).
+pub const BACKEND_SECONDS: &str = "rate_limit_backend_seconds";
+
+/// Gauge: a global rule's circuit breaker, 0 closed, 1 open, 2 half-open
+/// (one probe in flight); label `rule`. Set when it changes.
+pub const BREAKER_STATE: &str = "rate_limit_breaker_state";
+
+/// Every metric the crate emits: name, kind, labels.
+pub const METRICS: [(&str, &str, &str); 5] = [
+    (DECISIONS_TOTAL, "counter", "rule, outcome, cause"),
+    (BREAKER_OPENED_TOTAL, "counter", "rule"),
+    (BREAKER_STATE, "gauge", "rule"),
+    (BACKEND_SECONDS, "histogram", "rule, backend"),
+    (PROXY_MISCONFIG_TOTAL, "counter", "kind"),
+];
+
+/// One guarded backend call took `took`.
+#[cfg(feature = "redis")]
+pub(crate) fn backend_latency(rule: &Arc<str>, backend: &'static str, took: Duration) {
+    #[cfg(feature = "metrics")]
+    metrics::histogram!(BACKEND_SECONDS, "rule" => rule.to_string(), "backend" => backend)
+        .record(took.as_secs_f64());
+    #[cfg(not(feature = "metrics"))]
+    let _ = (rule, backend, took);
+}
+
+/// A breaker changed state: 0 closed, 1 open, 2 half-open.
+#[cfg(feature = "redis")]
+pub(crate) fn breaker_state(rule: &Arc<str>, state: u8) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!(BREAKER_STATE, "rule" => rule.to_string()).set(f64::from(state));
+    #[cfg(not(feature = "metrics"))]
+    let _ = (rule, state);
+}
+
 /// Counter: a request showed a likely proxy misconfiguration; label `kind`
 /// (`peer_ip_behind_proxy`, `untrusted_forwarder`). Logged at most once a
 /// minute per key extractor, counted every time.
@@ -84,6 +120,7 @@ pub(crate) fn failure_mode(
 pub(crate) fn breaker_opened(rule: &Arc<str>, detail: &dyn std::fmt::Display) {
     tracing::warn!(target: TARGET, rule = %rule, detail = %detail, "redis circuit breaker opened");
     count(BREAKER_OPENED_TOTAL, rule, &[]);
+    breaker_state(rule, 1);
 }
 
 #[cfg(feature = "metrics")]

@@ -7,7 +7,7 @@ mod support;
 use std::time::Duration;
 
 use axum::{Extension, Router, routing::get};
-use common::metrics::{counter, counter_with, snapshotter};
+use common::metrics::{counter, counter_with, gauge, samples, snapshotter};
 use common::{client, header, serve};
 use keyed_rate_limit::backend::redis::RedisBackend;
 use keyed_rate_limit::failure::{BreakerConfig, BreakerState, FailureMode};
@@ -299,6 +299,11 @@ async fn a_stalled_redis_times_out_and_the_breaker_opens_then_closes() {
         BreakerState::Open,
         "3 timeouts open the breaker"
     );
+    assert_eq!(
+        gauge("rate_limit_breaker_state", "stall"),
+        Some(1.0),
+        "the gauge says open"
+    );
     // While open, requests skip Redis entirely.
     assert_eq!(hit(&c, &url).await, (200, "fail_open".into()));
     let snapshot_cause = |cause: &str| {
@@ -317,6 +322,13 @@ async fn a_stalled_redis_times_out_and_the_breaker_opens_then_closes() {
         BreakerState::Closed,
         "a successful probe closes it"
     );
+    assert_eq!(
+        gauge("rate_limit_breaker_state", "stall"),
+        Some(0.0),
+        "and the gauge closed"
+    );
+    // Each call to Redis was timed, the timed-out ones too.
+    assert!(samples("rate_limit_backend_seconds", "stall") >= 5);
 }
 
 #[tokio::test]

@@ -98,6 +98,8 @@ enum State {
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Admit {
     Call,
+    /// Call: the one probe of a half-open breaker (it was open until now).
+    Probe,
     /// Skip Redis; it could be tried again in this long.
     Skip(Duration),
 }
@@ -132,7 +134,7 @@ impl CircuitBreaker {
             State::Closed { .. } => Admit::Call,
             State::Open { until } if now >= until => {
                 *s = State::HalfOpen { since: now };
-                Admit::Call
+                Admit::Probe
             }
             State::Open { until } => Admit::Skip(until - now),
             State::HalfOpen { since } if now.duration_since(since) > self.probe_deadline => {
@@ -143,8 +145,13 @@ impl CircuitBreaker {
         }
     }
 
-    pub(crate) fn success(&self) {
-        *self.state.lock().expect("poisoned") = State::Closed { failures: 0 };
+    /// Records a success; returns true when it closed an open or
+    /// half-open breaker.
+    pub(crate) fn success(&self) -> bool {
+        let mut s = self.state.lock().expect("poisoned");
+        let was_open = !matches!(*s, State::Closed { .. });
+        *s = State::Closed { failures: 0 };
+        was_open
     }
 
     /// Records a failure; returns true when this one opened the breaker.
@@ -249,7 +256,7 @@ mod tests {
             b.failure_at(t);
         }
         let later = t + Duration::from_secs(1);
-        assert_eq!(b.admit_at(later), Admit::Call);
+        assert_eq!(b.admit_at(later), Admit::Probe);
         assert_eq!(b.status().0, BreakerState::HalfOpen);
         assert!(matches!(b.admit_at(later), Admit::Skip(_)));
         // A failed probe reopens immediately.
@@ -259,7 +266,7 @@ mod tests {
             Admit::Skip(_)
         ));
         // The next probe succeeds and closes it.
-        assert_eq!(b.admit_at(later + Duration::from_secs(1)), Admit::Call);
+        assert_eq!(b.admit_at(later + Duration::from_secs(1)), Admit::Probe);
         b.success();
         assert_eq!(b.status().0, BreakerState::Closed);
         assert_eq!(b.admit_at(later + Duration::from_secs(1)), Admit::Call);
@@ -279,7 +286,7 @@ mod tests {
             b.admit_at(t + Duration::from_millis(250)),
             Admit::Skip(Duration::from_millis(750))
         );
-        assert_eq!(b.admit_at(t + Duration::from_secs(1)), Admit::Call);
+        assert_eq!(b.admit_at(t + Duration::from_secs(1)), Admit::Probe);
     }
 
     #[test]
@@ -290,7 +297,7 @@ mod tests {
             b.failure_at(t);
         }
         let probe = t + Duration::from_secs(1);
-        assert_eq!(b.admit_at(probe), Admit::Call);
+        assert_eq!(b.admit_at(probe), Admit::Probe);
         // The probe's future was dropped: after the deadline another caller probes.
         assert!(matches!(
             b.admit_at(probe + Duration::from_millis(50)),

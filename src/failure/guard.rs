@@ -80,6 +80,8 @@ impl Guard {
             .timeout
             .saturating_mul(PATIENCE + 1)
             .max(Duration::from_millis(50));
+        // A dashboard shows the breaker from the start, not from its first change.
+        observe::breaker_state(&rule, 0);
         Self {
             rule,
             mode: policy.mode,
@@ -94,7 +96,11 @@ impl Guard {
     }
 
     pub(crate) fn admit(&self) -> Admit {
-        self.breaker.admit()
+        let admit = self.breaker.admit();
+        if admit == Admit::Probe {
+            observe::breaker_state(&self.rule, 2);
+        }
+        admit
     }
 
     pub(crate) fn breaker_status(&self) -> BreakerStatus {
@@ -141,6 +147,7 @@ impl Guard {
             let now = Instant::now();
             let alive = liveness.heard_since(since);
             if now >= give_up || (!alive && armed.is_some()) {
+                observe::backend_latency(&self.rule, "redis", now - start);
                 return Err(Cause::Timeout(now - start));
             }
             armed.get_or_insert_with(|| liveness.arm());
@@ -148,9 +155,12 @@ impl Guard {
             deadline = after(now, self.timeout).min(give_up);
         };
         drop(armed);
+        observe::backend_latency(&self.rule, "redis", start.elapsed());
         match outcome {
             Ok(v) => {
-                self.breaker.success();
+                if self.breaker.success() {
+                    observe::breaker_state(&self.rule, 0);
+                }
                 Ok(v)
             }
             Err(e) => {
