@@ -206,13 +206,7 @@ impl KeyExtractor {
     /// assert_eq!(k.extract_now(&parts).unwrap().as_bytes(), b"2001:db8:1:2::/64");
     /// ```
     pub fn peer_ip_prefix(v6_prefix: u8) -> Self {
-        let warn = Throttle::default();
-        let name = if v6_prefix == super::DEFAULT_V6_PREFIX {
-            "peer_ip".to_owned()
-        } else {
-            format!("peer_ip/{v6_prefix}")
-        };
-        let mut k = Self::new(name, move |p| {
+        Self::ip("peer_ip", v6_prefix, move |p, warn| {
             let ip = peer_addr(p)?.ip();
             if forwarded(p) && is_private(ip) {
                 crate::observe::proxy_misconfig(
@@ -222,7 +216,25 @@ impl KeyExtractor {
                     warn.ready(),
                 );
             }
-            Some(super::ip::ip_key(ip, v6_prefix))
+            Some(ip)
+        })
+    }
+
+    /// An IP extractor named `base` (`base/<len>` off the default prefix)
+    /// keying what `find` returns by its `/v6_prefix` network; an invalid
+    /// length is the builder's error.
+    fn ip<F>(base: &str, v6_prefix: u8, find: F) -> Self
+    where
+        F: Fn(&Parts, &Throttle) -> Option<IpAddr> + Send + Sync + 'static,
+    {
+        let warn = Throttle::default();
+        let name = if v6_prefix == super::DEFAULT_V6_PREFIX {
+            base.to_owned()
+        } else {
+            format!("{base}/{v6_prefix}")
+        };
+        let mut k = Self::new(name, move |p| {
+            find(p, &warn).map(|ip| super::ip::ip_key(ip, v6_prefix))
         });
         k.invalid = (!super::ip::valid_v6_prefix(v6_prefix))
             .then(|| format!("IPv6 prefix /{v6_prefix} is not in 1..=128").into());
@@ -251,13 +263,7 @@ impl KeyExtractor {
     /// assert_eq!(k.name(), "client_ip/64");
     /// ```
     pub fn client_ip_prefix(proxies: TrustedProxies, v6_prefix: u8) -> Self {
-        let warn = Throttle::default();
-        let name = if v6_prefix == super::DEFAULT_V6_PREFIX {
-            "client_ip".to_owned()
-        } else {
-            format!("client_ip/{v6_prefix}")
-        };
-        let mut k = Self::new(name, move |p| {
+        Self::ip("client_ip", v6_prefix, move |p, warn| {
             let peer = peer_addr(p)?.ip();
             // A private peer is one's own infrastructure; public clients
             // behind corporate proxies send the header all the time.
@@ -269,14 +275,8 @@ impl KeyExtractor {
                     warn.ready(),
                 );
             }
-            Some(super::ip::ip_key(
-                proxies.client_ip(peer, &p.headers),
-                v6_prefix,
-            ))
-        });
-        k.invalid = (!super::ip::valid_v6_prefix(v6_prefix))
-            .then(|| format!("IPv6 prefix /{v6_prefix} is not in 1..=128").into());
-        k
+            Some(proxies.client_ip(peer, &p.headers))
+        })
     }
 
     /// The route pattern axum matched (`/users/{id}`, not `/users/7`), so
