@@ -377,9 +377,48 @@ async fn password_in_url() {
             "{debug}"
         );
         assert!(
-            shown.to_lowercase().contains("auth") || shown.contains("WRONGPASS"),
+            matches!(err, RedisBackendError::Auth(_)),
             "{mode:?}: {shown}"
         );
+    }
+}
+
+/// Start-up errors name their cause: an ACL user who may not load scripts,
+/// and a cluster URL that points at a plain Redis.
+#[tokio::test]
+async fn start_up_errors_name_their_cause() {
+    let server = RedisServer::start_with(&[
+        "--user",
+        "app",
+        "on",
+        ">app-secret",
+        "~*",
+        "&*",
+        "+@all",
+        "-script",
+        "-evalsha",
+    ]);
+    let url = format!("redis://app:app-secret@127.0.0.1:{}", server.port());
+    for mode in [ConnectionMode::Multiplexed, POOL] {
+        let err = RedisBackend::builder(url.clone())
+            .connection(mode)
+            .build()
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, RedisBackendError::Permission(_)),
+            "{mode:?}: {err}"
+        );
+        assert!(!format!("{err} {err:?}").contains("app-secret"));
+    }
+    #[cfg(feature = "redis-cluster")]
+    {
+        let plain = RedisServer::start();
+        let err = RedisBackend::cluster_builder([plain.url()])
+            .build()
+            .await
+            .unwrap_err();
+        assert!(matches!(err, RedisBackendError::NotCluster(_)), "{err}");
     }
 }
 

@@ -13,6 +13,13 @@ use crate::error::QuotaError;
 pub enum RedisBackendError {
     /// Redis answered with an error, or could not be reached.
     Redis(RedisError),
+    /// Redis refused the credentials in the URL (wrong password or user).
+    Auth(RedisError),
+    /// The ACL user may not run what the backend needs (`SCRIPT LOAD`,
+    /// `EVALSHA`, or these commands on its key prefix).
+    Permission(RedisError),
+    /// A cluster URL points at a Redis without cluster mode.
+    NotCluster(RedisError),
     /// Every pooled connection stayed busy for the pool's connection timeout.
     PoolTimeout,
     /// A prefix or rule name contains `{` or `}`, which would break the
@@ -33,6 +40,12 @@ impl fmt::Display for RedisBackendError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Redis(e) => write!(f, "redis: {e}"),
+            Self::Auth(e) => write!(f, "redis refused the credentials in the URL: {e}"),
+            Self::Permission(e) => write!(
+                f,
+                "the redis ACL user may not run SCRIPT LOAD and EVALSHA on the backend's keys: {e}"
+            ),
+            Self::NotCluster(e) => write!(f, "not a redis cluster (cluster mode is disabled): {e}"),
             Self::PoolTimeout => f.write_str("timed out waiting for a pooled redis connection"),
             Self::InvalidName { what, name } => {
                 write!(f, "redis {what} {name:?} must not contain '{{' or '}}'")
@@ -46,7 +59,7 @@ impl fmt::Display for RedisBackendError {
 impl std::error::Error for RedisBackendError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Self::Redis(e) => Some(e),
+            Self::Redis(e) | Self::Auth(e) | Self::Permission(e) | Self::NotCluster(e) => Some(e),
             Self::InvalidQuota(e) => Some(e),
             _ => None,
         }
@@ -64,6 +77,26 @@ impl From<bb8_redis::bb8::RunError<RedisError>> for RedisBackendError {
         match e {
             bb8_redis::bb8::RunError::User(e) => Self::Redis(e),
             bb8_redis::bb8::RunError::TimedOut => Self::PoolTimeout,
+        }
+    }
+}
+
+impl RedisBackendError {
+    /// Names a start-up failure's cause where Redis's answer tells it.
+    pub(crate) fn at_start_up(self) -> Self {
+        let Self::Redis(e) = self else { return self };
+        let text = e.to_string();
+        if e.kind() == redis::ErrorKind::AuthenticationFailed
+            || text.contains("WRONGPASS")
+            || text.contains("NOAUTH")
+        {
+            Self::Auth(e)
+        } else if e.code() == Some("NOPERM") || text.contains("NOPERM") {
+            Self::Permission(e)
+        } else if text.contains("cluster support disabled") {
+            Self::NotCluster(e)
+        } else {
+            Self::Redis(e)
         }
     }
 }

@@ -161,7 +161,10 @@ impl RedisBackendBuilder {
     /// `redis://:password@host:6379/0` or `redis://user:password@host`.
     pub async fn build(self) -> Result<RedisBackend, RedisBackendError> {
         keys::validate_name("prefix", &self.prefix)?;
-        let conn = self.connect(self.mode, self.lazy).await?;
+        let conn = self
+            .connect(self.mode, self.lazy)
+            .await
+            .map_err(RedisBackendError::at_start_up)?;
         let pinger = self.clone();
         let backend = RedisBackend {
             inner: Arc::new(Inner {
@@ -173,6 +176,12 @@ impl RedisBackendBuilder {
         };
         if !(self.lazy && self.mode == ConnectionMode::Multiplexed) {
             backend.read_eviction_policy().await;
+            // Loads every script now: the first requests don't pay for it,
+            // and an ACL that forbids scripts fails here, not per request.
+            backend
+                .load_scripts()
+                .await
+                .map_err(RedisBackendError::at_start_up)?;
         }
         Ok(backend)
     }
@@ -423,6 +432,18 @@ impl RedisBackend {
                 reply => return Ok(reply?),
             }
         }
+    }
+
+    async fn load_scripts(&self) -> Result<(), RedisBackendError> {
+        for script in script::all() {
+            match &self.inner.conn {
+                Conn::Multiplexed(conn) => script.load_async(&mut conn.clone()).await?,
+                #[cfg(feature = "redis-cluster")]
+                Conn::Cluster(conn) => script.load_async(&mut conn.clone()).await?,
+                Conn::Pool(pool) => script.load_async(&mut *pool.get().await?).await?,
+            };
+        }
+        Ok(())
     }
 
     /// Replies and pongs, so a guarded call can tell a busy reader from a

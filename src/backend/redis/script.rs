@@ -16,6 +16,11 @@ static SLIDING_WINDOW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/sliding_window.lua")));
 static LEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/lease.lua")));
 
+/// Every script, for loading them all at start-up.
+pub(crate) fn all() -> [&'static Script; 5] {
+    [&GCRA, &TOKEN_BUCKET, &FIXED_WINDOW, &SLIDING_WINDOW, &LEASE]
+}
+
 /// The script for an algorithm; all take `ARGV = limit, window_us, burst, cost`.
 pub(crate) fn script(algorithm: Algorithm) -> &'static Script {
     match algorithm {
