@@ -38,7 +38,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bb8_redis::{RedisConnectionManager, bb8};
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 #[cfg(feature = "redis-cluster")]
 use redis::cluster::ClusterClient;
 #[cfg(feature = "redis-cluster")]
@@ -435,13 +435,10 @@ impl RedisBackend {
     }
 
     async fn load_scripts(&self) -> Result<(), RedisBackendError> {
-        for script in script::all() {
-            match &self.inner.conn {
-                Conn::Multiplexed(conn) => script.load_async(&mut conn.clone()).await?,
-                #[cfg(feature = "redis-cluster")]
-                Conn::Cluster(conn) => script.load_async(&mut conn.clone()).await?,
-                Conn::Pool(pool) => script.load_async(&mut *pool.get().await?).await?,
-            };
+        for source in script::SOURCES {
+            let mut load = redis::cmd("SCRIPT");
+            load.arg("LOAD").arg(source);
+            self.inner.conn.query::<redis::Value>(&load).await?;
         }
         Ok(())
     }
@@ -477,15 +474,7 @@ impl RedisBackend {
     async fn read_eviction_policy(&self) -> Option<String> {
         let mut cmd = redis::cmd("CONFIG");
         cmd.arg("GET").arg("maxmemory-policy");
-        let reply: Result<Vec<String>, RedisBackendError> = match &self.inner.conn {
-            Conn::Multiplexed(conn) => query(&mut conn.clone(), &cmd).await,
-            #[cfg(feature = "redis-cluster")]
-            Conn::Cluster(conn) => query(&mut conn.clone(), &cmd).await,
-            Conn::Pool(pool) => match pool.get().await {
-                Ok(mut conn) => query(&mut *conn, &cmd).await,
-                Err(e) => Err(e.into()),
-            },
-        };
+        let reply = self.inner.conn.query::<Vec<String>>(&cmd).await;
         let policy = match reply {
             Ok(pair) => pair.into_iter().nth(1)?,
             Err(e) => {
@@ -554,19 +543,22 @@ pub(crate) fn validate_global(
 
 /// `PING`, on every master of a cluster.
 async fn ping(conn: &Conn) -> Result<(), RedisBackendError> {
-    let cmd = redis::cmd("PING");
-    let _: redis::Value = match conn {
-        Conn::Multiplexed(conn) => cmd.query_async(&mut conn.clone()).await?,
-        #[cfg(feature = "redis-cluster")]
-        Conn::Cluster(conn) => cmd.query_async(&mut conn.clone()).await?,
-        Conn::Pool(pool) => cmd.query_async(&mut *pool.get().await?).await?,
-    };
-    Ok(())
+    conn.query::<redis::Value>(&redis::cmd("PING"))
+        .await
+        .map(drop)
 }
 
-async fn query<C: ConnectionLike>(
-    conn: &mut C,
-    cmd: &redis::Cmd,
-) -> Result<Vec<String>, RedisBackendError> {
-    Ok(cmd.query_async(conn).await?)
+impl Conn {
+    /// One command on whichever connection this is (a cluster routes it).
+    async fn query<T: redis::FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+    ) -> Result<T, RedisBackendError> {
+        Ok(match self {
+            Conn::Multiplexed(conn) => cmd.query_async(&mut conn.clone()).await?,
+            #[cfg(feature = "redis-cluster")]
+            Conn::Cluster(conn) => cmd.query_async(&mut conn.clone()).await?,
+            Conn::Pool(pool) => cmd.query_async(&mut *pool.get().await?).await?,
+        })
+    }
 }

@@ -7,19 +7,26 @@ use redis::Script;
 
 use crate::{Algorithm, Decision, Quota};
 
-static TOKEN_BUCKET: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/token_bucket.lua")));
-static GCRA: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/gcra.lua")));
-static FIXED_WINDOW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/fixed_window.lua")));
-static SLIDING_WINDOW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/sliding_window.lua")));
-static LEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/lease.lua")));
+const GCRA_LUA: &str = include_str!("lua/gcra.lua");
+const TOKEN_BUCKET_LUA: &str = include_str!("lua/token_bucket.lua");
+const FIXED_WINDOW_LUA: &str = include_str!("lua/fixed_window.lua");
+const SLIDING_WINDOW_LUA: &str = include_str!("lua/sliding_window.lua");
+const LEASE_LUA: &str = include_str!("lua/lease.lua");
 
-/// Every script, for loading them all at start-up.
-pub(crate) fn all() -> [&'static Script; 5] {
-    [&GCRA, &TOKEN_BUCKET, &FIXED_WINDOW, &SLIDING_WINDOW, &LEASE]
-}
+/// Every script's source, for loading them all at start-up.
+pub(crate) const SOURCES: [&str; 5] = [
+    GCRA_LUA,
+    TOKEN_BUCKET_LUA,
+    FIXED_WINDOW_LUA,
+    SLIDING_WINDOW_LUA,
+    LEASE_LUA,
+];
+
+static GCRA: LazyLock<Script> = LazyLock::new(|| Script::new(GCRA_LUA));
+static TOKEN_BUCKET: LazyLock<Script> = LazyLock::new(|| Script::new(TOKEN_BUCKET_LUA));
+static FIXED_WINDOW: LazyLock<Script> = LazyLock::new(|| Script::new(FIXED_WINDOW_LUA));
+static SLIDING_WINDOW: LazyLock<Script> = LazyLock::new(|| Script::new(SLIDING_WINDOW_LUA));
+static LEASE: LazyLock<Script> = LazyLock::new(|| Script::new(LEASE_LUA));
 
 /// The script for an algorithm; all take `ARGV = limit, window_us, burst, cost`.
 pub(crate) fn script(algorithm: Algorithm) -> &'static Script {
