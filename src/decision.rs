@@ -65,6 +65,14 @@ impl Decision {
         self
     }
 
+    /// The same decision over a window of another length: a calendar
+    /// month's own.
+    #[cfg(feature = "redis")]
+    pub(crate) const fn with_window(mut self, window: Duration) -> Self {
+        self.window = window;
+        self
+    }
+
     /// The request is over the limit; it could succeed after `retry_after`.
     pub const fn denied(
         limit: u32,

@@ -5,6 +5,7 @@ use std::fmt::Write;
 use std::time::Duration;
 
 use crate::Rule;
+use crate::quota::Offset;
 use crate::rule::{Cost, OnMissingKey, QuotaSource};
 
 /// What a [`RateLimitLayer`](crate::RateLimitLayer) enforces, rule by rule
@@ -60,6 +61,14 @@ pub struct DescribedRule {
 impl DescribedRule {
     fn new(rule: &Rule) -> Self {
         let mut quota = match &rule.quota {
+            QuotaSource::Static(q) if q.period().is_some() => {
+                let period = q.period().map_or("", |p| p.as_str());
+                let mut s = format!("{}/calendar_{period}", q.limit());
+                if q.utc_offset() != 0 {
+                    let _ = write!(s, ", utc_offset {}", Offset(q.utc_offset()));
+                }
+                s
+            }
             QuotaSource::Static(q) => {
                 let mut s = format!("{}/{}", q.limit(), window(q.window()));
                 if q.burst() != q.limit() {
@@ -85,7 +94,10 @@ impl DescribedRule {
             name: rule.name().to_owned(),
             key: rule.key().name().to_owned(),
             quota,
-            algorithm: rule.algorithm.as_str().to_owned(),
+            algorithm: match rule.static_quota().and_then(|q| q.period()) {
+                Some(_) => "calendar window".to_owned(),
+                None => rule.algorithm.as_str().to_owned(),
+            },
             scope: rule.scope.as_str().to_owned(),
             failure_mode: rule.scope.is_global().then(|| {
                 format!(

@@ -14,6 +14,12 @@ pub enum QuotaError {
     ZeroBurst,
     /// `window / limit` is below one nanosecond.
     TooFine,
+    /// A UTC offset on a quota that is not a calendar quota.
+    OffsetWithoutCalendar,
+    /// A calendar quota's UTC offset is a day or more.
+    OffsetOutOfRange,
+    /// A calendar quota with a burst: calendar windows have none.
+    BurstOnCalendar,
 }
 
 impl fmt::Display for QuotaError {
@@ -23,6 +29,11 @@ impl fmt::Display for QuotaError {
             Self::ZeroWindow => "the window is zero",
             Self::ZeroBurst => "the burst is zero",
             Self::TooFine => "window / limit is below one nanosecond",
+            Self::OffsetWithoutCalendar => {
+                "a UTC offset needs a calendar quota (per_day, per_month)"
+            }
+            Self::OffsetOutOfRange => "the UTC offset is a day or more",
+            Self::BurstOnCalendar => "a calendar quota has no burst",
         })
     }
 }

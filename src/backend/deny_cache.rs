@@ -11,6 +11,8 @@ use crate::{Decision, Key, Quota};
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     quota: Quota,
+    /// The decision's window: a calendar month's own length.
+    window: Duration,
     cost: u32,
     until: Instant,
     reset_at: Instant,
@@ -56,7 +58,7 @@ impl DenyCache {
         }
         let deny = |e: &Entry, wait: Duration| {
             let reset = e.reset_at.saturating_duration_since(now);
-            Decision::denied(quota.limit(), quota.window(), wait, reset)
+            Decision::denied(quota.limit(), e.window, wait, reset)
         };
         if now < e.until {
             return (cost.get() >= e.cost).then(|| deny(&e, e.until - now));
@@ -89,6 +91,7 @@ impl DenyCache {
             key,
             Entry {
                 quota,
+                window: d.window(),
                 cost: cost.get(),
                 until: now + wait,
                 reset_at: now + d.reset(),

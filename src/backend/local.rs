@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
 use governor::clock::{Clock, DefaultClock};
@@ -11,6 +11,7 @@ use governor::middleware::StateInformationMiddleware;
 use governor::state::keyed::DefaultKeyedStateStore;
 use governor::{Quota as GovernorQuota, RateLimiter};
 
+use super::calendar::CalendarStore;
 use crate::{Decision, Key, Quota};
 
 type Keyed<C> = RateLimiter<Key, DefaultKeyedStateStore<Key>, C, StateInformationMiddleware>;
@@ -23,6 +24,8 @@ pub(crate) struct LocalStore<C: Clock = DefaultClock> {
     /// the map and the division.
     fixed: Option<(Quota, Duration, Arc<Keyed<C>>)>,
     dynamic: RwLock<HashMap<Quota, Arc<Keyed<C>>>>,
+    /// Calendar quotas, made on first use; boxed to keep the store small.
+    calendar: OnceLock<Box<CalendarStore>>,
     clock: C,
 }
 
@@ -35,8 +38,11 @@ impl LocalStore {
 impl<C: Clock + Clone> LocalStore<C> {
     fn with_clock(fixed: Option<Quota>, clock: C) -> Self {
         Self {
-            fixed: fixed.map(|q| (q, q.emission_interval(), Arc::new(limiter(q, &clock)))),
+            fixed: fixed
+                .filter(|q| q.period().is_none())
+                .map(|q| (q, q.emission_interval(), Arc::new(limiter(q, &clock)))),
             dynamic: RwLock::new(HashMap::new()),
+            calendar: OnceLock::new(),
             clock,
         }
     }
@@ -49,6 +55,10 @@ impl<C: Clock + Clone> LocalStore<C> {
             Some((q, interval, l)) if *q == quota => {
                 self.check_with(l, *interval, key, quota, cost)
             }
+            _ if quota.period().is_some() => self
+                .calendar
+                .get_or_init(Box::default)
+                .check(key, quota, cost),
             _ => {
                 let interval = quota.emission_interval();
                 self.check_with(&self.dynamic_limiter(quota), interval, key, quota, cost)
@@ -111,7 +121,8 @@ impl<C: Clock + Clone> LocalStore<C> {
 
     /// Number of keys held, across all quotas.
     pub(crate) fn len(&self) -> usize {
-        self.limiters().iter().map(|l| l.len()).sum()
+        let calendar = self.calendar.get().map_or(0, |c| c.len());
+        calendar + self.limiters().iter().map(|l| l.len()).sum::<usize>()
     }
 
     /// Forgets keys whose buckets are full again: they are indistinguishable
@@ -120,6 +131,9 @@ impl<C: Clock + Clone> LocalStore<C> {
         for l in self.limiters() {
             l.retain_recent();
             l.shrink_to_fit();
+        }
+        if let Some(c) = self.calendar.get() {
+            c.cleanup();
         }
     }
 

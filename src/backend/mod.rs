@@ -4,6 +4,7 @@
 //! - `redis` keeps them in a shared Redis, decided by Lua scripts (global
 //!   scope; feature `redis`).
 
+pub(crate) mod calendar;
 #[cfg(feature = "redis")]
 pub(crate) mod deny_cache;
 pub(crate) mod local;

@@ -42,7 +42,7 @@ use crate::failure::FailureMode;
 use crate::key::{KeyExtractor, TrustedProxies};
 use crate::rule::OnMissingKey;
 use crate::{Algorithm, HeaderStyle, Quota, RateLimitBuilder, RateLimitLayer, ResetFormat, Rule};
-use parse::{DurationSpec, KeyAtom, KeySpec, MissingSpec, QuotaSpec};
+use parse::{DurationSpec, KeyAtom, KeySpec, MissingSpec, OffsetSpec, QuotaSpec};
 
 type QuotaFn = dyn Fn(&Parts) -> Quota + Send + Sync;
 type CostFn = dyn Fn(&Parts) -> u32 + Send + Sync;
@@ -102,6 +102,7 @@ struct RawRule {
     quota: Option<QuotaSpec>,
     quota_fn: Option<String>,
     burst: Option<u32>,
+    utc_offset: Option<OffsetSpec>,
     cost: Option<u32>,
     cost_fn: Option<String>,
     #[serde(default)]
@@ -120,6 +121,15 @@ struct RawRule {
     #[serde(default)]
     split_across_instances: bool,
     on_missing_key: Option<MissingSpec>,
+}
+
+impl RawRule {
+    /// `quota` with `burst` and `utc_offset` (a placeholder under `quota_fn`).
+    fn static_quota(&self) -> Quota {
+        let q = self.quota.map_or(Quota::per_second(1), |q| q.0);
+        let q = self.burst.map_or(q, |b| q.with_burst(b));
+        self.utc_offset.map_or(q, |o| q.with_utc_offset(o.0))
+    }
 }
 
 fn shown() -> bool {
@@ -147,10 +157,14 @@ impl TryFrom<RawRule> for RuleConfig {
             (None, Some(_)) if raw.burst.is_some() => {
                 return err("`burst` needs a static `quota`; a `quota_fn` sets its own".into());
             }
-            (Some(q), _) => {
-                let q = raw.burst.map_or(q.0, |b| q.0.with_burst(b));
-                if let Err(e) = q.validate() {
-                    return err(format!("invalid `quota`/`burst`: {e}"));
+            (None, Some(_)) if raw.utc_offset.is_some() => {
+                return err(
+                    "`utc_offset` needs a static `quota`; a `quota_fn` sets its own".into(),
+                );
+            }
+            (Some(_), _) => {
+                if let Err(e) = raw.static_quota().validate() {
+                    return err(format!("invalid `quota`/`burst`/`utc_offset`: {e}"));
                 }
             }
             _ => {}
@@ -467,9 +481,7 @@ impl RuleConfig {
     fn into_rule(self, reg: &Registry) -> Result<Rule, String> {
         let Self { raw, proxies } = self;
         let key = key_extractor(&raw.key, proxies.as_ref(), reg)?;
-        let quota = raw.quota.map_or(Quota::per_second(1), |q| {
-            raw.burst.map_or(q.0, |b| q.0.with_burst(b))
-        });
+        let quota = raw.static_quota();
         let mut rule = Rule::new(raw.name, key, quota)
             .algorithm(raw.algorithm)
             .shadow(raw.shadow)
@@ -611,6 +623,29 @@ mod tests {
             e.message().starts_with("rules[0].quota: invalid quota"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn calendar_quotas() {
+        let config = RulesConfig::from_toml_str(
+            "[[rules]]\nname = \"m\"\nkey = \"global\"\nquota = \"9/calendar_month\"\nutc_offset = \"-08:00\"\n",
+        )
+        .unwrap();
+        let layer = config.into_layer(&Registry::new()).unwrap();
+        let q = layer.rules().next().unwrap().static_quota();
+        assert_eq!(q, Some(Quota::per_month(9).with_utc_offset(-8 * 3600)));
+        let e = toml_err(
+            "[[rules]]\nname = \"m\"\nkey = \"global\"\nquota = \"9/min\"\nutc_offset = \"+01:00\"\n",
+        );
+        assert!(
+            e.message().contains("a UTC offset needs a calendar quota"),
+            "{e}"
+        );
+        assert_eq!(e.line(), Some(1));
+        let e = toml_err(
+            "[[rules]]\nname = \"m\"\nkey = \"global\"\nquota = \"9/calendar_day\"\nutc_offset = \"+1:00\"\n",
+        );
+        assert_eq!((e.line(), e.column()), (Some(5), Some(14)), "{e}");
     }
 
     #[test]

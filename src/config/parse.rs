@@ -40,9 +40,10 @@ macro_rules! string_de {
         }
     )*};
 }
-string_de!(QuotaSpec, DurationSpec, KeySpec, MissingSpec);
+string_de!(QuotaSpec, DurationSpec, KeySpec, MissingSpec, OffsetSpec);
 
-/// `"100/min"`, `"10/5s"`, `"1/day"`: a limit per window.
+/// `"100/min"`, `"10/5s"`, `"1/day"`: a limit per window; `"1000/calendar_day"`
+/// and `"10000/calendar_month"`: a limit per calendar period.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct QuotaSpec(pub(crate) Quota);
 
@@ -51,7 +52,7 @@ impl FromStr for QuotaSpec {
     fn from_str(s: &str) -> Result<Self, String> {
         let bad = |why: &str| {
             format!(
-                "invalid quota {s:?}: {why} (expected `<limit>/<window>`, e.g. \"100/min\" or \"10/5s\")"
+                "invalid quota {s:?}: {why} (expected `<limit>/<window>`, e.g. \"100/min\", \"10/5s\" or \"1000/calendar_month\")"
             )
         };
         let (limit, window) = s.split_once('/').ok_or_else(|| bad("no `/`"))?;
@@ -62,8 +63,43 @@ impl FromStr for QuotaSpec {
         if limit == 0 {
             return Err(bad("the limit is zero"));
         }
+        match window.trim() {
+            "calendar_day" => return Ok(Self(Quota::per_day(limit))),
+            "calendar_month" => return Ok(Self(Quota::per_month(limit))),
+            _ => {}
+        }
         let window = parse_window(window.trim()).map_err(|e| bad(&e))?;
         Ok(Self(Quota::new(limit, window)))
+    }
+}
+
+/// `"+05:30"`, `"-08:00"`, `"Z"`: a calendar quota's offset from UTC, in seconds east.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct OffsetSpec(pub(crate) i32);
+
+impl FromStr for OffsetSpec {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("invalid UTC offset {s:?} (expected `+HH:MM`, `-HH:MM` or `Z`)");
+        let t = s.trim();
+        if t == "Z" {
+            return Ok(Self(0));
+        }
+        let (sign, rest) = match t.as_bytes().first() {
+            Some(b'+') => (1, &t[1..]),
+            Some(b'-') => (-1, &t[1..]),
+            _ => return Err(bad()),
+        };
+        let (h, m) = rest.split_once(':').ok_or_else(bad)?;
+        let two_digits = |v: &str| {
+            (v.len() == 2 && v.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| v.parse::<i32>().ok())
+                .flatten()
+        };
+        match (two_digits(h), two_digits(m)) {
+            (Some(h), Some(m)) if h < 24 && m < 60 => Ok(Self(sign * (h * 3600 + m * 60))),
+            _ => Err(bad()),
+        }
     }
 }
 
@@ -236,9 +272,31 @@ mod tests {
         assert_eq!(quota("10/5s"), (10, 5_000));
         assert_eq!(quota(" 10 / 15 min "), (10, 900_000));
         assert_eq!(quota("3/500ms"), (3, 500));
+        let cal = |s: &str| s.parse::<QuotaSpec>().unwrap().0;
+        assert_eq!(cal("1000/calendar_day"), Quota::per_day(1000));
+        assert_eq!(cal(" 5 / calendar_month"), Quota::per_month(5));
         for bad in ["100", "x/min", "0/min", "10/0s", "10/week", "10/"] {
             let err = bad.parse::<QuotaSpec>().unwrap_err();
             assert!(err.starts_with(&format!("invalid quota {bad:?}")), "{err}");
+        }
+    }
+
+    #[test]
+    fn offsets() {
+        let o = |s: &str| s.parse::<OffsetSpec>().map(|o| o.0);
+        assert_eq!(o("+05:30"), Ok(19_800));
+        assert_eq!(o("-08:00"), Ok(-28_800));
+        assert_eq!(o("Z"), Ok(0));
+        for bad in [
+            "05:30",
+            "+5:30",
+            "+24:00",
+            "+05:60",
+            "+05",
+            "",
+            "+\u{661}1:00",
+        ] {
+            assert!(o(bad).is_err(), "{bad}");
         }
     }
 

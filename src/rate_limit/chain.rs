@@ -277,7 +277,9 @@ fn validate(rule: &Rule, instances: Option<u32>) -> Result<(), BuildError> {
     if let Scope::Global(redis) = &rule.scope {
         crate::backend::redis::validate_global(name, &rule.failure, redis, instances)?;
     }
-    if matches!(rule.scope, Scope::Local) && !rule.algorithm.runs_locally() {
+    // A calendar quota counts its own way, whatever the algorithm.
+    let calendar = rule.static_quota().is_some_and(|q| q.period().is_some());
+    if matches!(rule.scope, Scope::Local) && !rule.algorithm.runs_locally() && !calendar {
         return Err(BuildError::AlgorithmNotLocal {
             rule: rule_err(),
             algorithm: rule.algorithm,

@@ -38,10 +38,8 @@ impl Global {
         quota: Quota,
         cost: NonZeroU32,
     ) -> Result<(Decision, Source), ()> {
-        if let Some(d) = self
-            .denies
-            .get(key, quota, cost, rule.algorithm.has_burst())
-        {
+        let smooth = rule.algorithm.has_burst() && quota.period().is_none();
+        if let Some(d) = self.denies.get(key, quota, cost, smooth) {
             return Ok((d, Source::Global));
         }
         if let Admit::Skip(_) = self.guard.admit() {

@@ -1,6 +1,6 @@
-//! Redis key layout: `prefix:{<len>:rule:key}:algo`, and
-//! `prefix:{<len>:limit:key}:lease` for concurrency leases, where `<len>` is
-//! the name's length in bytes.
+//! Redis key layout: `prefix:{<len>:rule:key}:algo` (`:cal` for calendar
+//! quotas), and `prefix:{<len>:limit:key}:lease` for concurrency leases,
+//! where `<len>` is the name's length in bytes.
 //!
 //! The length makes the layout injective: names may contain `:`, so without
 //! it rule `api` with key `v2:x` and rule `api:v2` with key `x` would share
@@ -36,6 +36,9 @@ const fn suffix(algorithm: Algorithm) -> &'static [u8] {
         Algorithm::SlidingWindow => b"sw",
     }
 }
+
+/// The suffix of a calendar quota's count, whatever the rule's algorithm.
+pub(crate) const CALENDAR: &[u8] = b"cal";
 
 /// The suffix of a concurrency limit's lease set: a sorted set, kept apart
 /// from a rate rule's state when both share a name.
@@ -106,7 +109,7 @@ mod tests {
         }
         names.sort();
         names.dedup();
-        let suffixes: Vec<&[u8]> = vec![b"gcra", b"tb", b"fw", b"sw", LEASE];
+        let suffixes: Vec<&[u8]> = vec![b"gcra", b"tb", b"fw", b"sw", LEASE, CALENDAR];
         let mut seen = HashMap::new();
         for rule in names
             .iter()

@@ -379,6 +379,12 @@ impl RedisBackend {
             return Ok((Decision::never(quota.limit(), quota.window()), None));
         }
         let inner = &*self.inner;
+        if let Some(period) = quota.period() {
+            let redis_key = keys::tagged_key(&inner.prefix, rule, key, keys::CALENDAR);
+            let invocation = script::calendar(redis_key, quota, period, cost);
+            let reply: script::CalendarReply = self.invoke(&invocation).await?;
+            return Ok(script::calendar_decision(quota, reply));
+        }
         let redis_key = keys::redis_key(&inner.prefix, rule, key, algorithm);
         let mut invocation = script::script(algorithm).key(redis_key);
         invocation

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use redis::Script;
 
+use crate::quota::Period;
 use crate::{Algorithm, Decision, Quota};
 
 const GCRA_LUA: &str = include_str!("lua/gcra.lua");
@@ -12,14 +13,20 @@ const TOKEN_BUCKET_LUA: &str = include_str!("lua/token_bucket.lua");
 const FIXED_WINDOW_LUA: &str = include_str!("lua/fixed_window.lua");
 const SLIDING_WINDOW_LUA: &str = include_str!("lua/sliding_window.lua");
 const LEASE_LUA: &str = include_str!("lua/lease.lua");
+/// The calendar sums, then the window that uses them: one script.
+const CALENDAR_WINDOW_LUA: &str = concat!(
+    include_str!("lua/calendar.lua"),
+    include_str!("lua/calendar_window.lua")
+);
 
 /// Every script's source, for loading them all at start-up.
-pub(crate) const SOURCES: [&str; 5] = [
+pub(crate) const SOURCES: [&str; 6] = [
     GCRA_LUA,
     TOKEN_BUCKET_LUA,
     FIXED_WINDOW_LUA,
     SLIDING_WINDOW_LUA,
     LEASE_LUA,
+    CALENDAR_WINDOW_LUA,
 ];
 
 static GCRA: LazyLock<Script> = LazyLock::new(|| Script::new(GCRA_LUA));
@@ -27,6 +34,7 @@ static TOKEN_BUCKET: LazyLock<Script> = LazyLock::new(|| Script::new(TOKEN_BUCKE
 static FIXED_WINDOW: LazyLock<Script> = LazyLock::new(|| Script::new(FIXED_WINDOW_LUA));
 static SLIDING_WINDOW: LazyLock<Script> = LazyLock::new(|| Script::new(SLIDING_WINDOW_LUA));
 static LEASE: LazyLock<Script> = LazyLock::new(|| Script::new(LEASE_LUA));
+static CALENDAR_WINDOW: LazyLock<Script> = LazyLock::new(|| Script::new(CALENDAR_WINDOW_LUA));
 
 /// The script for an algorithm; all take `ARGV = limit, window_us, burst, cost`.
 pub(crate) fn script(algorithm: Algorithm) -> &'static Script {
@@ -36,6 +44,35 @@ pub(crate) fn script(algorithm: Algorithm) -> &'static Script {
         Algorithm::FixedWindow => &FIXED_WINDOW,
         Algorithm::SlidingWindow => &SLIDING_WINDOW,
     }
+}
+
+/// The invocation of `calendar_window.lua` for a calendar quota on `key`.
+pub(crate) fn calendar(
+    key: Vec<u8>,
+    quota: &Quota,
+    period: Period,
+    cost: u32,
+) -> redis::ScriptInvocation<'static> {
+    let mut invocation = CALENDAR_WINDOW.key(key);
+    invocation
+        .arg(quota.limit())
+        .arg(period.as_str())
+        .arg(quota.utc_offset())
+        .arg(cost);
+    invocation
+}
+
+/// `calendar_window.lua` replies as the others, plus the window's length
+/// in seconds: a month's is its own.
+pub(crate) type CalendarReply = (i64, i64, i64, i64, i64);
+
+pub(crate) fn calendar_decision(
+    quota: &Quota,
+    (allowed, remaining, wait_ms, reset_ms, window_s): CalendarReply,
+) -> (Decision, Option<Duration>) {
+    let window = Duration::from_secs(u64::try_from(window_s).unwrap_or(0));
+    let (d, next) = decision(quota, (allowed, remaining, wait_ms, reset_ms));
+    (d.with_window(window), next)
 }
 
 /// The window in whole microseconds, the scripts' unit (at least 1).

@@ -1,0 +1,153 @@
+//! Calendar quotas in this process: one count per key for the current
+//! calendar window, the same fixed-window sums `lua/calendar_window.lua`
+//! does on Redis.
+
+use std::num::NonZeroU32;
+use std::time::{Duration, SystemTime};
+
+use dashmap::DashMap;
+
+use crate::{Decision, Key, Quota};
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    /// The window the count belongs to, in seconds since the epoch.
+    start: i64,
+    end: i64,
+    count: u32,
+}
+
+/// Counts by key; a key's count starts again with each calendar window.
+///
+/// The count is per key, not per quota: a key whose plan changes mid-month
+/// keeps what it spent, as on Redis.
+#[derive(Debug, Default)]
+pub(crate) struct CalendarStore {
+    map: DashMap<Key, Entry>,
+}
+
+/// Microseconds since the epoch, from the system clock (read as UTC).
+fn now_us() -> i64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+}
+
+impl CalendarStore {
+    /// Spends `cost` units of the calendar quota `quota` for `key`.
+    pub(crate) fn check(&self, key: &Key, quota: Quota, cost: NonZeroU32) -> Decision {
+        self.check_at(now_us(), key, quota, cost)
+    }
+
+    pub(crate) fn check_at(&self, now: i64, key: &Key, quota: Quota, cost: NonZeroU32) -> Decision {
+        let Some((start, end)) = quota.window_secs(now.div_euclid(1_000_000)) else {
+            return Decision::never(quota.limit(), quota.window());
+        };
+        let window = Duration::from_secs(u64::try_from(end - start).unwrap_or(0));
+        let reset = Duration::from_micros(u64::try_from(end * 1_000_000 - now).unwrap_or(0));
+        let fresh = Entry {
+            start,
+            end,
+            count: 0,
+        };
+        let mut e = match self.map.get_mut(key) {
+            Some(e) => e,
+            None => self.map.entry(key.clone()).or_insert(fresh),
+        };
+        if e.start != start {
+            *e = fresh;
+        }
+        let limit = quota.limit();
+        match e.count.checked_add(cost.get()).filter(|&c| c <= limit) {
+            // Every unit spent comes back together when the window ends.
+            Some(count) => {
+                e.count = count;
+                Decision::allowed(limit, window, limit - count, reset)
+            }
+            None => Decision::denied(limit, window, reset, reset),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Forgets keys whose window has ended: a new window starts them at zero.
+    pub(crate) fn cleanup(&self) {
+        self.cleanup_at(now_us());
+    }
+
+    fn cleanup_at(&self, now: i64) {
+        let now = now.div_euclid(1_000_000);
+        self.map.retain(|_, e| e.end > now);
+        self.map.shrink_to_fit();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DAY: i64 = 86_400;
+    /// 2024-02-29T00:00:00Z and the next firsts of the month.
+    const LEAP_DAY: i64 = 1_709_164_800;
+    const MARCH_1: i64 = LEAP_DAY + DAY;
+    const APRIL_1: i64 = MARCH_1 + 31 * DAY;
+
+    fn n(c: u32) -> NonZeroU32 {
+        NonZeroU32::new(c).unwrap()
+    }
+
+    fn us(secs: i64) -> i64 {
+        secs * 1_000_000
+    }
+
+    #[test]
+    fn a_month_resets_on_the_first_with_its_own_length() {
+        let store = CalendarStore::default();
+        let q = Quota::per_month(3);
+        let key = Key::from("k");
+        // 23:59:59.5 on 29 February 2024.
+        let now = us(MARCH_1) - 500_000;
+        let d = store.check_at(now, &key, q, n(2));
+        assert!(d.is_allowed());
+        assert_eq!(d.remaining(), 1);
+        assert_eq!(
+            d.window(),
+            Duration::from_secs(29 * 86_400),
+            "February 2024"
+        );
+        assert_eq!(d.reset(), Duration::from_millis(500));
+        assert_eq!(d.next_unit(), Duration::from_millis(500));
+        let d = store.check_at(now, &key, q, n(2));
+        assert!(!d.is_allowed(), "one unit left");
+        assert_eq!(d.retry_after(), Some(Duration::from_millis(500)));
+        // Midnight: March, 31 days, whole again.
+        let d = store.check_at(us(MARCH_1), &key, q, n(3));
+        assert!(d.is_allowed());
+        assert_eq!(d.remaining(), 0);
+        assert_eq!(d.window(), Duration::from_secs(31 * 86_400));
+        assert_eq!(d.reset(), Duration::from_secs(31 * 86_400));
+        let d = store.check_at(us(APRIL_1) - 1, &key, q, n(1));
+        assert_eq!(d.retry_after(), Some(Duration::from_micros(1)));
+        assert!(store.check_at(us(APRIL_1), &key, q, n(1)).is_allowed());
+    }
+
+    #[test]
+    fn days_follow_the_offset_and_cleanup_forgets_ended_windows() {
+        let store = CalendarStore::default();
+        // UTC-05:00: the day ends at 05:00 UTC.
+        let q = Quota::per_day(1).with_utc_offset(-5 * 3600);
+        let key = Key::from("k");
+        let before = us(MARCH_1 + 5 * 3600) - 1;
+        assert!(store.check_at(before, &key, q, n(1)).is_allowed());
+        let d = store.check_at(before, &key, q, n(1));
+        assert_eq!(d.retry_after(), Some(Duration::from_micros(1)));
+        assert_eq!(d.window(), Duration::from_secs(86_400));
+        assert!(store.check_at(before + 1, &key, q, n(1)).is_allowed());
+        store.check_at(before + 1, &Key::from("other"), Quota::per_month(5), n(1));
+        assert_eq!(store.len(), 2);
+        store.cleanup_at(us(MARCH_1 + DAY + 5 * 3600));
+        assert_eq!(store.len(), 1, "the day ended, the month did not");
+    }
+}

@@ -1,0 +1,322 @@
+//! Quotas: how many units a key may spend per window, and how many at once.
+
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use crate::error::QuotaError;
+
+mod calendar;
+
+pub use calendar::Period;
+
+/// A rate: `limit` units per `window`, with up to `burst` units spent at once.
+///
+/// The burst defaults to the limit, which is what most people mean by
+/// "100 per minute". A smaller burst smooths traffic; a larger one lets a
+/// quiet client catch up. Values are checked when the layer is built (see
+/// [`Quota::validate`]), never at request time.
+///
+/// ```
+/// use std::time::Duration;
+/// use keyed_rate_limit::Quota;
+///
+/// let q = Quota::per_minute(100).with_burst(20);
+/// assert_eq!(q.limit(), 100);
+/// assert_eq!(q.window(), Duration::from_secs(60));
+/// assert_eq!(q.burst(), 20);
+/// assert_eq!(q.emission_interval(), Duration::from_millis(600));
+/// assert!(q.validate().is_ok());
+/// assert!(Quota::per_second(0).validate().is_err());
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Quota {
+    limit: u32,
+    window: Duration,
+    burst: Option<u32>,
+    /// Set for calendar quotas: windows start at calendar boundaries.
+    period: Option<Period>,
+    /// Seconds east of UTC where the calendar's days start.
+    utc_offset: i32,
+}
+
+impl Quota {
+    /// `limit` units per `window`.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use keyed_rate_limit::Quota;
+    /// let q = Quota::new(5, Duration::from_secs(10));
+    /// assert_eq!(q.burst(), 5);
+    /// ```
+    pub const fn new(limit: u32, window: Duration) -> Self {
+        Self {
+            limit,
+            window,
+            burst: None,
+            period: None,
+            utc_offset: 0,
+        }
+    }
+
+    /// `limit` units per second.
+    ///
+    /// ```
+    /// # use keyed_rate_limit::Quota;
+    /// assert_eq!(Quota::per_second(10).window().as_secs(), 1);
+    /// ```
+    pub const fn per_second(limit: u32) -> Self {
+        Self::new(limit, Duration::from_secs(1))
+    }
+
+    /// `limit` units per minute.
+    ///
+    /// ```
+    /// # use keyed_rate_limit::Quota;
+    /// assert_eq!(Quota::per_minute(10).window().as_secs(), 60);
+    /// ```
+    pub const fn per_minute(limit: u32) -> Self {
+        Self::new(limit, Duration::from_secs(60))
+    }
+
+    /// `limit` units per hour.
+    ///
+    /// ```
+    /// # use keyed_rate_limit::Quota;
+    /// assert_eq!(Quota::per_hour(10).window().as_secs(), 3600);
+    /// ```
+    pub const fn per_hour(limit: u32) -> Self {
+        Self::new(limit, Duration::from_secs(3600))
+    }
+
+    /// `limit` units per calendar day, from midnight UTC to midnight UTC
+    /// (see [`with_utc_offset`](Self::with_utc_offset) for another zone).
+    ///
+    /// A calendar quota is counted as a fixed window whose edges are
+    /// calendar boundaries, whatever the rule's [`Algorithm`](crate::Algorithm):
+    /// a key may spend all `limit` units at 23:59 and `limit` more at 00:00,
+    /// as API plans sold per day mean. It has no burst. Decisions carry the
+    /// window's own length (the `w` of the `RateLimit` headers) and the time
+    /// to its end (`t` and `Retry-After`). Local rules read the system clock
+    /// as UTC; global rules read Redis `TIME`.
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime, UNIX_EPOCH};
+    /// use keyed_rate_limit::Quota;
+    ///
+    /// let q = Quota::per_day(1000);
+    /// let noon = UNIX_EPOCH + Duration::from_secs(20_000 * 86_400 + 12 * 3600);
+    /// let (start, end) = q.calendar_window(noon).unwrap();
+    /// assert_eq!(end.duration_since(start).unwrap(), Duration::from_secs(86_400));
+    /// assert_eq!(noon.duration_since(start).unwrap(), Duration::from_secs(12 * 3600));
+    /// ```
+    pub const fn per_day(limit: u32) -> Self {
+        Self::calendar(limit, Period::Day)
+    }
+
+    /// `limit` units per calendar month, from midnight UTC on the first to
+    /// midnight UTC on the first of the next month. Months have their own
+    /// lengths (28 to 31 days, leap years included); [`window`](Self::window)
+    /// is the longest, 31 days, and each decision carries its month's.
+    /// Otherwise as [`per_day`](Self::per_day).
+    ///
+    /// ```
+    /// use std::time::{Duration, UNIX_EPOCH};
+    /// use keyed_rate_limit::Quota;
+    ///
+    /// // 2024-02-29T12:00:00Z: February 2024 has 29 days.
+    /// let leap_day = UNIX_EPOCH + Duration::from_secs(1_709_208_000);
+    /// let (start, end) = Quota::per_month(10_000).calendar_window(leap_day).unwrap();
+    /// assert_eq!(end.duration_since(start).unwrap(), Duration::from_secs(29 * 86_400));
+    /// ```
+    pub const fn per_month(limit: u32) -> Self {
+        Self::calendar(limit, Period::Month)
+    }
+
+    const fn calendar(limit: u32, period: Period) -> Self {
+        let days = match period {
+            Period::Day => 1,
+            Period::Month => 31,
+        };
+        Self {
+            period: Some(period),
+            ..Self::new(limit, Duration::from_secs(days * calendar::DAY_SECS as u64))
+        }
+    }
+
+    /// Moves a calendar quota's boundaries to a fixed offset from UTC, in
+    /// seconds east (`19_800` for India's +05:30, `-18_000` for UTC-05:00).
+    /// Offsets are fixed: a zone with daylight saving time needs a quota per
+    /// season. [`validate`](Self::validate) refuses an offset of a day or
+    /// more, or one on a quota that is not a calendar quota.
+    ///
+    /// ```
+    /// use std::time::{Duration, UNIX_EPOCH};
+    /// use keyed_rate_limit::Quota;
+    ///
+    /// let ist = Quota::per_day(100).with_utc_offset(5 * 3600 + 1800);
+    /// // Midnight UTC is 05:30 in India: the day began 5.5 hours before.
+    /// let t = UNIX_EPOCH + Duration::from_secs(20_000 * 86_400);
+    /// let (start, _) = ist.calendar_window(t).unwrap();
+    /// assert_eq!(t.duration_since(start).unwrap(), Duration::from_secs(19_800));
+    /// assert!(Quota::per_minute(1).with_utc_offset(3600).validate().is_err());
+    /// ```
+    pub const fn with_utc_offset(mut self, seconds: i32) -> Self {
+        self.utc_offset = seconds;
+        self
+    }
+
+    /// The calendar period of a calendar quota.
+    pub const fn period(&self) -> Option<Period> {
+        self.period
+    }
+
+    /// The calendar's offset from UTC, in seconds east.
+    pub const fn utc_offset(&self) -> i32 {
+        self.utc_offset
+    }
+
+    /// The calendar window holding `at`, as its start and end; `None` for
+    /// a quota that is not a calendar quota. Instants before 1970 count as
+    /// 1970-01-01T00:00:00Z.
+    pub fn calendar_window(&self, at: SystemTime) -> Option<(SystemTime, SystemTime)> {
+        // Instants before 1970 count as its first second.
+        let secs = at
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX / 2));
+        let (start, end) = self.window_secs(secs)?;
+        let at_secs =
+            |s: i64| SystemTime::UNIX_EPOCH + Duration::from_secs(u64::try_from(s).unwrap_or(0));
+        Some((at_secs(start), at_secs(end)))
+    }
+
+    /// The calendar window holding `now` (seconds since the epoch), in
+    /// seconds since the epoch.
+    pub(crate) fn window_secs(&self, now: i64) -> Option<(i64, i64)> {
+        Some(calendar::window(self.period?, self.utc_offset, now))
+    }
+
+    /// Sets the burst: the most units a key may spend at once.
+    ///
+    /// ```
+    /// # use keyed_rate_limit::Quota;
+    /// assert_eq!(Quota::per_minute(60).with_burst(1).burst(), 1);
+    /// ```
+    pub const fn with_burst(mut self, burst: u32) -> Self {
+        self.burst = Some(burst);
+        self
+    }
+
+    /// Units per window.
+    pub const fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// The window the limit is counted over.
+    pub const fn window(&self) -> Duration {
+        self.window
+    }
+
+    /// The most units that can be spent at once (defaults to the limit).
+    pub const fn burst(&self) -> u32 {
+        match self.burst {
+            Some(b) => b,
+            None => self.limit,
+        }
+    }
+
+    /// The time it takes to earn back one unit: `window / limit`.
+    ///
+    /// Returns [`Duration::ZERO`] for an invalid quota with a zero limit.
+    pub fn emission_interval(&self) -> Duration {
+        if self.limit == 0 {
+            return Duration::ZERO;
+        }
+        self.window / self.limit
+    }
+
+    /// Checks that the quota can ever admit anything.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use keyed_rate_limit::Quota;
+    /// assert!(Quota::per_second(0).validate().is_err());
+    /// assert!(Quota::per_second(1).with_burst(0).validate().is_err());
+    /// assert!(Quota::new(1, Duration::ZERO).validate().is_err());
+    /// ```
+    pub fn validate(&self) -> Result<(), QuotaError> {
+        if self.limit == 0 {
+            return Err(QuotaError::ZeroLimit);
+        }
+        if self.window.is_zero() {
+            return Err(QuotaError::ZeroWindow);
+        }
+        if self.burst() == 0 {
+            return Err(QuotaError::ZeroBurst);
+        }
+        if self.emission_interval().is_zero() {
+            return Err(QuotaError::TooFine);
+        }
+        match self.period {
+            None if self.utc_offset != 0 => Err(QuotaError::OffsetWithoutCalendar),
+            Some(_) if i64::from(self.utc_offset).abs() >= calendar::DAY_SECS => {
+                Err(QuotaError::OffsetOutOfRange)
+            }
+            Some(_) if self.burst() != self.limit => Err(QuotaError::BurstOnCalendar),
+            _ => Ok(()),
+        }
+    }
+
+    /// The share of this quota one of `instances` gateways may admit on its
+    /// own; limit and burst are divided and rounded up, so no share is zero.
+    ///
+    /// ```
+    /// # use keyed_rate_limit::Quota;
+    /// let q = Quota::per_minute(100).with_burst(10).divided_by(3);
+    /// assert_eq!((q.limit(), q.burst()), (34, 4));
+    /// ```
+    pub fn divided_by(self, instances: u32) -> Self {
+        let n = instances.max(1);
+        let burst = self.burst().div_ceil(n);
+        Self {
+            limit: self.limit.div_ceil(n),
+            // A calendar quota has no burst of its own.
+            burst: self.burst.map(|_| burst),
+            ..self
+        }
+    }
+}
+
+impl fmt::Debug for Quota {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self}")
+    }
+}
+
+/// Renders as `100/60s burst 20`, or `1000/calendar day UTC+05:30`.
+impl fmt::Display for Quota {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(p) = self.period {
+            write!(f, "{}/calendar {}", self.limit, p.as_str())?;
+            if self.utc_offset != 0 {
+                write!(f, " UTC{}", Offset(self.utc_offset))?;
+            }
+            return Ok(());
+        }
+        write!(f, "{}/{:?}", self.limit, self.window)?;
+        if self.burst() != self.limit {
+            write!(f, " burst {}", self.burst())?;
+        }
+        Ok(())
+    }
+}
+
+/// An offset from UTC as `+05:30` or `-08:00` (seconds, if any, dropped).
+pub(crate) struct Offset(pub(crate) i32);
+
+impl fmt::Display for Offset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let sign = if self.0 < 0 { '-' } else { '+' };
+        let m = self.0.unsigned_abs() / 60;
+        write!(f, "{sign}{:02}:{:02}", m / 60, m % 60)
+    }
+}
