@@ -31,14 +31,41 @@ pub const BACKEND_SECONDS: &str = "rate_limit_backend_seconds";
 /// (one probe in flight); label `rule`. Set when it changes.
 pub const BREAKER_STATE: &str = "rate_limit_breaker_state";
 
+/// Counter: edits of a watched rules file; label `outcome` (`applied`,
+/// `rejected`). See `RulesConfig::watch` (feature `config`).
+pub const CONFIG_RELOADS_TOTAL: &str = "rate_limit_config_reloads_total";
+
 /// Every metric the crate emits: name, kind, labels.
-pub const METRICS: [(&str, &str, &str); 5] = [
+pub const METRICS: [(&str, &str, &str); 6] = [
     (DECISIONS_TOTAL, "counter", "rule, outcome, cause"),
     (BREAKER_OPENED_TOTAL, "counter", "rule"),
     (BREAKER_STATE, "gauge", "rule"),
     (BACKEND_SECONDS, "histogram", "rule, backend"),
     (PROXY_MISCONFIG_TOTAL, "counter", "kind"),
+    (CONFIG_RELOADS_TOTAL, "counter", "outcome"),
 ];
+
+/// A watched rules file was applied, or rejected with `error` (and where).
+#[cfg(feature = "config")]
+pub(crate) fn config_reload(
+    path: &dyn std::fmt::Display,
+    error: Option<(&dyn std::fmt::Display, Option<usize>, Option<usize>)>,
+) {
+    let outcome = match error {
+        None => {
+            tracing::info!(target: TARGET, %path, "rate-limit rules file applied");
+            "applied"
+        }
+        Some((error, line, column)) => {
+            tracing::error!(target: TARGET, %path, line, column, %error, "rate-limit rules file rejected; the running rules stay");
+            "rejected"
+        }
+    };
+    #[cfg(feature = "metrics")]
+    metrics::counter!(CONFIG_RELOADS_TOTAL, "outcome" => outcome).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = outcome;
+}
 
 /// One guarded backend call took `took`.
 #[cfg(feature = "redis")]

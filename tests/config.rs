@@ -89,7 +89,11 @@ async fn toml_file_makes_a_working_layer() {
         .into_layer(&registry)
         .unwrap();
     assert_eq!(
-        layer.rules().map(|r| r.key().name()).collect::<Vec<_>>(),
+        layer
+            .rules()
+            .iter()
+            .map(|r| r.key().name())
+            .collect::<Vec<_>>(),
         ["global", "header:x-api-key|peer_ip", "tenant"]
     );
     let url = serve(app(layer)).await;

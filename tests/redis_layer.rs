@@ -498,3 +498,41 @@ async fn a_killed_redis_opens_the_breaker_on_the_first_lost_connection() {
         "no request waited for the dead server"
     );
 }
+
+/// A reload keeps an unchanged global rule's breaker (no burst of calls to
+/// a Redis known to be down) and gives a changed one a fresh breaker.
+#[tokio::test]
+async fn a_reload_keeps_the_breaker_of_an_unchanged_global_rule() {
+    let mut server = RedisServer::start();
+    let backend = redis(&server, "reload").await;
+    let rule = |timeout| {
+        Rule::new("api", KeyExtractor::global(), Quota::per_minute(100))
+            .global(backend.clone())
+            .on_redis_failure(FailureMode::FailOpen)
+            .redis_timeout(timeout)
+            .circuit_breaker(BreakerConfig::default().open_for(Duration::from_secs(30)))
+    };
+    let layer = RateLimitLayer::builder()
+        .rule(rule(HEALTHY_TIMEOUT))
+        .build()
+        .unwrap();
+    let url = serve(app(layer.clone())).await;
+    let c = client();
+    assert_eq!(hit(&c, &url).await, (200, "global".into()));
+    server.kill();
+    for _ in 0..5 {
+        hit(&c, &url).await;
+        if layer.breakers()[0].state == BreakerState::Open {
+            break;
+        }
+    }
+    assert_eq!(layer.breakers()[0].state, BreakerState::Open);
+    layer.reload([rule(HEALTHY_TIMEOUT)]).unwrap();
+    assert_eq!(layer.breakers()[0].state, BreakerState::Open, "kept");
+    assert_eq!(hit(&c, &url).await, (200, "fail_open".into()));
+    // Another failure policy: another runtime, its breaker closed.
+    layer
+        .reload([rule(HEALTHY_TIMEOUT + Duration::from_millis(1))])
+        .unwrap();
+    assert_eq!(layer.breakers()[0].state, BreakerState::Closed, "fresh");
+}

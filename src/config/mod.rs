@@ -19,11 +19,12 @@
 //!     burst = 20
 //! "#)?;
 //! let layer = config.into_layer(&Registry::new())?;
-//! assert_eq!(layer.rules().next().unwrap().key().name(), "header:x-api-key|peer_ip");
+//! assert_eq!(layer.rules()[0].key().name(), "header:x-api-key|peer_ip");
 //! # Ok::<(), keyed_rate_limit::config::ConfigError>(())
 //! ```
 
 mod parse;
+mod watch;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -43,6 +44,7 @@ use crate::key::{KeyExtractor, TrustedProxies};
 use crate::rule::OnMissingKey;
 use crate::{Algorithm, HeaderStyle, Quota, RateLimitBuilder, RateLimitLayer, ResetFormat, Rule};
 use parse::{DurationSpec, KeyAtom, KeySpec, MissingSpec, OffsetSpec, QuotaSpec};
+pub use watch::ConfigWatcher;
 
 type QuotaFn = dyn Fn(&Parts) -> Quota + Send + Sync;
 type CostFn = dyn Fn(&Parts) -> u32 + Send + Sync;
@@ -407,14 +409,20 @@ impl RulesConfig {
         let path = path.as_ref();
         let src = std::fs::read_to_string(path)
             .map_err(|e| ConfigError::new(format!("{}: {e}", path.display())))?;
+        Self::from_named_str(path, &src)
+    }
+
+    /// Parses `src`, read from `path`: YAML or TOML by the extension, with
+    /// the path in front of any error.
+    fn from_named_str(path: &Path, src: &str) -> Result<Self, ConfigError> {
         let yaml = matches!(
             path.extension().and_then(|e| e.to_str()),
             Some("yaml" | "yml")
         );
         let parsed = if yaml {
-            Self::from_yaml_str(&src)
+            Self::from_yaml_str(src)
         } else {
-            Self::from_toml_str(&src)
+            Self::from_toml_str(src)
         };
         parsed.map_err(|mut e| {
             e.message = format!("{}: {}", path.display(), e.message);
@@ -438,7 +446,7 @@ impl RulesConfig {
     ///     .into_builder(&Registry::new())?
     ///     .rule(Rule::new("everyone", KeyExtractor::global(), Quota::per_second(1000)))
     ///     .build()?;
-    /// assert_eq!(layer.rules().count(), 2);
+    /// assert_eq!(layer.rules().len(), 2);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
@@ -456,14 +464,29 @@ impl RulesConfig {
         if let Some(n) = self.max_key_len {
             builder = builder.max_key_len(n);
         }
-        for rule in self.rules {
-            let name = rule.raw.name.clone();
-            let rule = rule
-                .into_rule(registry)
-                .map_err(|e| ConfigError::new(format!("rule {name:?}: {e}")))?;
-            builder = builder.rule(rule);
-        }
-        Ok(builder)
+        Ok(builder.rules(self.into_rules(registry)?))
+    }
+
+    /// The file's rules, built with `registry`.
+    fn into_rules(self, registry: &Registry) -> Result<Vec<Rule>, ConfigError> {
+        self.rules
+            .into_iter()
+            .map(|rule| {
+                let name = rule.raw.name.clone();
+                rule.into_rule(registry)
+                    .map_err(|e| ConfigError::new(format!("rule {name:?}: {e}")))
+            })
+            .collect()
+    }
+
+    /// The settings of the layer as a whole, which a reload can't change.
+    fn layer_settings(&self) -> (HeaderStyle, ResetFormat, Option<u32>, Option<usize>) {
+        (
+            self.headers,
+            self.legacy_reset,
+            self.instances,
+            self.max_key_len,
+        )
     }
 
     /// [`into_builder`](Self::into_builder), then
@@ -632,7 +655,7 @@ mod tests {
         )
         .unwrap();
         let layer = config.into_layer(&Registry::new()).unwrap();
-        let q = layer.rules().next().unwrap().static_quota();
+        let q = layer.rules()[0].static_quota();
         assert_eq!(q, Some(Quota::per_month(9).with_utc_offset(-8 * 3600)));
         let e = toml_err(
             "[[rules]]\nname = \"m\"\nkey = \"global\"\nquota = \"9/min\"\nutc_offset = \"+01:00\"\n",

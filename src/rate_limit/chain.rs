@@ -36,14 +36,17 @@ pub(crate) struct CompiledRule {
     rule: Rule,
     /// Requests waiting per key, for `OnDeny::Wait`.
     waiters: Arc<Waiters>,
+    /// Shared with the chain a reload replaces, when the rule's state
+    /// carries over (see [`Chain::compile`]).
     backend: Backend,
     instances: u32,
     max_key_len: usize,
     policy: Option<StaticPolicy>,
 }
 
+#[derive(Clone)]
 enum Backend {
-    Local(LocalStore),
+    Local(Arc<LocalStore>),
     #[cfg(feature = "redis")]
     Global(Arc<Global>),
 }
@@ -72,8 +75,10 @@ pub(crate) enum Verdict {
     },
 }
 
-/// Where evaluation stopped to await.
+/// Where evaluation stopped to await; it holds the chain it started on,
+/// so a reload meanwhile does not change the rules it finishes with.
 pub(crate) struct Suspended {
+    chain: Arc<Chain>,
     next: usize,
     decisions: Decisions,
     pending: BoxFuture<'static, Outcome>,
@@ -88,10 +93,15 @@ pub(crate) struct Chain {
 impl Chain {
     /// `policies`: the headers include `RateLimit-Policy`, so each static
     /// rule's member is rendered once here; otherwise decisions carry none.
+    ///
+    /// `previous`: the chain a reload replaces. A rule whose name, key,
+    /// quota, algorithm and scope (and, for global rules, Redis backend
+    /// and failure policy) are unchanged keeps its counters and waiters.
     pub(crate) fn compile(
         rules: Vec<Rule>,
         cfg: ChainConfig,
         policies: bool,
+        previous: Option<&Chain>,
     ) -> Result<Self, BuildError> {
         if rules.is_empty() {
             return Err(BuildError::NoRules);
@@ -104,21 +114,19 @@ impl Chain {
             if !seen.insert(rule.name.clone()) {
                 return Err(BuildError::DuplicateRule(rule.name.to_string()));
             }
-            let backend = match &rule.scope {
-                Scope::Local => Backend::Local(LocalStore::new(
-                    rule.static_quota().map(|q| share(&rule, q, instances)),
-                )),
-                #[cfg(feature = "redis")]
-                Scope::Global(redis) => {
-                    Backend::Global(Arc::new(Global::new(&rule, redis.clone(), instances)))
-                }
+            let kept = previous
+                .and_then(|p| p.rules.iter().find(|old| old.rule.name == rule.name))
+                .filter(|old| old.keeps_state_for(&rule, instances));
+            let (backend, waiters) = match kept {
+                Some(old) => (old.backend.clone(), old.waiters.clone()),
+                None => (new_backend(&rule, instances), Arc::default()),
             };
             let policy = rule.static_quota().filter(|_| policies).and_then(|q| {
                 let q = share(&rule, q, instances);
                 StaticPolicy::new(&rule.name, q.limit(), q.window(), false)
             });
             out.push(Arc::new(CompiledRule {
-                waiters: Arc::default(),
+                waiters,
                 backend,
                 policy,
                 rule,
@@ -131,6 +139,14 @@ impl Chain {
             cleanup_every: cfg.cleanup_every,
             sweeper: OnceLock::new(),
         })
+    }
+
+    /// How many rules of this chain kept the state of `previous`'s.
+    pub(crate) fn kept_from(&self, previous: &Chain) -> usize {
+        self.rules
+            .iter()
+            .filter(|r| previous.rules.iter().any(|p| p.backend.same(&r.backend)))
+            .count()
     }
 
     /// The sweep needs a Tokio runtime, which may not exist when the layer
@@ -211,6 +227,7 @@ impl Chain {
                 }
                 Step::Later(pending) => {
                     return Err(Box::new(Suspended {
+                        chain: self.clone(),
                         next: i + 1,
                         decisions,
                         pending,
@@ -220,19 +237,19 @@ impl Chain {
         }
         Ok(Verdict::Allow(decisions))
     }
+}
 
-    /// Finishes an evaluation that had to await.
-    pub(crate) async fn resume(
-        self: Arc<Self>,
-        parts: Parts,
-        s: Box<Suspended>,
-    ) -> (Parts, Verdict) {
+impl Suspended {
+    /// Finishes an evaluation that had to await, on the chain it began on.
+    pub(crate) async fn resume(self: Box<Self>, parts: Parts) -> (Parts, Verdict) {
+        let s = *self;
+        let this = s.chain;
         let mut decisions = s.decisions;
         let outcome = s.pending.await;
-        if let Some(v) = fold(&self.rules[s.next - 1].rule, &mut decisions, outcome) {
+        if let Some(v) = fold(&this.rules[s.next - 1].rule, &mut decisions, outcome) {
             return (parts, v);
         }
-        for rule in &self.rules[s.next..] {
+        for rule in &this.rules[s.next..] {
             let outcome = rule.step(&parts).resolve().await;
             if let Some(v) = fold(&rule.rule, &mut decisions, outcome) {
                 return (parts, v);
@@ -346,6 +363,30 @@ impl Drop for Place {
     }
 }
 
+fn new_backend(rule: &Rule, instances: u32) -> Backend {
+    match &rule.scope {
+        Scope::Local => Backend::Local(Arc::new(LocalStore::new(
+            rule.static_quota().map(|q| share(rule, q, instances)),
+        ))),
+        #[cfg(feature = "redis")]
+        Scope::Global(redis) => {
+            Backend::Global(Arc::new(Global::new(rule, redis.clone(), instances)))
+        }
+    }
+}
+
+impl Backend {
+    fn same(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::Local(a), Self::Local(b)) => Arc::ptr_eq(a, b),
+            #[cfg(feature = "redis")]
+            (Self::Global(a), Self::Global(b)) => Arc::ptr_eq(a, b),
+            #[cfg(feature = "redis")]
+            _ => false,
+        }
+    }
+}
+
 /// The quota this instance enforces for `rule`.
 fn share(rule: &Rule, q: Quota, instances: u32) -> Quota {
     if rule.split_across_instances {
@@ -356,6 +397,28 @@ fn share(rule: &Rule, q: Quota, instances: u32) -> Quota {
 }
 
 impl CompiledRule {
+    /// Whether `new` (of the same name) counts exactly as this rule does,
+    /// so its counters stay valid. Closures can't be compared: a
+    /// `quota_fn` rule keeps its state while the key and algorithm stay,
+    /// and the store keeps one limiter per quota it computes.
+    fn keeps_state_for(&self, new: &Rule, instances: u32) -> bool {
+        let old = &self.rule;
+        let quota = |r: &Rule, n| r.static_quota().map(|q| share(r, q, n));
+        let same_scope = match (&old.scope, &new.scope) {
+            (Scope::Local, Scope::Local) => true,
+            #[cfg(feature = "redis")]
+            (Scope::Global(a), Scope::Global(b)) => a.same(b) && old.failure == new.failure,
+            #[cfg(feature = "redis")]
+            _ => false,
+        };
+        same_scope
+            && old.key.name() == new.key.name()
+            && old.algorithm == new.algorithm
+            && quota(old, self.instances) == quota(new, instances)
+            && matches!(old.quota, QuotaSource::Dynamic(_))
+                == matches!(new.quota, QuotaSource::Dynamic(_))
+    }
+
     fn step(self: &Arc<Self>, parts: &Parts) -> Step {
         let quota = match &self.rule.quota {
             QuotaSource::Static(q) => share(&self.rule, *q, self.instances),
@@ -576,14 +639,14 @@ mod tests {
     }
 
     fn chain(rules: Vec<Rule>) -> Arc<Chain> {
-        match Chain::compile(rules, config(), true) {
+        match Chain::compile(rules, config(), true, None) {
             Ok(c) => Arc::new(c),
             Err(e) => panic!("compile: {e}"),
         }
     }
 
     fn compile_err(rules: Vec<Rule>) -> BuildError {
-        Chain::compile(rules, config(), true)
+        Chain::compile(rules, config(), true, None)
             .err()
             .expect("compile should fail")
     }
@@ -845,7 +908,7 @@ mod tests {
         let rules = || vec![everyone("api", Quota::per_minute(10))];
         let ds = allowed(eval(&chain(rules()), &parts(None)));
         assert_eq!(ds[0].policy.as_ref().unwrap(), "\"api\";q=10;w=60");
-        let c = Arc::new(Chain::compile(rules(), config(), false).ok().unwrap());
+        let c = Arc::new(Chain::compile(rules(), config(), false, None).ok().unwrap());
         assert_eq!(allowed(eval(&c, &parts(None)))[0].policy, None);
     }
 
@@ -856,7 +919,7 @@ mod tests {
             ..config()
         };
         let rule = everyone("split", Quota::per_minute(10)).split_across_instances(true);
-        let c = Arc::new(Chain::compile(vec![rule], cfg, true).ok().unwrap());
+        let c = Arc::new(Chain::compile(vec![rule], cfg, true, None).ok().unwrap());
         let ds = allowed(eval(&c, &parts(None)));
         assert_eq!((ds[0].decision.limit(), ds[0].decision.remaining()), (5, 4));
     }
@@ -887,7 +950,7 @@ mod tests {
             // Stopped at the async rule, after the first rule's decision.
             assert_eq!(s.next, 2);
             assert_eq!(names(&s.decisions), ["before"]);
-            let (p, v) = slow.clone().resume(parts(key), s).await;
+            let (p, v) = s.resume(parts(key)).await;
             assert_eq!(p.headers.get("x-key").is_some(), key.is_some());
             let got = summary(&v);
             assert_eq!(got, expected);
@@ -910,10 +973,10 @@ mod tests {
         ]);
         let s = c.evaluate(&parts(Some("a"))).err().expect("suspends");
         assert_eq!((s.next, s.decisions.len()), (1, 0));
-        let (_, v) = c.clone().resume(parts(Some("a")), s).await;
+        let (_, v) = s.resume(parts(Some("a"))).await;
         assert_eq!(names(&allowed(v)), ["per-key", "after"]);
         let s = c.evaluate(&parts(Some("a"))).err().expect("suspends");
-        let (_, v) = c.clone().resume(parts(Some("a")), s).await;
+        let (_, v) = s.resume(parts(Some("a"))).await;
         let ds = denied(v);
         assert_eq!(names(&ds), ["per-key", "after"]);
         assert_eq!(ds[0].decision.remaining(), 3);
@@ -1009,7 +1072,7 @@ mod tests {
             instances: Some(3),
             ..config()
         };
-        let err = Chain::compile(vec![rule], cfg, true)
+        let err = Chain::compile(vec![rule], cfg, true, None)
             .err()
             .expect("5 > 10 / 3");
         assert!(

@@ -7,8 +7,10 @@ mod future;
 mod global;
 mod service;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use arc_swap::ArcSwap;
 
 use http::StatusCode;
 use http::request::Parts;
@@ -18,12 +20,12 @@ pub use future::ResponseFuture;
 pub use service::RateLimitService;
 
 use crate::error::BuildError;
-use crate::gate::Admission;
+use crate::gate::{Admission, Pending};
 use crate::headers::Headers;
 use crate::response::{Denied, DenyFn, refusal};
 use crate::settings::{self, Settings};
 use crate::{RateLimitDecision, Rule};
-use chain::{Chain, ChainConfig, Verdict};
+use chain::{Chain, ChainConfig, Suspended, Verdict};
 
 /// Applies an ordered list of [`Rule`]s to every request.
 ///
@@ -47,13 +49,40 @@ pub struct RateLimitLayer {
 }
 
 pub(crate) struct Shared {
-    pub(crate) chain: Arc<Chain>,
+    /// Swapped whole by [`RateLimitLayer::reload`].
+    pub(crate) chain: ArcSwap<Chain>,
+    config: ChainConfig,
+    /// One reload at a time: each carries state over from the chain it replaces.
+    reloading: Mutex<()>,
     headers: Headers,
     deny: Arc<DenyFn>,
     extension: bool,
 }
 
 impl Shared {
+    /// Decides on `parts` with the current chain, unless a step has to
+    /// await. Not generic over the service, so it is compiled once and
+    /// keeps the services' `call` small.
+    pub(crate) fn decide(&self, parts: &mut Parts) -> Result<Admission<()>, Box<Suspended>> {
+        // One chain for the whole request, even if a reload lands meanwhile.
+        let verdict = self.chain.load().evaluate(parts)?;
+        Ok(self.conclude(verdict, parts))
+    }
+
+    /// The rest of a decision that had to await, on the chain it began on.
+    pub(crate) fn finish(
+        self: Arc<Self>,
+        mut parts: Parts,
+        suspended: Box<Suspended>,
+    ) -> Pending<()> {
+        Box::pin(async move {
+            let verdict;
+            (parts, verdict) = suspended.resume(parts).await;
+            let admission = self.conclude(verdict, &mut parts);
+            (parts, admission)
+        })
+    }
+
     /// Turns the chain's verdict into headers and, when allowed, puts the
     /// decision in the extensions for the handler.
     pub(crate) fn conclude(&self, verdict: Verdict, parts: &mut Parts) -> Admission<()> {
@@ -106,17 +135,67 @@ impl RateLimitLayer {
         RateLimitBuilder::default()
     }
 
-    /// The rules, in evaluation order.
+    /// The rules, in evaluation order: those of the last
+    /// [`reload`](Self::reload), if any.
     ///
     /// ```
     /// # use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
     /// let layer = RateLimitLayer::builder()
     ///     .rule(Rule::new("a", KeyExtractor::global(), Quota::per_second(1)))
     ///     .build().unwrap();
-    /// assert_eq!(layer.rules().map(|r| r.name()).collect::<Vec<_>>(), ["a"]);
+    /// assert_eq!(layer.rules().iter().map(|r| r.name()).collect::<Vec<_>>(), ["a"]);
     /// ```
-    pub fn rules(&self) -> impl Iterator<Item = &Rule> {
-        self.shared.chain.rules()
+    pub fn rules(&self) -> Vec<Rule> {
+        self.shared.chain.load().rules().cloned().collect()
+    }
+
+    /// Replaces every rule at once, checked as
+    /// [`build`](RateLimitBuilder::build) checks them; the layer's other
+    /// settings stay. Each request is decided wholly by the rules it
+    /// started with, old or new, never a mix; requests already waiting
+    /// (`OnDeny::Wait`, Redis) finish on the old ones.
+    ///
+    /// A rule whose name, key, quota, algorithm and scope are unchanged
+    /// (for global rules, also its Redis backend and failure policy) keeps
+    /// its counters, its cached denies and its circuit breaker, so a reload
+    /// hands nobody a fresh quota. Any other rule starts whole: locally with
+    /// new counters, globally reading the same Redis keys under its new
+    /// quota. On an error the running rules stay.
+    ///
+    /// ```
+    /// use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+    ///
+    /// let layer = RateLimitLayer::builder()
+    ///     .rule(Rule::new("api", KeyExtractor::header("x-api-key"), Quota::per_minute(100)))
+    ///     .build()?;
+    /// layer.reload([Rule::new("api", KeyExtractor::header("x-api-key"), Quota::per_minute(500))])?;
+    /// assert_eq!(layer.rules()[0].static_quota(), Some(Quota::per_minute(500)));
+    /// assert!(layer.reload([Rule::new("api", KeyExtractor::global(), Quota::per_second(0))]).is_err());
+    /// assert_eq!(layer.rules()[0].static_quota(), Some(Quota::per_minute(500)), "unchanged");
+    /// # Ok::<(), keyed_rate_limit::error::BuildError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`RateLimitBuilder::build`] for the rules; see [`BuildError`].
+    pub fn reload(&self, rules: impl IntoIterator<Item = Rule>) -> Result<(), BuildError> {
+        let shared = &*self.shared;
+        let _one = shared
+            .reloading
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let old = shared.chain.load_full();
+        let new = Chain::compile(
+            rules.into_iter().collect(),
+            shared.config,
+            shared.headers.draft(),
+            Some(&old),
+        )?;
+        let kept = new.kept_from(&old);
+        let count = new.rules().count();
+        shared.chain.store(Arc::new(new));
+        tracing::info!(target: crate::observe::TARGET, rules = count, kept, "rate-limit rules reloaded");
+        Ok(())
     }
 
     /// What the layer enforces, as a Markdown table or a Mermaid flowchart:
@@ -131,7 +210,7 @@ impl RateLimitLayer {
     /// assert!(layer.describe().mermaid().contains("1. api"));
     /// ```
     pub fn describe(&self) -> crate::describe::Description {
-        crate::describe::Description::new(self.rules())
+        crate::describe::Description::new(self.shared.chain.load().rules())
     }
 
     /// How many keys the local backend holds now, across rules: a gauge
@@ -145,7 +224,7 @@ impl RateLimitLayer {
     /// assert_eq!(layer.local_keys(), 0);
     /// ```
     pub fn local_keys(&self) -> usize {
-        self.shared.chain.local_keys()
+        self.shared.chain.load().local_keys()
     }
 
     /// The circuit breaker of each global rule, in rule order, with the time
@@ -159,13 +238,13 @@ impl RateLimitLayer {
     /// assert!(layer.breakers().is_empty(), "local rules have no breaker");
     /// ```
     pub fn breakers(&self) -> Vec<crate::failure::BreakerStatus> {
-        self.shared.chain.breakers()
+        self.shared.chain.load().breakers()
     }
 
     /// Sweeps keys whose buckets are full again now, instead of waiting for
     /// the background sweep. Dropping them changes no decision.
     pub fn cleanup(&self) {
-        self.shared.chain.cleanup();
+        self.shared.chain.load().cleanup();
     }
 }
 
@@ -180,7 +259,7 @@ impl<S> Layer<S> for RateLimitLayer {
 impl std::fmt::Debug for RateLimitLayer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RateLimitLayer")
-            .field("rules", &self.rules().collect::<Vec<_>>())
+            .field("rules", &self.rules())
             .field("headers", &self.shared.headers)
             .finish_non_exhaustive()
     }
@@ -279,17 +358,17 @@ impl RateLimitBuilder {
                 "cleanup_interval must be positive",
             ));
         }
+        let config = ChainConfig {
+            instances: self.settings.instances,
+            max_key_len: self.settings.max_key_len,
+            cleanup_every: self.cleanup_every,
+        };
+        let chain = Chain::compile(self.rules, config, self.settings.headers.draft(), None)?;
         Ok(RateLimitLayer {
             shared: Arc::new(Shared {
-                chain: Arc::new(Chain::compile(
-                    self.rules,
-                    ChainConfig {
-                        instances: self.settings.instances,
-                        max_key_len: self.settings.max_key_len,
-                        cleanup_every: self.cleanup_every,
-                    },
-                    self.settings.headers.draft(),
-                )?),
+                chain: ArcSwap::from_pointee(chain),
+                config,
+                reloading: Mutex::new(()),
                 headers: self.settings.headers,
                 deny: self.settings.deny,
                 extension: self.extension,

@@ -80,19 +80,8 @@ where
         ResponseFuture::new(Gate::call(
             &mut self.inner,
             req,
-            |parts| {
-                let verdict = shared.chain.evaluate(parts)?;
-                Ok(shared.conclude(verdict, parts))
-            },
-            |mut parts, suspended| {
-                let shared = shared.clone();
-                Box::pin(async move {
-                    let verdict;
-                    (parts, verdict) = shared.chain.clone().resume(parts, suspended).await;
-                    let admission = shared.conclude(verdict, &mut parts);
-                    (parts, admission)
-                })
-            },
+            |parts| shared.decide(parts),
+            |parts, suspended| shared.clone().finish(parts, suspended),
         ))
     }
 }

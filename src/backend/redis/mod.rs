@@ -451,6 +451,11 @@ impl RedisBackend {
 
     /// Replies and pongs, so a guarded call can tell a busy reader from a
     /// silent server.
+    /// Whether both are handles to one backend (one connection set).
+    pub(crate) fn same(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     pub(crate) fn liveness(&self) -> &Liveness {
         &self.inner.liveness
     }

@@ -1,0 +1,271 @@
+//! Reloading a layer's rules when their file changes.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use notify::{Event, RecommendedWatcher, RecursiveMode, Watcher};
+
+use super::{ConfigError, Registry, RulesConfig};
+use crate::{RateLimitLayer, observe};
+
+/// Editors write a file in several steps (truncate, write, rename): reload
+/// once the directory has been quiet this long.
+const SETTLE: Duration = Duration::from_millis(100);
+
+/// The longest a change waits for the directory to go quiet.
+const MAX_SETTLE: Duration = Duration::from_millis(500);
+
+/// How often the reload thread checks that its watcher still exists.
+const POLL: Duration = Duration::from_millis(500);
+
+/// Reloads a layer's rules whenever their file changes; made by
+/// [`RulesConfig::watch`]. Dropping it stops the watching (within half a
+/// second); the layer keeps the rules it has.
+#[must_use = "dropping the watcher stops the reloads"]
+pub struct ConfigWatcher {
+    _watcher: RecommendedWatcher,
+    status: Arc<Status>,
+}
+
+#[derive(Default)]
+struct Status {
+    stop: AtomicBool,
+    reloads: AtomicU64,
+    rejected: AtomicU64,
+    last_error: Mutex<Option<ConfigError>>,
+}
+
+impl ConfigWatcher {
+    /// Edits applied since watching began.
+    pub fn reloads(&self) -> u64 {
+        self.status.reloads.load(Ordering::Acquire)
+    }
+
+    /// Edits rejected (unreadable, invalid, or refused by
+    /// [`RateLimitLayer::reload`]) since watching began.
+    pub fn rejected(&self) -> u64 {
+        self.status.rejected.load(Ordering::Acquire)
+    }
+
+    /// Why the last rejected edit was rejected, with its line and column,
+    /// until an edit is applied: for a health or admin endpoint.
+    pub fn last_error(&self) -> Option<ConfigError> {
+        self.status
+            .last_error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl Drop for ConfigWatcher {
+    fn drop(&mut self) {
+        self.status.stop.store(true, Ordering::Release);
+    }
+}
+
+impl std::fmt::Debug for ConfigWatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConfigWatcher")
+            .field("reloads", &self.reloads())
+            .field("rejected", &self.rejected())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RulesConfig {
+    /// Builds a layer from the file at `path` (as [`from_path`](Self::from_path)
+    /// and [`into_layer`](Self::into_layer)) and reloads its rules whenever
+    /// the file changes, until the returned [`ConfigWatcher`] is dropped.
+    ///
+    /// Each change is read once the file has been quiet for 100 ms, then
+    /// applied with [`RateLimitLayer::reload`]: atomically, and keeping the
+    /// counters of rules whose name, key, quota and algorithm stay (see
+    /// there). An edit that does not parse or build is rejected: the
+    /// running rules stay, the error is logged with its line and column
+    /// (target `keyed_rate_limit`), counted in
+    /// `rate_limit_config_reloads_total{outcome="rejected"}` and kept in
+    /// [`ConfigWatcher::last_error`]. The layer-wide settings (`headers`,
+    /// `legacy_reset`, `instances`, `max_key_len`) are read once: a changed
+    /// one is logged and left until a restart. The rules' `registry` is
+    /// kept for every reload, so the closures and Redis backend it holds
+    /// serve the new rules too.
+    ///
+    /// The watching runs on its own thread (no Tokio runtime needed), with
+    /// the `tracing` subscriber that was current here.
+    ///
+    /// ```
+    /// use keyed_rate_limit::config::{Registry, RulesConfig};
+    ///
+    /// let dir = std::env::temp_dir().join(format!("krl-doc-{}", std::process::id()));
+    /// std::fs::create_dir_all(&dir)?;
+    /// let path = dir.join("limits.toml");
+    /// std::fs::write(&path, "[[rules]]\nname = \"api\"\nkey = \"global\"\nquota = \"100/min\"\n")?;
+    ///
+    /// let (layer, watcher) = RulesConfig::watch(&path, Registry::new())?;
+    /// assert_eq!(layer.rules()[0].name(), "api");
+    /// assert_eq!(watcher.reloads(), 0);
+    /// # std::fs::remove_dir_all(&dir)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`from_path`](Self::from_path) and [`into_layer`](Self::into_layer),
+    /// or the file's directory can't be watched.
+    pub fn watch(
+        path: impl AsRef<Path>,
+        registry: Registry,
+    ) -> Result<(RateLimitLayer, ConfigWatcher), ConfigError> {
+        let path = path.as_ref().to_path_buf();
+        let src = read(&path)?;
+        let config = Self::from_named_str(&path, &src)?;
+        let settings = config.layer_settings();
+        let layer = config.into_layer(&registry)?;
+        let cannot = |e: &dyn std::fmt::Display| {
+            ConfigError::new(format!("{}: cannot watch: {e}", path.display()))
+        };
+        let (tx, rx) = mpsc::channel();
+        let mut watcher = notify::recommended_watcher(move |event| {
+            let _ = tx.send(event);
+        })
+        .map_err(|e| cannot(&e))?;
+        // The directory, not the file: editors replace a file by renaming another over it.
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        watcher
+            .watch(dir, RecursiveMode::NonRecursive)
+            .map_err(|e| cannot(&e))?;
+        let status = Arc::new(Status::default());
+        let reloader = Reloader {
+            path: path.clone(),
+            registry,
+            layer: layer.clone(),
+            settings,
+            applied: src,
+            status: status.clone(),
+        };
+        let dispatch = tracing::dispatcher::get_default(Clone::clone);
+        std::thread::Builder::new()
+            .name("rate-limit-config".into())
+            .spawn(move || tracing::dispatcher::with_default(&dispatch, || reloader.run(&rx)))
+            .map_err(|e| cannot(&e))?;
+        Ok((
+            layer,
+            ConfigWatcher {
+                _watcher: watcher,
+                status,
+            },
+        ))
+    }
+}
+
+fn read(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|e| ConfigError::new(format!("{}: {e}", path.display())))
+}
+
+type Settings = (
+    crate::HeaderStyle,
+    crate::ResetFormat,
+    Option<u32>,
+    Option<usize>,
+);
+
+struct Reloader {
+    path: PathBuf,
+    registry: Registry,
+    layer: RateLimitLayer,
+    settings: Settings,
+    /// The source the running rules came from.
+    applied: String,
+    status: Arc<Status>,
+}
+
+impl Reloader {
+    fn run(mut self, rx: &Receiver<notify::Result<Event>>) {
+        loop {
+            match rx.recv_timeout(POLL) {
+                Ok(Ok(event)) if self.concerns(&event) => {}
+                Ok(Ok(_)) => continue,
+                Ok(Err(e)) => {
+                    tracing::warn!(target: observe::TARGET, path = %self.path.display(), error = %e, "watching the rate-limit rules failed");
+                    continue;
+                }
+                Err(RecvTimeoutError::Timeout) if !self.stopped() => continue,
+                Err(_) => return,
+            }
+            // Let the rest of the edit land: wait for a quiet spell, but
+            // no longer than MAX_SETTLE (a busy directory never goes quiet).
+            let deadline = Instant::now() + MAX_SETTLE;
+            while Instant::now() < deadline {
+                match rx.recv_timeout(SETTLE) {
+                    Ok(Ok(event)) if self.concerns(&event) => {}
+                    Ok(_) => {}
+                    Err(RecvTimeoutError::Timeout) => break,
+                    Err(RecvTimeoutError::Disconnected) => return,
+                }
+            }
+            if self.stopped() {
+                return;
+            }
+            self.reload();
+        }
+    }
+
+    fn stopped(&self) -> bool {
+        self.status.stop.load(Ordering::Acquire)
+    }
+
+    fn concerns(&self, event: &Event) -> bool {
+        let kind = &event.kind;
+        (kind.is_create() || kind.is_modify() || kind.is_remove())
+            && event
+                .paths
+                .iter()
+                .any(|p| p.file_name() == self.path.file_name())
+    }
+
+    fn reload(&mut self) {
+        let src = match read(&self.path) {
+            Ok(src) => src,
+            Err(e) => return self.reject(e),
+        };
+        if src == self.applied {
+            return;
+        }
+        let rules = RulesConfig::from_named_str(&self.path, &src).and_then(|config| {
+            if config.layer_settings() != self.settings {
+                tracing::warn!(target: observe::TARGET, path = %self.path.display(), "headers, legacy_reset, instances and max_key_len are read at start only; restart to change them");
+            }
+            config.into_rules(&self.registry)
+        });
+        match rules.and_then(|rules| Ok(self.layer.reload(rules)?)) {
+            Ok(()) => {
+                self.applied = src;
+                self.status.reloads.fetch_add(1, Ordering::AcqRel);
+                *self
+                    .status
+                    .last_error
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+                observe::config_reload(&self.path.display(), None);
+            }
+            Err(e) => self.reject(e),
+        }
+    }
+
+    fn reject(&self, e: ConfigError) {
+        observe::config_reload(&self.path.display(), Some((&e, e.line(), e.column())));
+        *self
+            .status
+            .last_error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(e);
+        self.status.rejected.fetch_add(1, Ordering::AcqRel);
+    }
+}
