@@ -8,7 +8,10 @@
 //! values through the layer's service, and prints the live heap bytes per key
 //! they left behind, then again after `RateLimitLayer::cleanup()` once their
 //! buckets are full again. The same keys in a raw `governor` keyed limiter are
-//! the baseline. The counts are requested bytes (`Layout::size`), so they don't
+//! the baseline. Then `MEM_FLOOD` (default 10,000,000) distinct keys hit a
+//! rule with `max_keys(MEM_MAX_KEYS)` (default 100,000) whose buckets stay
+//! owed: the peak live heap must stay under `max_keys` × the bytes per key
+//! measured before, with ten known keys keeping their exact counts. The counts are requested bytes (`Layout::size`), so they don't
 //! include the allocator's own rounding and bookkeeping; they are the same in
 //! every run, unlike timings.
 
@@ -143,4 +146,75 @@ fn main() {
         std::mem::size_of::<Key>(),
         key_name(0).len()
     );
+    flood(per_key(held));
+}
+
+/// A flood of distinct keys against a rule bounded by `max_keys`, whose
+/// buckets never refill during the run (nothing can be forgotten): the live
+/// heap must stay under `max_keys` × the bytes a key costs, and ten known
+/// keys, asked between the flood's requests, must keep their exact counts.
+fn flood(bytes_per_key: f64) {
+    let env = |name: &str, default: usize| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let flood = env("MEM_FLOOD", 10_000_000);
+    let max_keys = env("MEM_MAX_KEYS", 100_000);
+    let quota = Quota::new(100, Duration::from_secs(86_400));
+    let base = live();
+    let layer = RateLimitLayer::builder()
+        .rule(Rule::new("flood", KeyExtractor::header("x-api-key"), quota).max_keys(max_keys))
+        .build()
+        .unwrap();
+    let inner = service_fn(|_req: Request<Full<Bytes>>| async {
+        Ok::<_, Infallible>(Response::new(Full::<Bytes>::default()))
+    });
+    let mut svc = layer.clone().layer(inner);
+    let mut send = |key: &str| {
+        let mut req = Request::new(Full::<Bytes>::default());
+        req.headers_mut()
+            .insert("x-api-key", HeaderValue::from_str(key).unwrap());
+        svc.call(req)
+            .now_or_never()
+            .expect("local rules decide without awaiting")
+            .unwrap()
+    };
+    let known: Vec<String> = (0..10).map(|i| format!("known-{i}")).collect();
+    let mut asked = 0u32;
+    let mut peak = 0isize;
+    let started = std::time::Instant::now();
+    for i in 0..flood {
+        send(&format!("flood-{i:08}"));
+        if i % 100_000 == 0 {
+            asked += 1;
+            for k in &known {
+                let res = send(k);
+                let left = res.headers()["ratelimit"].to_str().unwrap().to_owned();
+                // One unit spent per ask; a day-long bucket returns none in a run.
+                assert!(
+                    left.contains(&format!(";r={};", 100 - asked)),
+                    "{k}: {left} after {asked} asks"
+                );
+            }
+            peak = peak.max(live() - base);
+        }
+    }
+    let took = started.elapsed();
+    peak = peak.max(live() - base);
+    let bound = max_keys as f64 * bytes_per_key;
+    println!(
+        "flood: {flood} distinct keys in {:.1} s ({:.0}/s), max_keys {max_keys}: {} keys held, peak live heap {peak} B <= {max_keys} x {bytes_per_key:.1} B/key = {bound:.0} B: {}; 10 known keys exact after {asked} asks each",
+        took.as_secs_f64(),
+        flood as f64 / took.as_secs_f64(),
+        layer.local_keys(),
+        if (peak as f64) <= bound {
+            "ok"
+        } else {
+            "EXCEEDED"
+        },
+    );
+    assert!(peak as f64 <= bound, "peak {peak} B above {bound} B");
+    assert!(layer.local_keys() <= max_keys + 10);
 }

@@ -30,6 +30,7 @@ pub mod rate_limit;
 pub mod response;
 pub mod rule;
 mod settings;
+mod throttle;
 
 pub use algorithm::Algorithm;
 pub use concurrency::{ConcurrencyLimitBuilder, ConcurrencyLimitLayer, ConcurrencyLimitService};

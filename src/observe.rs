@@ -14,10 +14,11 @@ use std::time::Duration;
 /// The `tracing` target of every event.
 pub const TARGET: &str = "keyed_rate_limit";
 
-/// Counter: decisions that denied, or that a failure mode made; labels
-/// `rule`, `outcome` (`deny`, `shadow_deny`, `fail_open`, `fail_closed`,
-/// `local_fallback`) and, for failure modes, `cause` (`timeout`, `error`,
-/// `circuit_open`).
+/// Counter: decisions that denied, that a failure mode made, or that found
+/// the key space full; labels `rule`, `outcome` (`deny`, `shadow_deny`,
+/// `fail_open`, `fail_closed`, `local_fallback`, `key_space_full`,
+/// `key_space_overflow`) and, for failure modes, `cause` (`timeout`,
+/// `error`, `circuit_open`).
 pub const DECISIONS_TOTAL: &str = "rate_limit_decisions_total";
 
 /// Counter: a rule's Redis circuit breaker opened; label `rule`.
@@ -99,6 +100,25 @@ pub(crate) fn proxy_misconfig(kind: &'static str, what: &'static str, log: bool)
     }
     #[cfg(feature = "metrics")]
     metrics::counter!(PROXY_MISCONFIG_TOTAL, "kind" => kind).increment(1);
+}
+
+/// A new key found the rule's key space full: counted every time, with
+/// `outcome="key_space_overflow"` (counted in the shared bucket) or
+/// `"key_space_full"` (refused); logged at most once a minute per rule.
+pub(crate) fn key_space_full(
+    rule: &Arc<str>,
+    how: crate::rule::KeySpaceFull,
+    max_keys: usize,
+    warned: &crate::throttle::Throttle,
+) {
+    let outcome = match how {
+        crate::rule::KeySpaceFull::Refuse => "key_space_full",
+        _ => "key_space_overflow",
+    };
+    if warned.ready(Duration::from_secs(60)) {
+        tracing::warn!(target: TARGET, rule = %rule, max_keys, outcome, "key space full: new keys are not counted on their own (a flood of distinct keys?)");
+    }
+    count(DECISIONS_TOTAL, rule, &[("outcome", outcome)]);
 }
 
 /// Every deny is logged (with the key's fingerprint, never the key) and

@@ -3,10 +3,13 @@
 //! does on Redis.
 
 use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use dashmap::DashMap;
 
+use super::keyspace::{Budget, KeySpaceFull, SWEEP_EVERY, mark_diverted};
+use crate::throttle::Throttle;
 use crate::{Decision, Key, Quota};
 
 #[derive(Debug, Clone, Copy)]
@@ -21,9 +24,13 @@ struct Entry {
 ///
 /// The count is per key, not per quota: a key whose plan changes mid-month
 /// keeps what it spent, as on Redis.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct CalendarStore {
     map: DashMap<Key, Entry>,
+    /// The keys that found the key space full, when they overflow.
+    overflow: Mutex<Option<Entry>>,
+    budget: Arc<Budget>,
+    sweeps: Throttle,
 }
 
 /// Microseconds since the epoch, from the system clock (read as UTC).
@@ -34,6 +41,15 @@ fn now_us() -> i64 {
 }
 
 impl CalendarStore {
+    pub(crate) fn new(budget: Arc<Budget>) -> Self {
+        Self {
+            map: DashMap::new(),
+            overflow: Mutex::new(None),
+            budget,
+            sweeps: Throttle::default(),
+        }
+    }
+
     /// Spends `cost` units of the calendar quota `quota` for `key`.
     pub(crate) fn check(&self, key: &Key, quota: Quota, cost: NonZeroU32) -> Decision {
         self.check_at(now_us(), key, quota, cost)
@@ -50,22 +66,60 @@ impl CalendarStore {
             end,
             count: 0,
         };
-        let mut e = match self.map.get_mut(key) {
-            Some(e) => e,
-            None => self.map.entry(key.clone()).or_insert(fresh),
-        };
-        if e.start != start {
-            *e = fresh;
-        }
         let limit = quota.limit();
-        match e.count.checked_add(cost.get()).filter(|&c| c <= limit) {
-            // Every unit spent comes back together when the window ends.
-            Some(count) => {
-                e.count = count;
-                Decision::allowed(limit, window, limit - count, reset)
+        let spend = |e: &mut Entry| {
+            if e.start != start {
+                *e = fresh;
             }
-            None => Decision::denied(limit, window, reset, reset),
+            match e.count.checked_add(cost.get()).filter(|&c| c <= limit) {
+                // Every unit spent comes back together when the window ends.
+                Some(count) => {
+                    e.count = count;
+                    Decision::allowed(limit, window, limit - count, reset)
+                }
+                None => Decision::denied(limit, window, reset, reset),
+            }
+        };
+        if let Some(mut e) = self.map.get_mut(key) {
+            return spend(&mut e);
         }
+        if self.room(now) {
+            let mut new = false;
+            let mut e = self.map.entry(key.clone()).or_insert_with(|| {
+                new = true;
+                fresh
+            });
+            if !new {
+                self.budget.give_back(1);
+            }
+            return spend(&mut e);
+        }
+        mark_diverted(self.budget.when_full);
+        match self.budget.when_full {
+            KeySpaceFull::Overflow => {
+                let mut o = self.overflow.lock().unwrap_or_else(|p| p.into_inner());
+                spend(o.get_or_insert(fresh))
+            }
+            // The caller refuses.
+            KeySpaceFull::Refuse => Decision::allowed(limit, window, limit, reset),
+        }
+    }
+
+    /// A place for a new key: free, or freed by forgetting ended windows.
+    fn room(&self, now: i64) -> bool {
+        if self.budget.take() {
+            return true;
+        }
+        self.sweeps.ready(SWEEP_EVERY) && self.forget_ended(now) > 0 && self.budget.take()
+    }
+
+    fn forget_ended(&self, now: i64) -> usize {
+        let now = now.div_euclid(1_000_000);
+        let before = self.map.len();
+        self.map.retain(|_, e| e.end > now);
+        let removed = before.saturating_sub(self.map.len());
+        self.budget.give_back(removed);
+        removed
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -78,9 +132,14 @@ impl CalendarStore {
     }
 
     fn cleanup_at(&self, now: i64) {
-        let now = now.div_euclid(1_000_000);
-        self.map.retain(|_, e| e.end > now);
+        self.forget_ended(now);
         self.map.shrink_to_fit();
+    }
+}
+
+impl Drop for CalendarStore {
+    fn drop(&mut self) {
+        self.budget.give_back(self.map.len());
     }
 }
 
@@ -104,7 +163,7 @@ mod tests {
 
     #[test]
     fn a_month_resets_on_the_first_with_its_own_length() {
-        let store = CalendarStore::default();
+        let store = CalendarStore::new(Budget::new(100, KeySpaceFull::Overflow));
         let q = Quota::per_month(3);
         let key = Key::from("k");
         // 23:59:59.5 on 29 February 2024.
@@ -135,7 +194,7 @@ mod tests {
 
     #[test]
     fn days_follow_the_offset_and_cleanup_forgets_ended_windows() {
-        let store = CalendarStore::default();
+        let store = CalendarStore::new(Budget::new(100, KeySpaceFull::Overflow));
         // UTC-05:00: the day ends at 05:00 UTC.
         let q = Quota::per_day(1).with_utc_offset(-5 * 3600);
         let key = Key::from("k");

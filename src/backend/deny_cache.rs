@@ -2,10 +2,13 @@
 //! the gateway a map lookup instead of a Redis round trip.
 
 use std::num::NonZeroU32;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
 
+use super::keyspace::{Budget, SWEEP_EVERY};
+use crate::throttle::Throttle;
 use crate::{Decision, Key, Quota};
 
 #[derive(Debug, Clone, Copy)]
@@ -27,12 +30,25 @@ struct Entry {
 /// algorithms (GCRA, token bucket) one unit comes back at a time, so when a
 /// deny expires one request asks Redis while the others, which that unit
 /// could not serve anyway, stay denied until the answer is in: no herd.
-#[derive(Debug, Default)]
+///
+/// Bounded by the rule's `max_keys`: when full, expired entries go first;
+/// if none has, the new deny is not cached (Redis answers it instead).
+#[derive(Debug)]
 pub(crate) struct DenyCache {
     map: DashMap<Key, Entry>,
+    budget: Arc<Budget>,
+    sweeps: Throttle,
 }
 
 impl DenyCache {
+    pub(crate) fn new(budget: Arc<Budget>) -> Self {
+        Self {
+            map: DashMap::new(),
+            budget,
+            sweeps: Throttle::default(),
+        }
+    }
+
     /// A cached deny, or `None` when this request must ask Redis.
     pub(crate) fn get(
         &self,
@@ -73,7 +89,9 @@ impl DenyCache {
             return None;
         }
         drop(e);
-        self.map.remove_if(key, |_, v| v.until <= now);
+        if self.map.remove_if(key, |_, v| v.until <= now).is_some() {
+            self.budget.give_back(1);
+        }
         None
     }
 
@@ -87,23 +105,46 @@ impl DenyCache {
         let Some(wait) = d.retry_after().filter(|w| !w.is_zero()) else {
             return;
         };
-        self.map.insert(
-            key,
-            Entry {
-                quota,
-                window: d.window(),
-                cost: cost.get(),
-                until: now + wait,
-                reset_at: now + d.reset(),
-                refreshing: false,
-            },
-        );
+        let entry = Entry {
+            quota,
+            window: d.window(),
+            cost: cost.get(),
+            until: now + wait,
+            reset_at: now + d.reset(),
+            refreshing: false,
+        };
+        if let Some(mut e) = self.map.get_mut(&key) {
+            *e = entry;
+            return;
+        }
+        if self.room(now) && self.map.insert(key, entry).is_some() {
+            // Another request cached it meanwhile.
+            self.budget.give_back(1);
+        }
+    }
+
+    /// A place for a new entry: free, or freed by forgetting expired ones.
+    fn room(&self, now: Instant) -> bool {
+        self.budget.take()
+            || (self.sweeps.ready(SWEEP_EVERY)
+                && self.forget_expired(now) > 0
+                && self.budget.take())
+    }
+
+    fn forget_expired(&self, now: Instant) -> usize {
+        let before = self.map.len();
+        self.map.retain(|_, e| e.until > now);
+        let removed = before.saturating_sub(self.map.len());
+        self.budget.give_back(removed);
+        removed
     }
 
     /// Redis admitted with room to spare, or could not answer: the key's
     /// requests go to Redis again.
     pub(crate) fn forget(&self, key: &Key) {
-        self.map.remove(key);
+        if self.map.remove(key).is_some() {
+            self.budget.give_back(1);
+        }
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -115,7 +156,7 @@ impl DenyCache {
     }
 
     fn cleanup_at(&self, now: Instant) {
-        self.map.retain(|_, e| e.until > now);
+        self.forget_expired(now);
         self.map.shrink_to_fit();
     }
 }
@@ -123,6 +164,7 @@ impl DenyCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::keyspace::KeySpaceFull;
 
     const TWO: NonZeroU32 = NonZeroU32::new(2).unwrap();
 
@@ -132,7 +174,10 @@ mod tests {
 
     #[test]
     fn serves_a_deny_until_it_expires_only_for_equal_or_costlier_requests() {
-        let (c, t) = (DenyCache::default(), Instant::now());
+        let (c, t) = (
+            DenyCache::new(Budget::new(1000, KeySpaceFull::Refuse)),
+            Instant::now(),
+        );
         let q = Quota::per_minute(10);
         let key = Key::from("k");
         assert!(c.get_at(t, &key, q, TWO, false).is_none());
@@ -167,7 +212,10 @@ mod tests {
 
     #[test]
     fn one_request_refreshes_an_expired_deny_while_the_rest_wait() {
-        let (c, t) = (DenyCache::default(), Instant::now());
+        let (c, t) = (
+            DenyCache::new(Budget::new(1000, KeySpaceFull::Refuse)),
+            Instant::now(),
+        );
         let q = Quota::per_minute(60); // one unit back per second
         let key = Key::from("k");
         c.put_at(
@@ -206,7 +254,10 @@ mod tests {
 
     #[test]
     fn cleanup_drops_only_expired_entries() {
-        let (c, t) = (DenyCache::default(), Instant::now());
+        let (c, t) = (
+            DenyCache::new(Budget::new(1000, KeySpaceFull::Refuse)),
+            Instant::now(),
+        );
         let q = Quota::per_minute(10);
         c.put_at(
             t,
@@ -238,7 +289,7 @@ mod tests {
 
     #[test]
     fn never_caches_a_deny_without_a_wait() {
-        let c = DenyCache::default();
+        let c = DenyCache::new(Budget::new(1000, KeySpaceFull::Refuse));
         let q = Quota::per_minute(1);
         c.put(
             Key::from("k"),

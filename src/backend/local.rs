@@ -8,13 +8,13 @@ use std::time::Duration;
 use governor::clock::{Clock, DefaultClock};
 use governor::middleware::NoOpMiddleware;
 use governor::middleware::StateInformationMiddleware;
-use governor::state::keyed::DefaultKeyedStateStore;
 use governor::{Quota as GovernorQuota, RateLimiter};
 
 use super::calendar::CalendarStore;
+use super::keyspace::{self, Budget, GcraStore, KeySpaceFull};
 use crate::{Decision, Key, Quota};
 
-type Keyed<C> = RateLimiter<Key, DefaultKeyedStateStore<Key>, C, StateInformationMiddleware>;
+type Keyed<C> = RateLimiter<Key, GcraStore<C>, C, StateInformationMiddleware>;
 
 /// Keyed limiters for one rule: one governor limiter per distinct quota, so
 /// per-plan quotas don't share cells. The clock is governor's: the system's,
@@ -26,30 +26,56 @@ pub(crate) struct LocalStore<C: Clock = DefaultClock> {
     dynamic: RwLock<HashMap<Quota, Arc<Keyed<C>>>>,
     /// Calendar quotas, made on first use; boxed to keep the store small.
     calendar: OnceLock<Box<CalendarStore>>,
+    /// The places for keys every limiter here shares.
+    budget: Arc<Budget>,
     clock: C,
 }
 
 impl LocalStore {
-    pub(crate) fn new(fixed: Option<Quota>) -> Self {
-        Self::with_clock(fixed, DefaultClock::default())
+    pub(crate) fn new(fixed: Option<Quota>, budget: Arc<Budget>) -> Self {
+        Self::with_clock(fixed, budget, DefaultClock::default())
     }
 }
 
 impl<C: Clock + Clone> LocalStore<C> {
-    fn with_clock(fixed: Option<Quota>, clock: C) -> Self {
+    fn with_clock(fixed: Option<Quota>, budget: Arc<Budget>, clock: C) -> Self {
         Self {
-            fixed: fixed
-                .filter(|q| q.period().is_none())
-                .map(|q| (q, q.emission_interval(), Arc::new(limiter(q, &clock)))),
+            fixed: fixed.filter(|q| q.period().is_none()).map(|q| {
+                (
+                    q,
+                    q.emission_interval(),
+                    Arc::new(limiter(q, &budget, &clock)),
+                )
+            }),
             dynamic: RwLock::new(HashMap::new()),
             calendar: OnceLock::new(),
+            budget,
             clock,
         }
     }
 
     /// Spends `cost` units of `quota` for `key`. `quota` must be valid and
-    /// `cost` at least one.
-    pub(crate) fn check(&self, key: &Key, quota: Quota, cost: NonZeroU32) -> Decision {
+    /// `cost` at least one. A new key that found the key space full is
+    /// counted in the overflow bucket or refused, and says so.
+    pub(crate) fn check(
+        &self,
+        key: &Key,
+        quota: Quota,
+        cost: NonZeroU32,
+    ) -> (Decision, Option<KeySpaceFull>) {
+        let d = self.check_inner(key, quota, cost);
+        match keyspace::take_diverted() {
+            None => (d, None),
+            Some(KeySpaceFull::Refuse) => {
+                let w = d.window();
+                let refused = Decision::denied(quota.limit(), w, w, w);
+                (refused, Some(KeySpaceFull::Refuse))
+            }
+            Some(how) => (d, Some(how)),
+        }
+    }
+
+    fn check_inner(&self, key: &Key, quota: Quota, cost: NonZeroU32) -> Decision {
         match &self.fixed {
             // The hot path borrows: no reference count shared across cores.
             Some((q, interval, l)) if *q == quota => {
@@ -57,7 +83,7 @@ impl<C: Clock + Clone> LocalStore<C> {
             }
             _ if quota.period().is_some() => self
                 .calendar
-                .get_or_init(Box::default)
+                .get_or_init(|| Box::new(CalendarStore::new(self.budget.clone())))
                 .check(key, quota, cost),
             _ => {
                 let interval = quota.emission_interval();
@@ -115,7 +141,7 @@ impl<C: Clock + Clone> LocalStore<C> {
             .write()
             .expect("poisoned")
             .entry(quota)
-            .or_insert_with(|| Arc::new(limiter(quota, &self.clock)))
+            .or_insert_with(|| Arc::new(limiter(quota, &self.budget, &self.clock)))
             .clone()
     }
 
@@ -144,18 +170,15 @@ impl<C: Clock + Clone> LocalStore<C> {
     }
 }
 
-fn limiter<C: Clock + Clone>(q: Quota, clock: &C) -> Keyed<C> {
+fn limiter<C: Clock + Clone>(q: Quota, budget: &Arc<Budget>, clock: &C) -> Keyed<C> {
     // Callers validated the quota: interval and burst are non-zero.
     let burst = NonZeroU32::new(q.burst()).unwrap_or(NonZeroU32::MIN);
     let gq = GovernorQuota::with_period(q.emission_interval())
         .unwrap_or_else(|| GovernorQuota::per_second(NonZeroU32::MIN))
         .allow_burst(burst);
-    RateLimiter::<Key, _, _, NoOpMiddleware<C::Instant>>::new(
-        gq,
-        DefaultKeyedStateStore::default(),
-        clock.clone(),
-    )
-    .with_middleware::<StateInformationMiddleware>()
+    let store = GcraStore::new(budget.clone(), clock.clone(), q.emission_interval());
+    RateLimiter::<Key, _, _, NoOpMiddleware<C::Instant>>::new(gq, store, clock.clone())
+        .with_middleware::<StateInformationMiddleware>()
 }
 
 #[cfg(test)]
@@ -169,8 +192,90 @@ mod tests {
     }
 
     fn store(fixed: Option<Quota>) -> (LocalStore<FakeRelativeClock>, FakeRelativeClock) {
+        bounded(fixed, 1000, KeySpaceFull::Overflow)
+    }
+
+    fn bounded(
+        fixed: Option<Quota>,
+        max: usize,
+        when_full: KeySpaceFull,
+    ) -> (LocalStore<FakeRelativeClock>, FakeRelativeClock) {
         let clock = FakeRelativeClock::default();
-        (LocalStore::with_clock(fixed, clock.clone()), clock)
+        let budget = Budget::new(max, when_full);
+        (LocalStore::with_clock(fixed, budget, clock.clone()), clock)
+    }
+
+    impl<C: Clock + Clone> LocalStore<C> {
+        /// The decision alone, for keys that always find a place.
+        fn decide(&self, key: &Key, quota: Quota, cost: NonZeroU32) -> Decision {
+            let (d, diverted) = self.check(key, quota, cost);
+            assert_eq!(diverted, None);
+            d
+        }
+    }
+
+    #[test]
+    fn a_full_key_space_overflows_into_one_shared_bucket() {
+        let q = Quota::per_minute(2);
+        let (store, _clock) = bounded(Some(q), 10, KeySpaceFull::Overflow);
+        for i in 0..10u64 {
+            store.decide(&Key::from(i), q, one());
+        }
+        assert_eq!(store.len(), 10);
+        // New keys share one bucket of the rule's quota.
+        for (i, allowed) in [(100u64, true), (101, true), (102, false)] {
+            let (d, diverted) = store.check(&Key::from(i), q, one());
+            assert_eq!(
+                (d.is_allowed(), diverted),
+                (allowed, Some(KeySpaceFull::Overflow))
+            );
+        }
+        assert_eq!(store.len(), 10, "no place was made");
+        // Known keys keep their own limits.
+        assert_eq!(store.decide(&Key::from(3u64), q, one()).remaining(), 0);
+        assert!(!store.decide(&Key::from(3u64), q, one()).is_allowed());
+    }
+
+    #[test]
+    fn a_full_key_space_can_refuse_new_keys() {
+        let q = Quota::per_minute(2);
+        let (store, _clock) = bounded(Some(q), 3, KeySpaceFull::Refuse);
+        for i in 0..3u64 {
+            store.decide(&Key::from(i), q, one());
+        }
+        let (d, diverted) = store.check(&Key::from("new"), q, one());
+        assert_eq!(diverted, Some(KeySpaceFull::Refuse));
+        assert!(!d.is_allowed());
+        assert_eq!(d.retry_after(), Some(Duration::from_secs(60)), "a window");
+        assert_eq!(store.len(), 3);
+    }
+
+    #[test]
+    fn full_buckets_make_room_and_a_flood_stays_bounded() {
+        let q = Quota::new(10, Duration::from_secs(1));
+        let (store, clock) = bounded(Some(q), 100, KeySpaceFull::Overflow);
+        let known = Key::from("known");
+        for _ in 0..5 {
+            store.decide(&known, q, one());
+        }
+        for i in 0..99u64 {
+            store.decide(&Key::from(i), q, one());
+        }
+        // Every bucket but `known`'s is whole again (one interval on): the
+        // first new key sweeps them away and takes a place of its own.
+        clock.advance(Duration::from_millis(250));
+        store.decide(&known, q, one());
+        assert_eq!(store.decide(&Key::from("fresh"), q, one()).remaining(), 9);
+        assert_eq!(store.len(), 2, "known and fresh");
+        // A flood of distinct keys: never more than 100 held, and `known`
+        // keeps its exact count: 7 spent by now, 2.5 back after 250 ms.
+        let mut diverted = 0;
+        for i in 0..100_000u64 {
+            diverted += usize::from(store.check(&Key::from(1_000_000 + i), q, one()).1.is_some());
+            assert!(store.len() <= 100);
+        }
+        assert_eq!(diverted, 100_000 - 98);
+        assert_eq!(store.decide(&known, q, one()).remaining(), 5);
     }
 
     #[test]
@@ -179,19 +284,19 @@ mod tests {
         let (store, clock) = store(Some(q));
         let key = Key::from("k");
         for left in (0..5).rev() {
-            let d = store.check(&key, q, one());
+            let d = store.decide(&key, q, one());
             assert!(d.is_allowed());
             assert_eq!(d.remaining(), left);
         }
-        let d = store.check(&key, q, one());
+        let d = store.decide(&key, q, one());
         assert!(!d.is_allowed());
         assert_eq!(d.retry_after(), Some(Duration::from_secs(2)));
         assert_eq!(d.reset(), Duration::from_secs(10));
         clock.advance(Duration::from_millis(500));
-        let d = store.check(&key, q, one());
+        let d = store.decide(&key, q, one());
         assert_eq!(d.retry_after(), Some(Duration::from_millis(1500)));
         clock.advance(Duration::from_millis(1500));
-        let d = store.check(&key, q, one());
+        let d = store.decide(&key, q, one());
         assert!(d.is_allowed(), "one unit is back after one interval");
         assert_eq!(d.remaining(), 0);
     }
@@ -202,17 +307,17 @@ mod tests {
         let (store, _clock) = store(None);
         let key = Key::from("k");
         let three = NonZeroU32::new(3).unwrap();
-        assert_eq!(store.check(&key, q, three).remaining(), 7);
-        assert_eq!(store.check(&key, q, three).remaining(), 4);
-        assert_eq!(store.check(&key, q, three).remaining(), 1);
-        let d = store.check(&key, q, three);
+        assert_eq!(store.decide(&key, q, three).remaining(), 7);
+        assert_eq!(store.decide(&key, q, three).remaining(), 4);
+        assert_eq!(store.decide(&key, q, three).remaining(), 1);
+        let d = store.decide(&key, q, three);
         assert!(!d.is_allowed());
         assert_eq!(
             d.retry_after(),
             Some(Duration::from_secs(12)),
             "two more units"
         );
-        let never = store.check(&key, q, NonZeroU32::new(11).unwrap());
+        let never = store.decide(&key, q, NonZeroU32::new(11).unwrap());
         assert!(!never.is_allowed());
         assert_eq!(never.retry_after(), None);
     }
@@ -223,9 +328,9 @@ mod tests {
         let pro = Quota::per_minute(2);
         let (store, _clock) = store(Some(free));
         let key = Key::from("k");
-        assert!(store.check(&key, free, one()).is_allowed());
-        assert!(!store.check(&key, free, one()).is_allowed());
-        assert!(store.check(&key, pro, one()).is_allowed());
+        assert!(store.decide(&key, free, one()).is_allowed());
+        assert!(!store.decide(&key, free, one()).is_allowed());
+        assert!(store.decide(&key, pro, one()).is_allowed());
         assert_eq!(store.len(), 2);
     }
 
@@ -234,10 +339,10 @@ mod tests {
         let fast = Quota::new(1000, Duration::from_millis(10)); // 10 µs per cell
         let (store, clock) = store(Some(fast));
         for i in 0..100u64 {
-            store.check(&Key::from(i), fast, one());
+            store.decide(&Key::from(i), fast, one());
         }
         let slow = Quota::per_hour(1);
-        store.check(&Key::from("kept"), slow, one());
+        store.decide(&Key::from("kept"), slow, one());
         assert_eq!(store.len(), 101);
         clock.advance(Duration::from_millis(30));
         store.cleanup();
@@ -292,7 +397,7 @@ mod tests {
                     clock.advance(Duration::from_millis(gap_ms));
                     now += u128::from(gap_ms) * 1_000_000;
                     let cost = cost.min(q.burst());
-                    let d = store.check(&key, q, NonZeroU32::new(cost).unwrap());
+                    let d = store.decide(&key, q, NonZeroU32::new(cost).unwrap());
                     match model.check(now, u128::from(cost)) {
                         Ok(()) => prop_assert!(d.is_allowed(), "{now}: model admits, store denied {d:?}"),
                         Err(wait) => {

@@ -7,6 +7,7 @@
 pub(crate) mod calendar;
 #[cfg(feature = "redis")]
 pub(crate) mod deny_cache;
+pub(crate) mod keyspace;
 pub(crate) mod local;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]

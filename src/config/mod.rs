@@ -41,7 +41,7 @@ use crate::error::BuildError;
 use crate::failure::BreakerConfig;
 use crate::failure::FailureMode;
 use crate::key::{KeyExtractor, TrustedProxies};
-use crate::rule::OnMissingKey;
+use crate::rule::{KeySpaceFull, OnMissingKey};
 use crate::{Algorithm, HeaderStyle, Quota, RateLimitBuilder, RateLimitLayer, ResetFormat, Rule};
 use parse::{DurationSpec, KeyAtom, KeySpec, MissingSpec, OffsetSpec, QuotaSpec};
 pub use watch::ConfigWatcher;
@@ -123,6 +123,8 @@ struct RawRule {
     #[serde(default)]
     split_across_instances: bool,
     on_missing_key: Option<MissingSpec>,
+    max_keys: Option<usize>,
+    on_key_space_full: Option<KeySpaceFull>,
 }
 
 impl RawRule {
@@ -517,6 +519,12 @@ impl RuleConfig {
         }
         if let Some(cost) = raw.cost {
             rule = rule.cost(cost);
+        }
+        if let Some(n) = raw.max_keys {
+            rule = rule.max_keys(n);
+        }
+        if let Some(policy) = raw.on_key_space_full {
+            rule = rule.on_key_space_full(policy);
         }
         if let Some(name) = raw.cost_fn {
             let f = lookup(&reg.costs, "cost_fn", &name)?.clone();

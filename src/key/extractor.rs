@@ -11,6 +11,7 @@ use http::request::Parts;
 use super::Key;
 use super::forwarded::TrustedProxies;
 use crate::now_or_later::NowOrLater;
+use crate::throttle::Throttle;
 
 type SyncFn = dyn Fn(&Parts) -> Option<Key> + Send + Sync;
 type AsyncFn = dyn Fn(&Parts) -> BoxFuture<'static, Option<Key>> + Send + Sync;
@@ -213,7 +214,7 @@ impl KeyExtractor {
                     "peer_ip_behind_proxy",
                     "peer_ip() sees X-Forwarded-For/Forwarded from a private or loopback peer: \
                      a proxy is in front and every client shares its key; use client_ip()",
-                    warn.ready(),
+                    warn.ready(WARN_EVERY),
                 );
             }
             Some(ip)
@@ -272,7 +273,7 @@ impl KeyExtractor {
                     "untrusted_forwarder",
                     "client_ip() sees X-Forwarded-For/Forwarded from a private peer outside \
                      TrustedProxies: the header is ignored; add the proxy to TrustedProxies",
-                    warn.ready(),
+                    warn.ready(WARN_EVERY),
                 );
             }
             Some(proxies.client_ip(peer, &p.headers))
@@ -427,34 +428,14 @@ fn forwarded(p: &Parts) -> bool {
 
 /// A peer that is most likely a proxy of one's own: private, loopback,
 /// link-local or unique-local.
+/// At most one misconfiguration warning a minute from one extractor: it
+/// repeats on every request, and a log line per request would drown it.
+const WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
 fn is_private(ip: IpAddr) -> bool {
     match super::canonical(ip) {
         IpAddr::V4(v4) => v4.is_private() || v4.is_loopback() || v4.is_link_local(),
         IpAddr::V6(v6) => v6.is_loopback() || v6.is_unique_local() || v6.is_unicast_link_local(),
-    }
-}
-
-/// At most one warning a minute from one extractor: a misconfiguration
-/// repeats on every request, and a log line per request would drown it.
-#[derive(Default)]
-struct Throttle(std::sync::atomic::AtomicU64);
-
-impl Throttle {
-    const EVERY_SECS: u64 = 60;
-
-    fn ready(&self) -> bool {
-        use std::sync::atomic::Ordering;
-        // Monotonic seconds since the first throttle was asked, plus one.
-        static BASE: std::sync::LazyLock<std::time::Instant> =
-            std::sync::LazyLock::new(std::time::Instant::now);
-        let now = BASE.elapsed().as_secs() + 1;
-        let last = self.0.load(Ordering::Relaxed);
-        // 0 means never: the first sighting always warns.
-        (last == 0 || now >= last + Self::EVERY_SECS)
-            && self
-                .0
-                .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
     }
 }
 

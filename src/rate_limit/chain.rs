@@ -10,6 +10,7 @@ use http::request::Parts;
 
 #[cfg(feature = "redis")]
 use super::global::Global;
+use crate::backend::keyspace::Budget;
 use crate::backend::local::LocalStore;
 use crate::decision::Decisions;
 use crate::error::BuildError;
@@ -20,6 +21,7 @@ use crate::observe;
 use crate::rule::{
     Cost, Found, Lookup, OnDeny, OnMissingKey, QuotaSource, Rule, Scope, valid_name,
 };
+use crate::throttle::Throttle;
 use crate::{Decision, Key, Quota, RuleDecision, Source};
 
 /// Settings the chain shares with every rule.
@@ -34,6 +36,8 @@ pub(crate) struct ChainConfig {
 
 pub(crate) struct CompiledRule {
     rule: Rule,
+    /// At most one key-space warning a minute.
+    key_space_warned: Throttle,
     /// Requests waiting per key, for `OnDeny::Wait`.
     waiters: Arc<Waiters>,
     /// Shared with the chain a reload replaces, when the rule's state
@@ -126,6 +130,7 @@ impl Chain {
                 StaticPolicy::new(&rule.name, q.limit(), q.window(), false)
             });
             out.push(Arc::new(CompiledRule {
+                key_space_warned: Throttle::default(),
                 waiters,
                 backend,
                 policy,
@@ -283,6 +288,9 @@ fn validate(rule: &Rule, instances: Option<u32>) -> Result<(), BuildError> {
     }
     let rule_err = || name.to_string();
     rule.on_missing.check_keys(&rule.key, name)?;
+    if rule.max_keys == 0 {
+        return Err(BuildError::InvalidSetting("max_keys must be at least 1"));
+    }
     if let OnDeny::Wait { max, queue } = rule.on_deny
         && (max.is_zero() || queue == 0)
     {
@@ -367,6 +375,7 @@ fn new_backend(rule: &Rule, instances: u32) -> Backend {
     match &rule.scope {
         Scope::Local => Backend::Local(Arc::new(LocalStore::new(
             rule.static_quota().map(|q| share(rule, q, instances)),
+            Budget::new(rule.max_keys, rule.on_key_space_full),
         ))),
         #[cfg(feature = "redis")]
         Scope::Global(redis) => {
@@ -413,6 +422,7 @@ impl CompiledRule {
         };
         same_scope
             && old.key.name() == new.key.name()
+            && (old.max_keys, old.on_key_space_full) == (new.max_keys, new.on_key_space_full)
             && old.algorithm == new.algorithm
             && quota(old, self.instances) == quota(new, instances)
             && matches!(old.quota, QuotaSource::Dynamic(_))
@@ -549,11 +559,20 @@ impl CompiledRule {
         cost: NonZeroU32,
     ) -> Decision {
         // Cloning a fresh `Bytes` allocates: only overlong keys pay for it.
-        if key.len() <= self.max_key_len {
+        let (d, diverted) = if key.len() <= self.max_key_len {
             store.check(key, quota, cost)
         } else {
             store.check(&key.clone().bounded(self.max_key_len), quota, cost)
+        };
+        if let Some(how) = diverted {
+            observe::key_space_full(
+                &self.rule.name,
+                how,
+                self.rule.max_keys,
+                &self.key_space_warned,
+            );
         }
+        d
     }
 
     /// Whether `d` is a deny this rule would rather wait out.

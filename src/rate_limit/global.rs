@@ -5,6 +5,7 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use crate::backend::deny_cache::DenyCache;
+use crate::backend::keyspace::{Budget, KeySpaceFull};
 use crate::backend::local::LocalStore;
 use crate::backend::redis::RedisBackend;
 use crate::failure::{Admit, BreakerStatus, Cause, FailureMode, Guard};
@@ -24,8 +25,8 @@ impl Global {
         Self {
             redis,
             guard: Guard::new(rule.name.clone(), rule.failure, instances),
-            denies: DenyCache::default(),
-            fallback: LocalStore::new(None),
+            denies: DenyCache::new(Budget::new(rule.max_keys, KeySpaceFull::Refuse)),
+            fallback: LocalStore::new(None, Budget::new(rule.max_keys, rule.on_key_space_full)),
         }
     }
 
@@ -86,7 +87,8 @@ impl Global {
                             share.window(),
                         )
                     } else {
-                        self.fallback.check(key, share, cost)
+                        // A diverted key is counted (or refused) in the share, unreported.
+                        self.fallback.check(key, share, cost).0
                     }
                 }
             };

@@ -71,6 +71,38 @@ pub enum OnDeny {
     },
 }
 
+/// The most keys one rule holds in this process by default: about 100 MB
+/// of local state at the ~100 bytes a key costs (`examples/memory.rs`).
+pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
+
+/// What a rule does with a new key when its key space is full and no
+/// bucket can be forgotten without changing a decision.
+///
+/// ```
+/// use keyed_rate_limit::{KeyExtractor, Quota, Rule, rule::KeySpaceFull};
+/// let per_key = Rule::new("per-key", KeyExtractor::header("x-api-key"), Quota::per_minute(100))
+///     .max_keys(100_000)
+///     .on_key_space_full(KeySpaceFull::Refuse);
+/// # let _ = per_key;
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(
+    feature = "config",
+    derive(serde::Deserialize),
+    serde(rename_all = "snake_case")
+)]
+#[non_exhaustive]
+pub enum KeySpaceFull {
+    /// Count the new key in one bucket shared by every key that found no
+    /// room, with the rule's quota (the default): the flood is limited as
+    /// one client, and new clients share its fate until places free up.
+    #[default]
+    Overflow,
+    /// Refuse the request with 429, `Retry-After` one window, and
+    /// `outcome="key_space_full"` in the metrics.
+    Refuse,
+}
+
 /// What a rule does with a request its key extractor found no key for.
 ///
 /// ```
@@ -207,6 +239,8 @@ pub struct Rule {
     pub(crate) partition_key: bool,
     pub(crate) split_across_instances: bool,
     pub(crate) failure: FailurePolicy,
+    pub(crate) max_keys: usize,
+    pub(crate) on_key_space_full: KeySpaceFull,
 }
 
 impl Rule {
@@ -231,6 +265,8 @@ impl Rule {
             partition_key: false,
             split_across_instances: false,
             failure: FailurePolicy::default(),
+            max_keys: DEFAULT_MAX_KEYS,
+            on_key_space_full: KeySpaceFull::default(),
         }
     }
 
@@ -335,6 +371,35 @@ impl Rule {
     /// What to do when the key extractor finds no key (default: skip the rule).
     pub fn on_missing_key(mut self, policy: OnMissingKey) -> Self {
         self.on_missing = policy;
+        self
+    }
+
+    /// The most keys this rule holds in this process (default
+    /// [`DEFAULT_MAX_KEYS`], one million): its local counters, and for a
+    /// global rule its cached denies and its fallback shares. Memory then
+    /// stays under `max_keys` times the bytes a key costs (~100, see
+    /// `examples/memory.rs`), whatever a flood of distinct keys does.
+    ///
+    /// A new key that finds no place first makes room by forgetting full
+    /// buckets (which changes no decision; at most ten sweeps a second
+    /// while full); if none can go, [`on_key_space_full`](Self::on_key_space_full)
+    /// applies. Keys already held keep their own limits throughout. Zero is
+    /// a build error.
+    ///
+    /// ```
+    /// # use keyed_rate_limit::{Quota, Rule, key::KeyExtractor};
+    /// let per_ip = Rule::new("per-ip", KeyExtractor::peer_ip(), Quota::per_second(5)).max_keys(50_000);
+    /// # let _ = per_ip;
+    /// ```
+    pub fn max_keys(mut self, n: usize) -> Self {
+        self.max_keys = n;
+        self
+    }
+
+    /// What a new key gets when the key space is full (default
+    /// [`KeySpaceFull::Overflow`]): see [`max_keys`](Self::max_keys).
+    pub fn on_key_space_full(mut self, policy: KeySpaceFull) -> Self {
+        self.on_key_space_full = policy;
         self
     }
 

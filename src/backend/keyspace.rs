@@ -1,0 +1,209 @@
+//! A bounded key space for the in-process stores, so a flood of distinct
+//! keys (random API keys, the 2^64 addresses of one IPv6 /64) can't grow
+//! memory without limit.
+//!
+//! A rule's stores share one [`Budget`] of keys. A new key takes a place;
+//! when none is left, the store first forgets its full buckets (state a new
+//! key would have anyway, so no decision changes), at most once per
+//! [`SWEEP_EVERY`]; if that frees nothing, the new key is *diverted*: it
+//! counts in one shared overflow bucket, or is refused
+//! ([`KeySpaceFull`]). Known keys keep their own limits throughout.
+
+use std::cell::Cell;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use governor::clock::{Clock, Reference};
+use governor::nanos::Nanos;
+use governor::state::StateStore;
+use governor::state::keyed::ShrinkableKeyedStateStore;
+
+use crate::Key;
+pub(crate) use crate::rule::KeySpaceFull;
+use crate::throttle::Throttle;
+
+/// How often a full store may look for full buckets to forget.
+pub(crate) const SWEEP_EVERY: Duration = Duration::from_millis(100);
+
+/// The places for keys that one rule's stores share.
+#[derive(Debug)]
+pub(crate) struct Budget {
+    max: usize,
+    used: AtomicUsize,
+    pub(crate) when_full: KeySpaceFull,
+}
+
+impl Budget {
+    pub(crate) fn new(max: usize, when_full: KeySpaceFull) -> Arc<Self> {
+        Arc::new(Self {
+            max,
+            used: AtomicUsize::new(0),
+            when_full,
+        })
+    }
+
+    /// Takes a place for a new key, if one is left.
+    pub(crate) fn take(&self) -> bool {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    pub(crate) fn give_back(&self, n: usize) {
+        if n > 0 {
+            self.used.fetch_sub(n, Ordering::AcqRel);
+        }
+    }
+}
+
+thread_local! {
+    /// Set by a store that diverted this thread's last new key.
+    static DIVERTED: Cell<Option<KeySpaceFull>> = const { Cell::new(None) };
+}
+
+/// Whether the check just made on this thread was diverted, and how;
+/// clears the mark.
+pub(crate) fn take_diverted() -> Option<KeySpaceFull> {
+    DIVERTED.with(Cell::take)
+}
+
+pub(crate) fn mark_diverted(how: KeySpaceFull) {
+    DIVERTED.with(|d| d.set(Some(how)));
+}
+
+/// governor's keyed GCRA state, bounded by a [`Budget`]: one theoretical
+/// arrival time per key (0: none yet), as governor's own `DashMap` store
+/// keeps it, plus the overflow bucket.
+pub(crate) struct GcraStore<C: Clock> {
+    map: DashMap<Key, AtomicU64>,
+    overflow: AtomicU64,
+    budget: Arc<Budget>,
+    sweeps: Throttle,
+    clock: C,
+    /// Read just before the limiter's own start, so `now` here is never
+    /// behind governor's.
+    start: C::Instant,
+    /// One emission interval: governor keeps a key that long past full.
+    t: Nanos,
+}
+
+impl<C: Clock> GcraStore<C> {
+    pub(crate) fn new(budget: Arc<Budget>, clock: C, t: Duration) -> Self {
+        Self {
+            map: DashMap::new(),
+            overflow: AtomicU64::new(0),
+            budget,
+            sweeps: Throttle::default(),
+            start: clock.now(),
+            clock,
+            t: Nanos::from(t),
+        }
+    }
+
+    fn forget_full(&self, drop_below: Nanos) -> usize {
+        let drop_below = u64::from(drop_below);
+        let before = self.map.len();
+        self.map
+            .retain(|_, tat| tat.load(Ordering::Relaxed) > drop_below);
+        let removed = before.saturating_sub(self.map.len());
+        self.budget.give_back(removed);
+        removed
+    }
+
+    /// Room for a new key: a free place, or one freed by forgetting full buckets.
+    fn room(&self) -> bool {
+        if self.budget.take() {
+            return true;
+        }
+        if !self.sweeps.ready(SWEEP_EVERY) {
+            return false;
+        }
+        let now = self.clock.now().duration_since(self.start);
+        // As governor's retain_recent: a full bucket, one interval on.
+        let margin = self.t + Nanos::from(Duration::from_micros(1));
+        self.forget_full(now.saturating_sub(margin)) > 0 && self.budget.take()
+    }
+}
+
+/// governor's CAS loop on one arrival time.
+fn measure<T, E>(
+    tat: &AtomicU64,
+    f: impl Fn(Option<Nanos>) -> Result<(T, Nanos), E>,
+) -> Result<T, E> {
+    let mut prev = tat.load(Ordering::Acquire);
+    loop {
+        let (result, next) = f((prev != 0).then(|| Nanos::from(prev)))?;
+        match tat.compare_exchange_weak(prev, next.into(), Ordering::Release, Ordering::Relaxed) {
+            Ok(_) => return Ok(result),
+            Err(p) => prev = p,
+        }
+    }
+}
+
+impl<C: Clock> StateStore for GcraStore<C> {
+    type Key = Key;
+
+    fn measure_and_replace<T, F, E>(&self, key: &Key, f: F) -> Result<T, E>
+    where
+        F: Fn(Option<Nanos>) -> Result<(T, Nanos), E>,
+    {
+        if let Some(tat) = self.map.get(key) {
+            return measure(&tat, f);
+        }
+        if self.room() {
+            let mut fresh = false;
+            let tat = self.map.entry(key.clone()).or_insert_with(|| {
+                fresh = true;
+                AtomicU64::new(0)
+            });
+            if !fresh {
+                // Another request made it meanwhile.
+                self.budget.give_back(1);
+            }
+            return measure(&tat, f);
+        }
+        mark_diverted(self.budget.when_full);
+        match self.budget.when_full {
+            KeySpaceFull::Overflow => measure(&self.overflow, f),
+            // The caller refuses: measure a fresh bucket, store nothing.
+            KeySpaceFull::Refuse => f(None).map(|(result, _)| result),
+        }
+    }
+}
+
+impl<C: Clock> ShrinkableKeyedStateStore<Key> for GcraStore<C> {
+    fn retain_recent(&self, drop_below: Nanos) {
+        self.forget_full(drop_below);
+    }
+
+    fn shrink_to_fit(&self) {
+        self.map.shrink_to_fit();
+    }
+
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}
+
+impl<C: Clock> Drop for GcraStore<C> {
+    fn drop(&mut self) {
+        self.budget.give_back(self.map.len());
+    }
+}
+
+impl<C: Clock> std::fmt::Debug for GcraStore<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GcraStore")
+            .field("keys", &self.map.len())
+            .field("budget", &self.budget)
+            .finish_non_exhaustive()
+    }
+}
