@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use keyed_rate_limit::backend::redis::{ConnectionMode, RedisBackend};
+use keyed_rate_limit::backend::redis::{ConnectionMode, RedisBackend, RedisBackendError};
 use keyed_rate_limit::{Algorithm, Key, Quota};
 use support::redis_server::free_port;
 
@@ -170,9 +170,32 @@ async fn tls_is_refused_without_the_ca_or_the_client_cert() {
     // The system store does not know the private CA.
     let unknown_ca = RedisBackend::builder(&url).build().await.unwrap_err();
     assert!(
-        unknown_ca.to_string().contains("UnknownIssuer"),
+        matches!(unknown_ca, RedisBackendError::TlsUnknownIssuer(_)),
+        "{unknown_ca:?}"
+    );
+    assert!(
+        unknown_ca.to_string().contains("unknown CA"),
         "{unknown_ca}"
     );
+    // The certificate names 127.0.0.1, not localhost; the password never shows.
+    let by_name = format!("rediss://:hunter2@localhost:{}", server.port);
+    let mismatch = RedisBackend::builder(&by_name)
+        .tls_root_cert(server.pem("ca.pem"))
+        .tls_client_cert(server.pem("cert.pem"), server.pem("key.pem"))
+        .build()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(mismatch, RedisBackendError::TlsNameMismatch(_)),
+        "{mismatch:?}"
+    );
+    assert!(
+        mismatch.to_string().contains("not valid for the host name"),
+        "{mismatch}"
+    );
+    for shown in [mismatch.to_string(), format!("{mismatch:?}")] {
+        assert!(!shown.contains("hunter2"), "{shown}");
+    }
     // The server requires a client certificate.
     let no_client_cert = RedisBackend::builder(&url)
         .tls_root_cert(server.pem("ca.pem"))

@@ -20,6 +20,12 @@ pub enum RedisBackendError {
     Permission(RedisError),
     /// A cluster URL points at a Redis without cluster mode.
     NotCluster(RedisError),
+    /// The server's TLS certificate is not valid for the host name in the
+    /// URL (connect by a name the certificate lists).
+    TlsNameMismatch(RedisError),
+    /// The server's TLS certificate is signed by a CA the client does not
+    /// trust (give a private CA with `tls_root_cert`).
+    TlsUnknownIssuer(RedisError),
     /// Every pooled connection stayed busy for the pool's connection timeout.
     PoolTimeout,
     /// A prefix or rule name contains `{` or `}`, which would break the
@@ -46,6 +52,14 @@ impl fmt::Display for RedisBackendError {
                 "the redis ACL user may not run SCRIPT LOAD and EVALSHA on the backend's keys: {e}"
             ),
             Self::NotCluster(e) => write!(f, "not a redis cluster (cluster mode is disabled): {e}"),
+            Self::TlsNameMismatch(e) => write!(
+                f,
+                "the redis server's TLS certificate is not valid for the host name in the URL: {e}"
+            ),
+            Self::TlsUnknownIssuer(e) => write!(
+                f,
+                "the redis server's TLS certificate is signed by an unknown CA (see tls_root_cert): {e}"
+            ),
             Self::PoolTimeout => f.write_str("timed out waiting for a pooled redis connection"),
             Self::InvalidName { what, name } => {
                 write!(f, "redis {what} {name:?} must not contain '{{' or '}}'")
@@ -59,7 +73,12 @@ impl fmt::Display for RedisBackendError {
 impl std::error::Error for RedisBackendError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Self::Redis(e) | Self::Auth(e) | Self::Permission(e) | Self::NotCluster(e) => Some(e),
+            Self::Redis(e)
+            | Self::Auth(e)
+            | Self::Permission(e)
+            | Self::NotCluster(e)
+            | Self::TlsNameMismatch(e)
+            | Self::TlsUnknownIssuer(e) => Some(e),
             Self::InvalidQuota(e) => Some(e),
             _ => None,
         }
@@ -95,6 +114,11 @@ impl RedisBackendError {
             Self::Permission(e)
         } else if text.contains("cluster support disabled") {
             Self::NotCluster(e)
+        // rustls's words, as its Debug and Display spell them.
+        } else if text.contains("NotValidForName") || text.contains("not valid for name") {
+            Self::TlsNameMismatch(e)
+        } else if text.contains("UnknownIssuer") || text.contains("unknown issuer") {
+            Self::TlsUnknownIssuer(e)
         } else {
             Self::Redis(e)
         }
