@@ -1,0 +1,183 @@
+//! Every Redis algorithm under random costs and gaps, on a private
+//! `redis-server`: the units admitted never exceed what the algorithm
+//! promises. Admission times are bracketed by Redis `TIME` read before and
+//! after each call, so the checks hold whatever the network does.
+//!
+//! - GCRA and token bucket: between any two admissions, at most
+//!   `burst + gap / interval` units (the gap taken at its longest).
+//! - Fixed window: at most `limit` units per window, each admission
+//!   placed in its window by the key's expiry.
+//! - Sliding window: at most `limit` units per aligned window (its current
+//!   count alone never passes the limit), for admissions whose window is
+//!   certain.
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use keyed_rate_limit::backend::redis::RedisBackend;
+use keyed_rate_limit::{Algorithm, Key, Quota};
+use proptest::prelude::*;
+use support::redis_server::RedisServer;
+
+struct Admit {
+    /// Server time (µs) just before and just after the call.
+    lo: f64,
+    hi: f64,
+    cost: u32,
+    /// Fixed window: the window's end, from the key's expiry.
+    window_end: Option<f64>,
+}
+
+fn server() -> &'static RedisServer {
+    static S: OnceLock<RedisServer> = OnceLock::new();
+    S.get_or_init(RedisServer::start)
+}
+
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static R: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    R.get_or_init(|| tokio::runtime::Runtime::new().unwrap())
+}
+
+async fn time_us(c: &mut redis::aio::MultiplexedConnection) -> f64 {
+    let (s, us): (u64, u64) = redis::cmd("TIME").query_async(c).await.unwrap();
+    s as f64 * 1e6 + us as f64
+}
+
+/// Runs `ops` (gap in ms, cost) against one key; returns the admissions.
+async fn run(
+    b: &RedisBackend,
+    prefix: &str,
+    algorithm: Algorithm,
+    q: Quota,
+    ops: &[(u64, u32)],
+) -> Vec<Admit> {
+    let client = redis::Client::open(server().url()).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let key = Key::from("k");
+    let mut out = Vec::new();
+    for &(gap, cost) in ops {
+        tokio::time::sleep(Duration::from_millis(gap)).await;
+        let lo = time_us(&mut c).await;
+        let d = b.check("r", &key, algorithm, &q, cost).await.unwrap();
+        let hi = time_us(&mut c).await;
+        if !d.is_allowed() {
+            continue;
+        }
+        let window_end = if algorithm == Algorithm::FixedWindow {
+            let k = format!("{prefix}:{{1:r:k}}:fw");
+            let pttl: i64 = redis::cmd("PTTL")
+                .arg(&k)
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            let after = time_us(&mut c).await;
+            Some(after + pttl as f64 * 1000.0)
+        } else {
+            None
+        };
+        out.push(Admit {
+            lo,
+            hi,
+            cost,
+            window_end,
+        });
+    }
+    out
+}
+
+fn check(algorithm: Algorithm, q: Quota, admits: &[Admit]) -> Result<(), String> {
+    let limit = f64::from(q.limit());
+    let window = q.window().as_micros() as f64;
+    match algorithm {
+        Algorithm::Gcra | Algorithm::TokenBucket => {
+            let interval = window / limit;
+            for i in 0..admits.len() {
+                let mut units = 0.0;
+                for j in i..admits.len() {
+                    units += f64::from(admits[j].cost);
+                    let gap = (admits[j].hi - admits[i].lo).max(0.0);
+                    let most = f64::from(q.burst()) + gap / interval + 1e-6;
+                    if units > most {
+                        return Err(format!("{units} units in {gap} µs, at most {most}"));
+                    }
+                }
+            }
+        }
+        Algorithm::FixedWindow => {
+            // Admissions of one window share its end (to the millisecond or so).
+            let mut windows: Vec<(f64, f64)> = Vec::new();
+            for a in admits {
+                let end = a.window_end.unwrap();
+                match windows.iter_mut().find(|(e, _)| (e - end).abs() < 20_000.0) {
+                    Some((_, units)) => *units += f64::from(a.cost),
+                    None => windows.push((end, f64::from(a.cost))),
+                }
+            }
+            if let Some((end, units)) = windows.iter().find(|(_, u)| *u > limit) {
+                return Err(format!("{units} units in the window ending at {end}"));
+            }
+        }
+        _ => {
+            let mut per: HashMap<i64, f64> = HashMap::new();
+            for a in admits {
+                let (from, to) = ((a.lo / window).floor(), (a.hi / window).floor());
+                if from == to {
+                    *per.entry(from as i64).or_default() += f64::from(a.cost);
+                }
+            }
+            if let Some((idx, units)) = per.iter().find(|(_, u)| **u > limit) {
+                return Err(format!("{units} units in aligned window {idx}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+const ALL: [Algorithm; 4] = [
+    Algorithm::Gcra,
+    Algorithm::TokenBucket,
+    Algorithm::FixedWindow,
+    Algorithm::SlidingWindow,
+];
+
+proptest! {
+    // Each case sleeps through its gaps (about a second, the algorithms side
+    // by side): few cases, each long enough to cross several windows.
+    #![proptest_config(ProptestConfig { cases: 8, max_shrink_iters: 0, ..ProptestConfig::default() })]
+    #[test]
+    fn admitted_units_stay_within_the_promise(
+        limit in 2u32..=6,
+        window_ms in 200u64..=400,
+        extra_burst in 0u32..=3,
+        ops in proptest::collection::vec((0u64..=120, 1u32..=9), 12..=24),
+    ) {
+        static CASE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let case = CASE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let results = runtime().block_on(async {
+            let runs = ALL.map(|algorithm| {
+                let ops = ops.clone();
+                async move {
+                    let q = Quota::new(limit, Duration::from_millis(window_ms));
+                    let q = if algorithm.has_burst() { q.with_burst(limit + extra_burst) } else { q };
+                    let prefix = format!("inv{case}-{algorithm}");
+                    let b = server().backend(&prefix).await;
+                    let capacity = algorithm.capacity(&q);
+                    let ops: Vec<(u64, u32)> =
+                        ops.iter().map(|&(gap, cost)| (gap, 1 + (cost - 1) % capacity)).collect();
+                    let admits = run(&b, &prefix, algorithm, q, &ops).await;
+                    (algorithm, q, admits)
+                }
+            });
+            futures_util::future::join_all(runs).await
+        });
+        for (algorithm, q, admits) in results {
+            prop_assert!(!admits.is_empty(), "{algorithm}: nothing admitted");
+            if let Err(e) = check(algorithm, q, &admits) {
+                prop_assert!(false, "{algorithm} {q}: {e}");
+            }
+        }
+    }
+}
