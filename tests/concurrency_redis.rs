@@ -435,3 +435,91 @@ async fn a_timed_out_acquire_leaves_no_lease_behind() {
         "acquire and release both ran"
     );
 }
+
+/// 10,000 requests in flight on 100 keys: one renewal task for them all
+/// (one Redis call per key each TTL/3), not one task per request. Their
+/// leases outlive several TTLs, so the batched renewals work; the task ends
+/// with the last lease. The requests arrive in ten waves of 1,000, as long
+/// requests pile up: a single burst of 10,000 acquires queues past the
+/// client's response timeout and takes the failure mode instead.
+#[tokio::test]
+async fn ten_thousand_requests_in_flight_share_one_renewal_task() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tower::{Layer, ServiceExt};
+
+    let server = RedisServer::start();
+    let ttl = Duration::from_secs(1);
+    let layer = builder(200)
+        .global(redis(&server, "many").await)
+        .lease_ttl(ttl)
+        .build()
+        .unwrap();
+    let entered = Arc::new(AtomicUsize::new(0));
+    let (open, gate) = tokio::sync::watch::channel(false);
+    let inner = {
+        let entered = entered.clone();
+        tower::service_fn(move |_req: http::Request<axum::body::Body>| {
+            let mut gate = gate.clone();
+            entered.fetch_add(1, Ordering::Relaxed);
+            async move {
+                let _ = gate.wait_for(|open| *open).await;
+                Ok::<_, std::convert::Infallible>(http::Response::new(axum::body::Body::empty()))
+            }
+        })
+    };
+    let svc = layer.layer(inner);
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let before = metrics.num_alive_tasks();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut waves = Vec::new();
+    for wave in 0..10 {
+        let requests: Vec<_> = (0..1000)
+            .map(|i| {
+                let req = http::Request::builder()
+                    .header("x-account", format!("acct-{}", i % 100))
+                    .body(axum::body::Body::empty())
+                    .unwrap();
+                svc.clone().oneshot(req)
+            })
+            .collect();
+        // One task drives a wave.
+        waves.push(tokio::spawn(futures_util::future::join_all(requests)));
+        while entered.load(Ordering::Relaxed) < (wave + 1) * 1000 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{} entered",
+                entered.load(Ordering::Relaxed)
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    // Three TTLs later every lease is still held: the renewals work.
+    tokio::time::sleep(ttl * 3).await;
+    let held: u32 = (0..100)
+        .map(|i| zcard(&server, &lease_key("many", &format!("acct-{i}"))))
+        .sum();
+    assert_eq!(held, 10_000);
+    let during = metrics.num_alive_tasks();
+    assert!(
+        during <= before + 10 + 2,
+        "{before} tasks before, {during} with 10,000 requests in flight (10 wave drivers)"
+    );
+    open.send(true).unwrap();
+    for wave in waves {
+        let statuses = wave.await.unwrap();
+        assert!(statuses.iter().all(|r| r.as_ref().unwrap().status() == 200));
+    }
+    for i in 0..100 {
+        wait_leases(&server, &lease_key("many", &format!("acct-{i}")), 0).await;
+    }
+    // The renewal task ends with the last lease (and the releases' tasks with them).
+    while metrics.num_alive_tasks() > before {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} tasks left",
+            metrics.num_alive_tasks()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

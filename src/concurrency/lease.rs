@@ -1,12 +1,17 @@
 //! Global concurrency limits (feature `redis`): leases in a Redis sorted
 //! set, renewed while the request lives and released when it ends.
+//!
+//! One task per limit renews every lease this instance holds, one Redis
+//! call per key (all that key's leases at once), so holding 10,000
+//! requests costs 10,000 map entries, not 10,000 tasks and timers.
 
+use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use tokio::task::AbortHandle;
+use futures_util::StreamExt;
 
 use super::backend::{Acquire, LocalSlots, Outcome, Permit, Refused, local_only};
 use crate::backend::redis::{LeaseOp, RedisBackend};
@@ -21,7 +26,19 @@ pub(crate) struct Global {
     /// The requests this instance holds, admitted by Redis or not: what
     /// `in_flight` reports, and what the local fallback counts against.
     local: Arc<LocalSlots>,
+    /// The leases held in Redis, by key, for the renewal task.
+    held: Mutex<HashMap<Key, Held>>,
+    /// Whether the renewal task runs; it ends when no lease is held.
+    renewing: AtomicBool,
 }
+
+struct Held {
+    name: Arc<str>,
+    ids: Vec<Arc<str>>,
+}
+
+/// Renewal calls in flight at once, across keys.
+const RENEW_CONCURRENCY: usize = 16;
 
 impl Global {
     pub(super) fn new(redis: RedisBackend, guard: Guard, ttl: Duration) -> Self {
@@ -30,6 +47,59 @@ impl Global {
             guard,
             ttl,
             local: Arc::default(),
+            held: Mutex::default(),
+            renewing: AtomicBool::new(false),
+        }
+    }
+
+    fn held(&self) -> MutexGuard<'_, HashMap<Key, Held>> {
+        self.held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn register(self: &Arc<Self>, name: &Arc<str>, key: &Key, id: &Arc<str>) {
+        self.held()
+            .entry(key.clone())
+            .or_insert_with(|| Held {
+                name: name.clone(),
+                ids: Vec::new(),
+            })
+            .ids
+            .push(id.clone());
+        if !self.renewing.swap(true, Ordering::AcqRel) {
+            tokio::spawn(renew_all(Arc::downgrade(self), self.ttl / 3));
+        }
+    }
+
+    fn unregister(&self, key: &Key, id: &Arc<str>) {
+        let mut held = self.held();
+        if let Some(h) = held.get_mut(key) {
+            h.ids.retain(|i| i != id);
+            if h.ids.is_empty() {
+                held.remove(key);
+            }
+        }
+    }
+
+    /// Renews one key's leases; a lease Redis no longer holds is dropped
+    /// from the renewals, loudly.
+    async fn renew(&self, name: Arc<str>, key: Key, ids: Vec<Arc<str>>) {
+        let call = self.redis.renew_leases(&name, &key, &ids, self.ttl);
+        match self.guard.call(self.redis.liveness(), call).await {
+            Ok(flags) => {
+                for (id, held) in ids.iter().zip(flags) {
+                    if !held {
+                        tracing::warn!(target: crate::observe::TARGET, rule = %name, key = %key.fingerprint(),
+                            "concurrency lease expired before it was renewed; its slot may be given away");
+                        self.unregister(&key, id);
+                    }
+                }
+            }
+            Err(cause) => {
+                tracing::warn!(target: crate::observe::TARGET, rule = %name, key = %key.fingerprint(),
+                    leases = ids.len(), %cause, "cannot renew concurrency leases; retrying");
+            }
         }
     }
 
@@ -152,59 +222,60 @@ fn lease_id() -> String {
     )
 }
 
+/// Renews every lease `g` holds each `every` (TTL/3, so two renewals may
+/// fail before a lease is lost), until no lease is held or `g` is gone.
+async fn renew_all(g: Weak<Global>, every: Duration) {
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(g) = g.upgrade() else { return };
+        let batch: Vec<(Arc<str>, Key, Vec<Arc<str>>)> = g
+            .held()
+            .iter()
+            .map(|(k, h)| (h.name.clone(), k.clone(), h.ids.clone()))
+            .collect();
+        if batch.is_empty() {
+            g.renewing.store(false, Ordering::Release);
+            // A lease registered since the snapshot saw the task running.
+            if g.held().is_empty() || g.renewing.swap(true, Ordering::AcqRel) {
+                return;
+            }
+            continue;
+        }
+        futures_util::stream::iter(batch)
+            .for_each_concurrent(RENEW_CONCURRENCY, |(name, key, ids)| {
+                g.renew(name, key, ids)
+            })
+            .await;
+    }
+}
+
 /// A lease held in Redis: renewed while it lives, released when dropped.
 pub(crate) struct Lease {
     global: Arc<Global>,
     name: Arc<str>,
     key: Key,
     id: Arc<str>,
-    renewal: AbortHandle,
 }
 
 impl Lease {
-    /// Starts renewing every TTL/3, so a response that streams for longer
-    /// than the TTL keeps its slot; two renewals may fail before it is lost.
+    /// Registers the lease with its limit's renewal task, so a response
+    /// that streams for longer than the TTL keeps its slot.
     pub(super) fn start(global: Arc<Global>, name: Arc<str>, key: Key, id: Arc<str>) -> Self {
-        let renewal = tokio::spawn(renew(global.clone(), name.clone(), key.clone(), id.clone()))
-            .abort_handle();
+        global.register(&name, &key, &id);
         Self {
             global,
             name,
             key,
             id,
-            renewal,
-        }
-    }
-}
-
-async fn renew(g: Arc<Global>, name: Arc<str>, key: Key, id: Arc<str>) {
-    let every = g.ttl / 3;
-    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        let op = LeaseOp::Renew {
-            id: &id,
-            ttl: g.ttl,
-        };
-        match g.call(&name, &key, op).await {
-            Ok(true) => {}
-            Ok(false) => {
-                tracing::warn!(target: "keyed_rate_limit", rule = %name, key = %key.fingerprint(),
-                    "concurrency lease expired before it was renewed; its slot may be given away");
-                return;
-            }
-            Err(cause) => {
-                tracing::warn!(target: "keyed_rate_limit", rule = %name, key = %key.fingerprint(),
-                    %cause, "cannot renew concurrency lease; retrying");
-            }
         }
     }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        self.renewal.abort();
+        self.global.unregister(&self.key, &self.id);
         release_later(&self.global, &self.name, &self.key, &self.id);
     }
 }

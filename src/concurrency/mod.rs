@@ -409,10 +409,12 @@ impl ConcurrencyLimitBuilder {
     /// instances together admit at most `max_in_flight` per key.
     ///
     /// Each admitted request holds a lease: a member of the sorted set
-    /// `prefix:{name:key}:lease` whose score is its expiry on Redis's
+    /// `prefix:{<len>:name:key}:lease` whose score is its expiry on Redis's
     /// clock. The lease is released when the response body ends or is
     /// dropped, renewed every [`lease_ttl`](Self::lease_ttl)` / 3` while it
-    /// lives, and expires on its own after the TTL if this gateway crashes.
+    /// lives (one task per limit renews every lease this instance holds,
+    /// one Redis call per key), and expires on its own after the TTL if
+    /// this gateway crashes.
     /// A refusal's `Retry-After` is [`retry_after`](Self::retry_after), or
     /// sooner when the earliest lease expires sooner.
     /// [`in_flight`](ConcurrencyLimitLayer::in_flight) then reports this

@@ -201,7 +201,13 @@ impl RedisBackendBuilder {
                 let client = redis::Client::open(url)?;
                 // Few retries so a bad URL fails the build fast; after a drop,
                 // every later call starts a new reconnect attempt anyway.
-                let config = ConnectionManagerConfig::new().set_number_of_retries(2);
+                // The rules' guards time every call out (`redis_timeout`,
+                // patient while Redis answers pings); redis-rs's own 500 ms
+                // would fail a busy but live Redis first. This only bounds
+                // what runs outside a guard (start-up).
+                let config = ConnectionManagerConfig::new()
+                    .set_number_of_retries(2)
+                    .set_response_timeout(Some(UNGUARDED_TIMEOUT));
                 Conn::Multiplexed(if lazy {
                     ConnectionManager::new_lazy_with_config(client, config)?
                 } else {
@@ -240,6 +246,9 @@ impl RedisBackendBuilder {
         })
     }
 }
+
+/// The longest a call outside a rule's guard waits for its reply.
+const UNGUARDED_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A global rate-limit backend on a shared Redis. Cloning is cheap and clones
 /// share the connection.
@@ -408,6 +417,21 @@ impl RedisBackend {
         let redis_key = keys::tagged_key(&inner.prefix, limit, key, keys::LEASE);
         let reply = self.invoke(&script::lease(redis_key, op)).await?;
         Ok(script::lease_reply(reply))
+    }
+
+    /// Renews every lease in `ids` on `key`'s lease set in one call: which
+    /// of them were still held (and are now extended by `ttl`).
+    pub(crate) async fn renew_leases<S: AsRef<str>>(
+        &self,
+        limit: &str,
+        key: &Key,
+        ids: &[S],
+        ttl: Duration,
+    ) -> Result<Vec<bool>, RedisBackendError> {
+        let inner = &*self.inner;
+        let redis_key = keys::tagged_key(&inner.prefix, limit, key, keys::LEASE);
+        let held: Vec<i64> = self.invoke(&script::renew(redis_key, ids, ttl)).await?;
+        Ok(held.into_iter().map(|h| h == 1).collect())
     }
 
     /// The one path every script takes: `EVALSHA`, and `SCRIPT LOAD` after

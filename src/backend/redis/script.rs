@@ -121,13 +121,9 @@ pub(crate) enum LeaseOp<'a> {
     Release {
         id: &'a str,
     },
-    Renew {
-        id: &'a str,
-        ttl: Duration,
-    },
 }
 
-/// `lease.lua` returns `{ok, in_flight, retry_after_ms}`.
+/// `lease.lua` returns `{ok, in_flight, retry_after_ms}` to an acquire or a release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct LeaseReply {
     /// Acquired, released or renewed: the lease is (or was) held.
@@ -157,8 +153,22 @@ pub(crate) fn lease(key: Vec<u8>, op: LeaseOp<'_>) -> redis::ScriptInvocation<'s
             .arg(ms(ttl))
             .arg(ms(retry_hint)),
         LeaseOp::Release { id } => invocation.arg("release").arg(id),
-        LeaseOp::Renew { id, ttl } => invocation.arg("renew").arg(id).arg(0).arg(ms(ttl)),
     };
+    invocation
+}
+
+/// The invocation of `lease.lua` renewing `ids` on the lease set `key`;
+/// it replies with one flag per id, 1 while the lease is held.
+pub(crate) fn renew<S: AsRef<str>>(
+    key: Vec<u8>,
+    ids: &[S],
+    ttl: Duration,
+) -> redis::ScriptInvocation<'static> {
+    let mut invocation = LEASE.key(key);
+    invocation.arg("renew").arg(ms(ttl));
+    for id in ids {
+        invocation.arg(id.as_ref());
+    }
     invocation
 }
 

@@ -2,10 +2,14 @@
 --
 -- KEYS[1]  sorted set of the key's leases: member = lease id, score = expiry (ms)
 -- ARGV[1]  "acquire" | "release" | "renew"
--- ARGV[2]  lease id (unique per request, a 128-bit hex string)
--- ARGV[3]  max in flight (acquire), integer >= 1
--- ARGV[4]  lease TTL in ms (acquire, renew), integer >= 1
--- ARGV[5]  retry hint in ms (acquire), integer >= 1
+-- acquire, release:
+--   ARGV[2]  lease id (unique per request, a 128-bit hex string)
+--   ARGV[3]  max in flight (acquire), integer >= 1
+--   ARGV[4]  lease TTL in ms (acquire), integer >= 1
+--   ARGV[5]  retry hint in ms (acquire), integer >= 1
+-- renew (every lease one gateway holds on this key, in one call):
+--   ARGV[2]  lease TTL in ms, integer >= 1
+--   ARGV[3..] lease ids
 --
 -- The clock is Redis TIME, never the caller's, so gateways with skewed clocks
 -- agree on expiry. A lease a crashed gateway never released stops counting
@@ -20,7 +24,7 @@
 --                                           expires sooner (a slot frees then
 --                                           at the latest)
 --   release: {1 if the lease was held else 0, in_flight_after, 0}
---   renew:   {1 if the lease was held (and is extended) else 0, in_flight, 0}
+--   renew:   one flag per id: 1 if the lease was held (and is extended) else 0
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -50,13 +54,16 @@ elseif op == 'release' then
   local removed = redis.call('ZREM', key, id)
   return {removed, redis.call('ZCARD', key), 0}
 elseif op == 'renew' then
-  local ttl = tonumber(ARGV[4])
-  -- XX: only an existing lease is extended; an expired one stays gone.
-  redis.call('ZADD', key, 'XX', now + ttl, id)
-  -- ZSCORE, not ZADD CH: a renew in the same millisecond changes nothing
-  -- yet the lease is held.
-  local held = redis.call('ZSCORE', key, id) and 1 or 0
-  if held == 1 then expire_with_last_lease() end
-  return {held, redis.call('ZCARD', key), 0}
+  local ttl = tonumber(ARGV[2])
+  local held = {}
+  for i = 3, #ARGV do
+    -- XX: only an existing lease is extended; an expired one stays gone.
+    redis.call('ZADD', key, 'XX', now + ttl, ARGV[i])
+    -- ZSCORE, not ZADD CH: a renew in the same millisecond changes nothing
+    -- yet the lease is held.
+    held[#held + 1] = redis.call('ZSCORE', key, ARGV[i]) and 1 or 0
+  end
+  expire_with_last_lease()
+  return held
 end
 return redis.error_reply('unknown op ' .. tostring(op))
