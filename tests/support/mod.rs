@@ -2,3 +2,4 @@
 pub mod gateway;
 pub mod redis_cluster;
 pub mod redis_server;
+pub mod soak;
