@@ -3,19 +3,11 @@
 
 mod common;
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use common::{client, header, ok_app, serve, sf};
+use common::{calendar_window_now, client, header, ok_app, serve, sf};
 
 use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
-
-/// Seconds from now to the end of `q`'s current window, and the window's length.
-fn window_now(q: &Quota) -> (u64, u64) {
-    let now = SystemTime::now();
-    let (start, end) = q.calendar_window(now).unwrap();
-    let left = end.duration_since(now).unwrap().as_secs_f64().ceil() as u64;
-    (left, end.duration_since(start).unwrap().as_secs())
-}
 
 #[tokio::test]
 async fn day_and_month_quotas_reset_at_their_boundaries() {
@@ -29,7 +21,7 @@ async fn day_and_month_quotas_reset_at_their_boundaries() {
             .unwrap();
         let url = serve(ok_app(layer)).await;
         let c = client();
-        let (left, window) = window_now(&q);
+        let (left, window) = calendar_window_now(&q);
         for remaining in [1, 0] {
             let res = c.get(&url).send().await.unwrap();
             assert_eq!(res.status(), 200, "{name}");

@@ -6,7 +6,7 @@ mod support;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{client, header, ok_app, serve, sf};
+use common::{calendar_window_now, client, header, ok_app, serve, sf};
 use keyed_rate_limit::backend::redis::RedisBackend;
 use keyed_rate_limit::failure::FailureMode;
 use keyed_rate_limit::{Algorithm, Key, Quota, RateLimitLayer, Rule, key::KeyExtractor};
@@ -111,14 +111,6 @@ fn shared_server() -> &'static RedisServer {
     SERVER.get_or_init(RedisServer::start)
 }
 
-/// Seconds to the end of `q`'s current window, and the window's length.
-fn window_now(q: &Quota) -> (u64, u64) {
-    let now = SystemTime::now();
-    let (start, end) = q.calendar_window(now).unwrap();
-    let left = end.duration_since(now).unwrap().as_secs_f64().ceil() as u64;
-    (left, end.duration_since(start).unwrap().as_secs())
-}
-
 #[tokio::test]
 async fn a_global_calendar_quota_counts_to_the_boundary_on_every_algorithm_setting() {
     let server = RedisServer::start();
@@ -126,7 +118,7 @@ async fn a_global_calendar_quota_counts_to_the_boundary_on_every_algorithm_setti
     let key = Key::from("k");
     for (i, algorithm) in common::ALGORITHMS.into_iter().enumerate() {
         let q = Quota::per_month(3).with_utc_offset(3600 * (i as i32 + 1));
-        let (left, window) = window_now(&q);
+        let (left, window) = calendar_window_now(&q);
         let rule = format!("r{i}");
         let d = b.check(&rule, &key, algorithm, &q, 2).await.unwrap();
         assert!(d.is_allowed());
@@ -201,7 +193,7 @@ async fn over_http_with_a_local_fallback_that_keeps_the_calendar() {
         .unwrap();
     let url = serve(ok_app(layer)).await;
     let c = client();
-    let (left, _) = window_now(&q);
+    let (left, _) = calendar_window_now(&q);
     for remaining in [3, 2] {
         let res = c.get(&url).send().await.unwrap();
         assert_eq!(res.status(), 200);

@@ -59,3 +59,12 @@ pub async fn statuses(client: &reqwest::Client, url: &str, n: usize) -> Vec<u16>
     }
     out
 }
+
+/// Seconds from now to the end of calendar quota `q`'s current window
+/// (rounded up), and the window's length.
+pub fn calendar_window_now(q: &keyed_rate_limit::Quota) -> (u64, u64) {
+    let now = std::time::SystemTime::now();
+    let (start, end) = q.calendar_window(now).unwrap();
+    let left = end.duration_since(now).unwrap().as_secs_f64().ceil() as u64;
+    (left, end.duration_since(start).unwrap().as_secs())
+}
