@@ -1,7 +1,7 @@
 //! Request-time costs at and past the edges, over HTTP, on every path a
 //! rule can take: local, Redis (each algorithm), and each failure mode with
-//! Redis killed. `.ci/run` also runs this file with `--release`, where an
-//! unchecked cost used to wrap inside governor and be admitted.
+//! Redis killed. An unchecked cost used to overflow inside governor: a
+//! panic here in debug builds, a silent admit in release ones.
 
 mod common;
 #[cfg(feature = "redis")]
