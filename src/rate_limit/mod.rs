@@ -7,10 +7,8 @@ mod future;
 mod global;
 mod service;
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
-
-use arc_swap::ArcSwap;
 
 use http::StatusCode;
 use http::request::Parts;
@@ -50,7 +48,7 @@ pub struct RateLimitLayer {
 
 pub(crate) struct Shared {
     /// Swapped whole by [`RateLimitLayer::reload`].
-    pub(crate) chain: ArcSwap<Chain>,
+    pub(crate) chain: Current,
     config: ChainConfig,
     /// One reload at a time: each carries state over from the chain it replaces.
     reloading: Mutex<()>,
@@ -59,13 +57,40 @@ pub(crate) struct Shared {
     extension: bool,
 }
 
+/// The chain requests are decided by. A read lock, not a lock-free swap
+/// (`arc-swap`): it is held only while a request is decided without
+/// awaiting (an evaluation that awaits takes its own `Arc`), costs two
+/// atomic operations, and keeps the dependency tree as small as
+/// tower_governor's.
+pub(crate) struct Current(RwLock<Arc<Chain>>);
+
+impl Current {
+    /// Runs `f` on the current chain.
+    fn with<T>(&self, f: impl FnOnce(&Arc<Chain>) -> T) -> T {
+        f(&self.0.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    fn load(&self) -> Arc<Chain> {
+        self.with(Arc::clone)
+    }
+
+    /// Swaps in `new`; the old chain is dropped outside the lock.
+    fn store(&self, new: Arc<Chain>) {
+        let old = std::mem::replace(
+            &mut *self.0.write().unwrap_or_else(PoisonError::into_inner),
+            new,
+        );
+        drop(old);
+    }
+}
+
 impl Shared {
     /// Decides on `parts` with the current chain, unless a step has to
     /// await. Not generic over the service, so it is compiled once and
     /// keeps the services' `call` small.
     pub(crate) fn decide(&self, parts: &mut Parts) -> Result<Admission<()>, Box<Suspended>> {
         // One chain for the whole request, even if a reload lands meanwhile.
-        let verdict = self.chain.load().evaluate(parts)?;
+        let verdict = self.chain.with(|chain| chain.evaluate(parts))?;
         Ok(self.conclude(verdict, parts))
     }
 
@@ -184,7 +209,7 @@ impl RateLimitLayer {
             .reloading
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let old = shared.chain.load_full();
+        let old = shared.chain.load();
         let new = Chain::compile(
             rules.into_iter().collect(),
             shared.config,
@@ -366,7 +391,7 @@ impl RateLimitBuilder {
         let chain = Chain::compile(self.rules, config, self.settings.headers.draft(), None)?;
         Ok(RateLimitLayer {
             shared: Arc::new(Shared {
-                chain: ArcSwap::from_pointee(chain),
+                chain: Current(RwLock::new(Arc::new(chain))),
                 config,
                 reloading: Mutex::new(()),
                 headers: self.settings.headers,
