@@ -375,8 +375,9 @@ impl Rule {
     }
 
     /// The most keys this rule holds in this process (default
-    /// [`DEFAULT_MAX_KEYS`], one million): its local counters, and for a
-    /// global rule its cached denies and its fallback shares. Memory then
+    /// [`DEFAULT_MAX_KEYS`], one million) in each of its stores: its local
+    /// counters, and for a global rule its cached denies and, apart, its
+    /// fallback shares. Memory then
     /// stays under `max_keys` times the bytes a key costs (~100, see
     /// `examples/memory.rs`), whatever a flood of distinct keys does.
     ///
