@@ -127,6 +127,10 @@ async fn edits_apply_under_load_whole_and_broken_ones_change_nothing() {
         ),
         rejected + 1
     );
+    // Reverting the broken edit clears the error, with nothing to reload.
+    save(&path, &rules(2000));
+    until(Duration::from_secs(5), || watcher.last_error().is_none()).await;
+    assert_eq!((watcher.reloads(), watcher.rejected()), (1, 1));
     let logged = with_message(
         &events,
         "rate-limit rules file rejected; the running rules stay",

@@ -68,7 +68,8 @@ impl CalendarStore {
         };
         let limit = quota.limit();
         let spend = |e: &mut Entry| {
-            if e.start != start {
+            // A day and a month can start together: the end tells them apart.
+            if (e.start, e.end) != (start, end) {
                 *e = fresh;
             }
             match e.count.checked_add(cost.get()).filter(|&c| c <= limit) {
@@ -115,9 +116,12 @@ impl CalendarStore {
 
     fn forget_ended(&self, now: i64) -> usize {
         let now = now.div_euclid(1_000_000);
-        let before = self.map.len();
-        self.map.retain(|_, e| e.end > now);
-        let removed = before.saturating_sub(self.map.len());
+        let mut removed = 0;
+        self.map.retain(|_, e| {
+            let keep = e.end > now;
+            removed += usize::from(!keep);
+            keep
+        });
         self.budget.give_back(removed);
         removed
     }
@@ -190,6 +194,28 @@ mod tests {
         let d = store.check_at(us(APRIL_1) - 1, &key, q, n(1));
         assert_eq!(d.retry_after(), Some(Duration::from_micros(1)));
         assert!(store.check_at(us(APRIL_1), &key, q, n(1)).is_allowed());
+    }
+
+    #[test]
+    fn a_day_and_a_month_that_start_together_count_apart() {
+        let store = CalendarStore::new(Budget::new(100, KeySpaceFull::Overflow));
+        let key = Key::from("k");
+        let now = us(MARCH_1) + 1;
+        assert_eq!(
+            store
+                .check_at(now, &key, Quota::per_day(5), n(3))
+                .remaining(),
+            2
+        );
+        // The same key under a monthly quota (a plan change): a count of its own.
+        assert_eq!(
+            store
+                .check_at(now, &key, Quota::per_month(5), n(1))
+                .remaining(),
+            4
+        );
+        store.cleanup_at(us(MARCH_1 + DAY));
+        assert_eq!(store.len(), 1, "the month's count outlives the day");
     }
 
     #[test]

@@ -132,9 +132,12 @@ impl DenyCache {
     }
 
     fn forget_expired(&self, now: Instant) -> usize {
-        let before = self.map.len();
-        self.map.retain(|_, e| e.until > now);
-        let removed = before.saturating_sub(self.map.len());
+        let mut removed = 0;
+        self.map.retain(|_, e| {
+            let keep = e.until > now;
+            removed += usize::from(!keep);
+            keep
+        });
         self.budget.give_back(removed);
         removed
     }

@@ -53,9 +53,19 @@ impl Budget {
             .is_ok()
     }
 
+    #[cfg(test)]
+    pub(crate) fn used(&self) -> usize {
+        self.used.load(Ordering::Acquire)
+    }
+
     pub(crate) fn give_back(&self, n: usize) {
         if n > 0 {
-            self.used.fetch_sub(n, Ordering::AcqRel);
+            // Saturating: a miscount must not wrap into "full forever".
+            let _ = self
+                .used
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                    Some(u.saturating_sub(n))
+                });
         }
     }
 }
@@ -106,10 +116,14 @@ impl<C: Clock> GcraStore<C> {
 
     fn forget_full(&self, drop_below: Nanos) -> usize {
         let drop_below = u64::from(drop_below);
-        let before = self.map.len();
-        self.map
-            .retain(|_, tat| tat.load(Ordering::Relaxed) > drop_below);
-        let removed = before.saturating_sub(self.map.len());
+        // Counted in the closure: the map's length also moves with other
+        // threads' inserts and removals while `retain` walks the shards.
+        let mut removed = 0;
+        self.map.retain(|_, tat| {
+            let keep = tat.load(Ordering::Relaxed) > drop_below;
+            removed += usize::from(!keep);
+            keep
+        });
         self.budget.give_back(removed);
         removed
     }

@@ -236,6 +236,33 @@ mod tests {
         assert!(!store.decide(&Key::from(3u64), q, one()).is_allowed());
     }
 
+    /// Sweeps race inserts on other threads; every place comes back once.
+    #[test]
+    fn the_key_budget_stays_exact_under_concurrent_sweeps() {
+        let q = Quota::new(1000, Duration::from_millis(10));
+        let (store, clock) = bounded(Some(q), 1_000_000, KeySpaceFull::Overflow);
+        std::thread::scope(|s| {
+            for t in 0..2u64 {
+                let store = &store;
+                s.spawn(move || {
+                    for i in 0..20_000u64 {
+                        store.check(&Key::from(t * 1_000_000 + i), q, one());
+                    }
+                });
+            }
+            s.spawn(|| {
+                for _ in 0..200 {
+                    clock.advance(Duration::from_micros(100));
+                    store.cleanup();
+                }
+            });
+        });
+        assert_eq!(store.budget.used(), store.len());
+        clock.advance(Duration::from_secs(1));
+        store.cleanup();
+        assert_eq!((store.len(), store.budget.used()), (0, 0));
+    }
+
     #[test]
     fn a_full_key_space_can_refuse_new_keys() {
         let q = Quota::per_minute(2);

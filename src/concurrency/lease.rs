@@ -5,7 +5,7 @@
 //! call per key (all that key's leases at once), so holding 10,000
 //! requests costs 10,000 map entries, not 10,000 tasks and timers.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, Weak};
@@ -34,7 +34,7 @@ pub(crate) struct Global {
 
 struct Held {
     name: Arc<str>,
-    ids: Vec<Arc<str>>,
+    ids: HashSet<Arc<str>>,
 }
 
 /// Renewal calls in flight at once, across keys.
@@ -63,23 +63,26 @@ impl Global {
             .entry(key.clone())
             .or_insert_with(|| Held {
                 name: name.clone(),
-                ids: Vec::new(),
+                ids: HashSet::new(),
             })
             .ids
-            .push(id.clone());
+            .insert(id.clone());
         if !self.renewing.swap(true, Ordering::AcqRel) {
             tokio::spawn(renew_all(Arc::downgrade(self), self.ttl / 3));
         }
     }
 
-    fn unregister(&self, key: &Key, id: &Arc<str>) {
+    /// Whether `id` was still registered (its request had not ended).
+    fn unregister(&self, key: &Key, id: &Arc<str>) -> bool {
         let mut held = self.held();
-        if let Some(h) = held.get_mut(key) {
-            h.ids.retain(|i| i != id);
-            if h.ids.is_empty() {
-                held.remove(key);
-            }
+        let Some(h) = held.get_mut(key) else {
+            return false;
+        };
+        let was = h.ids.remove(id);
+        if h.ids.is_empty() {
+            held.remove(key);
         }
+        was
     }
 
     /// Renews one key's leases; a lease Redis no longer holds is dropped
@@ -89,10 +92,10 @@ impl Global {
         match self.guard.call(self.redis.liveness(), call).await {
             Ok(flags) => {
                 for (id, held) in ids.iter().zip(flags) {
-                    if !held {
+                    // Not held because its request ended meanwhile: no news.
+                    if !held && self.unregister(&key, id) {
                         tracing::warn!(target: crate::observe::TARGET, rule = %name, key = %key.fingerprint(),
                             "concurrency lease expired before it was renewed; its slot may be given away");
-                        self.unregister(&key, id);
                     }
                 }
             }
@@ -233,7 +236,7 @@ async fn renew_all(g: Weak<Global>, every: Duration) {
         let batch: Vec<(Arc<str>, Key, Vec<Arc<str>>)> = g
             .held()
             .iter()
-            .map(|(k, h)| (h.name.clone(), k.clone(), h.ids.clone()))
+            .map(|(k, h)| (h.name.clone(), k.clone(), h.ids.iter().cloned().collect()))
             .collect();
         if batch.is_empty() {
             g.renewing.store(false, Ordering::Release);
@@ -275,7 +278,7 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        self.global.unregister(&self.key, &self.id);
+        let _ = self.global.unregister(&self.key, &self.id);
         release_later(&self.global, &self.name, &self.key, &self.id);
     }
 }

@@ -236,6 +236,8 @@ impl Reloader {
             Err(e) => return self.reject(e),
         };
         if src == self.applied {
+            // A broken edit reverted: the file matches the running rules again.
+            self.clear_error();
             return;
         }
         let rules = RulesConfig::from_named_str(&self.path, &src).and_then(|config| {
@@ -257,6 +259,14 @@ impl Reloader {
             }
             Err(e) => self.reject(e),
         }
+    }
+
+    fn clear_error(&self) {
+        *self
+            .status
+            .last_error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
     }
 
     fn reject(&self, e: ConfigError) {

@@ -180,10 +180,11 @@ impl RateLimitLayer {
     /// started with, old or new, never a mix; requests already waiting
     /// (`OnDeny::Wait`, Redis) finish on the old ones.
     ///
-    /// A rule whose name, key, quota, algorithm and scope are unchanged
-    /// (for global rules, also its Redis backend and failure policy) keeps
-    /// its counters, its cached denies and its circuit breaker, so a reload
-    /// hands nobody a fresh quota. Any other rule starts whole: locally with
+    /// A rule whose name, key, quota (static, or still a `quota_fn`),
+    /// algorithm, scope and key-space settings (`max_keys`,
+    /// `on_key_space_full`) are unchanged (for global rules, also its Redis
+    /// backend and failure policy) keeps its counters, its cached denies and
+    /// its circuit breaker, so a reload hands nobody a fresh quota. Any other rule starts whole: locally with
     /// new counters, globally reading the same Redis keys under its new
     /// quota. On an error the running rules stay.
     ///

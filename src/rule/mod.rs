@@ -99,7 +99,8 @@ pub enum KeySpaceFull {
     #[default]
     Overflow,
     /// Refuse the request with 429, `Retry-After` one window, and
-    /// `outcome="key_space_full"` in the metrics.
+    /// `outcome="key_space_full"` in the metrics (counted besides the
+    /// `deny` every refusal is).
     Refuse,
 }
 

@@ -1,5 +1,5 @@
 -- A fixed window whose edges are calendar boundaries (calendar.lua comes
--- first). KEYS[1]: hash {s = window start (s), c = units spent in it}.
+-- first). KEYS[1]: hash {s = window start, e = window end (s), c = units spent}.
 -- ARGV: limit, period ('day' | 'month'), utc_offset_s, cost.
 -- Returns {allowed, remaining, wait_ms, reset_ms, window_s}: wait_ms and
 -- reset_ms are both the time to the window's end, when every unit comes back.
@@ -11,15 +11,18 @@ local secs = tonumber(t[1])
 local start, finish = calendar_window(ARGV[2], tonumber(ARGV[3]), secs)
 local reset_ms = math.max(1, math.ceil(((finish - secs) * 1000000 - tonumber(t[2])) / 1000))
 
-local state = redis.call('HMGET', KEYS[1], 's', 'c')
+local state = redis.call('HMGET', KEYS[1], 's', 'e', 'c')
 local count = 0
--- A count from an earlier window (the key outlived its expiry by a tick) is void.
-if tonumber(state[1]) == start then count = tonumber(state[2]) or 0 end
+-- A count from another window is void: an earlier one (the key outlived its
+-- expiry by a tick), or a day that began with this month.
+if tonumber(state[1]) == start and tonumber(state[2]) == finish then
+  count = tonumber(state[3]) or 0
+end
 if count + cost > limit then
   return {0, 0, reset_ms, reset_ms, finish - start}
 end
 count = count + cost
-redis.call('HSET', KEYS[1], 's', start, 'c', count)
+redis.call('HSET', KEYS[1], 's', start, 'e', finish, 'c', count)
 -- A second past the edge: the check above, not the expiry, ends the window.
 redis.call('PEXPIREAT', KEYS[1], finish * 1000 + 1000)
 return {1, limit - count, reset_ms, reset_ms, finish - start}
