@@ -14,7 +14,6 @@
 mod support;
 
 use std::collections::HashMap;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use keyed_rate_limit::backend::redis::RedisBackend;
@@ -31,16 +30,6 @@ struct Admit {
     window_end: Option<f64>,
 }
 
-fn server() -> &'static RedisServer {
-    static S: OnceLock<RedisServer> = OnceLock::new();
-    S.get_or_init(RedisServer::start)
-}
-
-fn runtime() -> &'static tokio::runtime::Runtime {
-    static R: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    R.get_or_init(|| tokio::runtime::Runtime::new().unwrap())
-}
-
 async fn time_us(c: &mut redis::aio::MultiplexedConnection) -> f64 {
     let (s, us): (u64, u64) = redis::cmd("TIME").query_async(c).await.unwrap();
     s as f64 * 1e6 + us as f64
@@ -48,13 +37,14 @@ async fn time_us(c: &mut redis::aio::MultiplexedConnection) -> f64 {
 
 /// Runs `ops` (gap in ms, cost) against one key; returns the admissions.
 async fn run(
+    server: &RedisServer,
     b: &RedisBackend,
     prefix: &str,
     algorithm: Algorithm,
     q: Quota,
     ops: &[(u64, u32)],
 ) -> Vec<Admit> {
-    let client = redis::Client::open(server().url()).unwrap();
+    let client = redis::Client::open(server.url()).unwrap();
     let mut c = client.get_multiplexed_async_connection().await.unwrap();
     let key = Key::from("k");
     let mut out = Vec::new();
@@ -143,41 +133,60 @@ const ALL: [Algorithm; 4] = [
     Algorithm::SlidingWindow,
 ];
 
-proptest! {
-    // Each case sleeps through its gaps (about a second, the algorithms side
-    // by side): few cases, each long enough to cross several windows.
-    #![proptest_config(ProptestConfig { cases: 8, max_shrink_iters: 0, ..ProptestConfig::default() })]
-    #[test]
-    fn admitted_units_stay_within_the_promise(
-        limit in 2u32..=6,
-        window_ms in 200u64..=400,
-        extra_burst in 0u32..=3,
-        ops in proptest::collection::vec((0u64..=120, 1u32..=9), 12..=24),
-    ) {
-        static CASE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let case = CASE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let results = runtime().block_on(async {
-            let runs = ALL.map(|algorithm| {
-                let ops = ops.clone();
-                async move {
-                    let q = Quota::new(limit, Duration::from_millis(window_ms));
-                    let q = if algorithm.has_burst() { q.with_burst(limit + extra_burst) } else { q };
-                    let prefix = format!("inv{case}-{algorithm}");
-                    let b = server().backend(&prefix).await;
-                    let capacity = algorithm.capacity(&q);
-                    let ops: Vec<(u64, u32)> =
-                        ops.iter().map(|&(gap, cost)| (gap, 1 + (cost - 1) % capacity)).collect();
-                    let admits = run(&b, &prefix, algorithm, q, &ops).await;
-                    (algorithm, q, admits)
-                }
+/// A runner, not `proptest!`, so the server is a local that is stopped at
+/// the end. Each case sleeps through its gaps (about a second, the
+/// algorithms side by side): few cases, each long enough to cross several
+/// windows.
+#[test]
+fn admitted_units_stay_within_the_promise() {
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let case = std::sync::atomic::AtomicUsize::new(0);
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: 8,
+        max_shrink_iters: 0,
+        ..ProptestConfig::default()
+    });
+    let cases = (
+        2u32..=6,
+        200u64..=400,
+        0u32..=3,
+        proptest::collection::vec((0u64..=120, 1u32..=9), 12..=24),
+    );
+    runner
+        .run(&cases, |(limit, window_ms, extra_burst, ops)| {
+            let case = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let server = &server;
+            let results = runtime.block_on(async {
+                let runs = ALL.map(|algorithm| {
+                    let ops = ops.clone();
+                    async move {
+                        let q = Quota::new(limit, Duration::from_millis(window_ms));
+                        let q = if algorithm.has_burst() {
+                            q.with_burst(limit + extra_burst)
+                        } else {
+                            q
+                        };
+                        let prefix = format!("inv{case}-{algorithm}");
+                        let b = server.backend(&prefix).await;
+                        let capacity = algorithm.capacity(&q);
+                        let ops: Vec<(u64, u32)> = ops
+                            .iter()
+                            .map(|&(gap, cost)| (gap, 1 + (cost - 1) % capacity))
+                            .collect();
+                        let admits = run(server, &b, &prefix, algorithm, q, &ops).await;
+                        (algorithm, q, admits)
+                    }
+                });
+                futures_util::future::join_all(runs).await
             });
-            futures_util::future::join_all(runs).await
-        });
-        for (algorithm, q, admits) in results {
-            prop_assert!(!admits.is_empty(), "{algorithm}: nothing admitted");
-            if let Err(e) = check(algorithm, q, &admits) {
-                prop_assert!(false, "{algorithm} {q}: {e}");
+            for (algorithm, q, admits) in results {
+                prop_assert!(!admits.is_empty(), "{algorithm}: nothing admitted");
+                if let Err(e) = check(algorithm, q, &admits) {
+                    prop_assert!(false, "{algorithm} {q}: {e}");
+                }
             }
-        }
-    }
+            Ok(())
+        })
+        .unwrap();
 }
