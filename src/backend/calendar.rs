@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use dashmap::DashMap;
 
-use super::keyspace::{Budget, KeySpaceFull, SWEEP_EVERY, mark_diverted};
+use super::keyspace::{Budget, KeySpaceFull, mark_diverted};
 use crate::throttle::Throttle;
 use crate::{Decision, Key, Quota};
 
@@ -108,22 +108,13 @@ impl CalendarStore {
 
     /// A place for a new key: free, or freed by forgetting ended windows.
     fn room(&self, now: i64) -> bool {
-        if self.budget.take() {
-            return true;
-        }
-        self.sweeps.ready(SWEEP_EVERY) && self.forget_ended(now) > 0 && self.budget.take()
+        self.budget
+            .take_or_sweep(&self.sweeps, || self.forget_ended(now))
     }
 
     fn forget_ended(&self, now: i64) -> usize {
         let now = now.div_euclid(1_000_000);
-        let mut removed = 0;
-        self.map.retain(|_, e| {
-            let keep = e.end > now;
-            removed += usize::from(!keep);
-            keep
-        });
-        self.budget.give_back(removed);
-        removed
+        self.budget.retain(&self.map, |e| e.end > now)
     }
 
     pub(crate) fn len(&self) -> usize {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
 
-use super::keyspace::{Budget, SWEEP_EVERY};
+use super::keyspace::Budget;
 use crate::throttle::Throttle;
 use crate::{Decision, Key, Quota};
 
@@ -125,21 +125,12 @@ impl DenyCache {
 
     /// A place for a new entry: free, or freed by forgetting expired ones.
     fn room(&self, now: Instant) -> bool {
-        self.budget.take()
-            || (self.sweeps.ready(SWEEP_EVERY)
-                && self.forget_expired(now) > 0
-                && self.budget.take())
+        self.budget
+            .take_or_sweep(&self.sweeps, || self.forget_expired(now))
     }
 
     fn forget_expired(&self, now: Instant) -> usize {
-        let mut removed = 0;
-        self.map.retain(|_, e| {
-            let keep = e.until > now;
-            removed += usize::from(!keep);
-            keep
-        });
-        self.budget.give_back(removed);
-        removed
+        self.budget.retain(&self.map, |e| e.until > now)
     }
 
     /// Redis admitted with room to spare, or could not answer: the key's

@@ -58,6 +58,30 @@ impl Budget {
         self.used.load(Ordering::Acquire)
     }
 
+    /// Takes a place, or makes one with `sweep` (which returns how many
+    /// entries it forgot), at most once per [`SWEEP_EVERY`] per `sweeps`.
+    pub(crate) fn take_or_sweep(&self, sweeps: &Throttle, sweep: impl FnOnce() -> usize) -> bool {
+        self.take() || (sweeps.ready(SWEEP_EVERY) && sweep() > 0 && self.take())
+    }
+
+    /// Removes the entries of `map` that `keep` refuses and gives their
+    /// places back. Counted in the closure: the map's length also moves
+    /// with other threads' inserts and removals while `retain` walks it.
+    pub(crate) fn retain<K: Eq + std::hash::Hash, V>(
+        &self,
+        map: &DashMap<K, V>,
+        mut keep: impl FnMut(&V) -> bool,
+    ) -> usize {
+        let mut removed = 0;
+        map.retain(|_, v| {
+            let kept = keep(v);
+            removed += usize::from(!kept);
+            kept
+        });
+        self.give_back(removed);
+        removed
+    }
+
     pub(crate) fn give_back(&self, n: usize) {
         if n > 0 {
             // Saturating: a miscount must not wrap into "full forever".
@@ -116,30 +140,18 @@ impl<C: Clock> GcraStore<C> {
 
     fn forget_full(&self, drop_below: Nanos) -> usize {
         let drop_below = u64::from(drop_below);
-        // Counted in the closure: the map's length also moves with other
-        // threads' inserts and removals while `retain` walks the shards.
-        let mut removed = 0;
-        self.map.retain(|_, tat| {
-            let keep = tat.load(Ordering::Relaxed) > drop_below;
-            removed += usize::from(!keep);
-            keep
-        });
-        self.budget.give_back(removed);
-        removed
+        self.budget
+            .retain(&self.map, |tat| tat.load(Ordering::Relaxed) > drop_below)
     }
 
     /// Room for a new key: a free place, or one freed by forgetting full buckets.
     fn room(&self) -> bool {
-        if self.budget.take() {
-            return true;
-        }
-        if !self.sweeps.ready(SWEEP_EVERY) {
-            return false;
-        }
-        let now = self.clock.now().duration_since(self.start);
-        // As governor's retain_recent: a full bucket, one interval on.
-        let margin = self.t + Nanos::from(Duration::from_micros(1));
-        self.forget_full(now.saturating_sub(margin)) > 0 && self.budget.take()
+        self.budget.take_or_sweep(&self.sweeps, || {
+            let now = self.clock.now().duration_since(self.start);
+            // As governor's retain_recent: a full bucket, one interval on.
+            let margin = self.t + Nanos::from(Duration::from_micros(1));
+            self.forget_full(now.saturating_sub(margin))
+        })
     }
 }
 
