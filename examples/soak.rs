@@ -10,6 +10,8 @@
 //! ```sh
 //! cargo run --release --example soak --features redis
 //! SOAK_SECS=120 SOAK_RATE=1000 cargo run --release --example soak --features redis
+//! # a 3-master cluster with a replica each; one fault is a master failover
+//! cargo run --release --example soak --features redis-cluster -- --cluster
 //! ```
 
 #[path = "../tests/support/mod.rs"]
@@ -31,6 +33,7 @@ async fn main() {
         rate: env("SOAK_RATE", 800) as u32,
         fault_every: Duration::from_secs(env("SOAK_FAULT_EVERY", 3)),
         keys: 200,
+        cluster: std::env::args().any(|a| a == "--cluster"),
     })
     .await;
     report.print();

@@ -160,6 +160,10 @@ pub enum Source {
     FailOpen,
     /// Redis failed and the rule refused the request.
     FailClosed,
+    /// The key is locked: by the rule's [`Lockout`](crate::rule::Lockout),
+    /// or blocked through the [`Control`](crate::Control) handle. Denied
+    /// without asking the algorithm.
+    Locked,
 }
 
 impl Source {
@@ -171,6 +175,7 @@ impl Source {
             Self::Fallback => "fallback",
             Self::FailOpen => "fail_open",
             Self::FailClosed => "fail_closed",
+            Self::Locked => "locked",
         }
     }
 }

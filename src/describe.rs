@@ -47,9 +47,10 @@ pub struct DescribedRule {
     /// A global rule's failure mode and Redis timeout, e.g. `fail_closed, 20ms timeout`.
     pub failure_mode: Option<String>,
     /// The answer to a request over quota: `429 + Retry-After`, or
-    /// `log only (shadow)`; with `, hidden from headers` for a rule kept out
-    /// of the rate-limit headers and `, pk` for one that sends its partition
-    /// key.
+    /// `log only (shadow)`; with `, lockout: 5 denies/1min -> 15min` for a
+    /// rule with a [`Lockout`](crate::rule::Lockout), `, hidden from
+    /// headers` for a rule kept out of the rate-limit headers and `, pk`
+    /// for one that sends its partition key.
     pub on_deny: String,
     /// What a request without a key gets: `skip`, a status like `401`, or
     /// `fallback: peer_ip`.
@@ -113,6 +114,15 @@ impl DescribedRule {
                     "429 + Retry-After"
                 }
                 .to_owned();
+                if let Some(l) = rule.lockout {
+                    let _ = write!(
+                        s,
+                        ", lockout: {} denies/{} -> {}",
+                        l.after,
+                        window(l.within),
+                        window(l.block_for)
+                    );
+                }
                 if !rule.visible {
                     s.push_str(", hidden from headers");
                 } else if rule.partition_key {

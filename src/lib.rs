@@ -40,5 +40,5 @@ pub use failure::{BreakerConfig, FailureMode};
 pub use headers::{HeaderStyle, ResetFormat};
 pub use key::{Key, KeyExtractor, TrustedProxies};
 pub use quota::Quota;
-pub use rate_limit::{RateLimitBuilder, RateLimitLayer, RateLimitService};
+pub use rate_limit::{Control, RateLimitBuilder, RateLimitLayer, RateLimitService};
 pub use rule::{OnDeny, OnMissingKey, Rule};

@@ -15,7 +15,7 @@ use std::time::Duration;
 pub const TARGET: &str = "keyed_rate_limit";
 
 /// Counter: decisions that denied, that a failure mode made, or that found
-/// the key space full; labels `rule`, `outcome` (`deny`, `shadow_deny`,
+/// the key space full; labels `rule`, `outcome` (`deny`, `shadow_deny`, `locked`,
 /// `fail_open`, `fail_closed`, `local_fallback`, `key_space_full`,
 /// `key_space_overflow`) and, for failure modes, `cause` (`timeout`,
 /// `error`, `circuit_open`).
@@ -133,6 +133,18 @@ pub(crate) fn deny(rule: &Arc<str>, key: &str, retry_after: Option<Duration>, sh
     }
     let outcome = if shadow { "shadow_deny" } else { "deny" };
     count(DECISIONS_TOTAL, rule, &[("outcome", outcome)]);
+}
+
+/// A key was just locked out for `block`: a warning with its fingerprint.
+/// Its denies while locked are counted by [`locked_deny`].
+pub(crate) fn locked(rule: &Arc<str>, key: &str, block: Duration) {
+    let block_ms = block.as_millis() as u64;
+    tracing::warn!(target: TARGET, rule = %rule, %key, block_ms, "key locked out");
+}
+
+/// A deny because the key is locked: `outcome="locked"`.
+pub(crate) fn locked_deny(rule: &Arc<str>) {
+    count(DECISIONS_TOTAL, rule, &[("outcome", "locked")]);
 }
 
 #[cfg(feature = "redis")]

@@ -4,6 +4,8 @@
 mod common;
 mod support;
 
+use std::time::Duration;
+
 use axum::{Router, routing::get};
 use common::{client, header, serve};
 use keyed_rate_limit::backend::redis::RedisBackend;
@@ -164,6 +166,24 @@ async fn yaml_file_makes_a_working_layer() {
 
 /// Each bad file: the message, and where it points.
 #[test]
+fn a_lockout_from_the_file_reaches_the_rule_and_describe() {
+    let config = RulesConfig::from_toml_str(
+        "[[rules]]\nname = \"login\"\nkey = \"header:x-user\"\nquota = \"5/min\"\nlockout = { after = 5, within = \"1m\", block_for = \"15m\" }\n",
+    )
+    .unwrap();
+    let layer = config.into_layer(&Registry::new()).unwrap();
+    let lockout = layer.rules()[0].lockout_policy().unwrap();
+    assert_eq!(
+        (lockout.after(), lockout.within(), lockout.block_for()),
+        (5, Duration::from_secs(60), Duration::from_secs(900))
+    );
+    assert_eq!(
+        layer.describe().rules()[0].on_deny,
+        "429 + Retry-After, lockout: 5 denies/min -> 15min"
+    );
+}
+
+#[test]
 fn invalid_configs_point_at_the_field() {
     let toml_cases = [
         (
@@ -195,6 +215,18 @@ fn invalid_configs_point_at_the_field() {
             "reject needs a 4xx status",
             5,
             18,
+        ),
+        (
+            "[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"1/s\"\nlockout = { after = 0, within = \"1m\", block_for = \"15m\" }\n",
+            "`lockout`: invalid setting: a lockout needs at least one deny",
+            1,
+            1,
+        ),
+        (
+            "[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"1/s\"\nlockout = { after = 5, within = \"1m\", block = \"15m\" }\n",
+            "unknown field `block`",
+            5,
+            39,
         ),
         ("bogus = 1\n", "unknown field `bogus`", 1, 1),
     ];

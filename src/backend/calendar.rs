@@ -106,6 +106,66 @@ impl CalendarStore {
         }
     }
 
+    /// Spends (`units > 0`, up to the limit), gives back (`units < 0`, down
+    /// to none) or reads (`0`) `key`'s count in the current window, and
+    /// tells what a request of one unit would be told now.
+    pub(crate) fn adjust(&self, key: &Key, quota: Quota, units: i64) -> Decision {
+        self.adjust_at(now_us(), key, quota, units)
+    }
+
+    pub(crate) fn adjust_at(&self, now: i64, key: &Key, quota: Quota, units: i64) -> Decision {
+        let Some((start, end)) = quota.window_secs(now.div_euclid(1_000_000)) else {
+            return Decision::never(quota.limit(), quota.window());
+        };
+        let window = Duration::from_secs(u64::try_from(end - start).unwrap_or(0));
+        let reset = Duration::from_micros(u64::try_from(end * 1_000_000 - now).unwrap_or(0));
+        let limit = quota.limit();
+        let fresh = Entry {
+            start,
+            end,
+            count: 0,
+        };
+        let apply = |e: &mut Entry| {
+            if (e.start, e.end) != (start, end) {
+                *e = fresh;
+            }
+            let moved = u32::try_from(units.unsigned_abs()).unwrap_or(u32::MAX);
+            e.count = if units > 0 {
+                e.count.saturating_add(moved).min(limit)
+            } else {
+                e.count.saturating_sub(moved)
+            };
+            e.count
+        };
+        let count = match self.map.get_mut(key) {
+            Some(mut e) => apply(&mut e),
+            None if units > 0 && self.room(now) => {
+                let mut new = false;
+                let mut e = self.map.entry(key.clone()).or_insert_with(|| {
+                    new = true;
+                    fresh
+                });
+                if !new {
+                    self.budget.give_back(1);
+                }
+                apply(&mut e)
+            }
+            None => 0,
+        };
+        if count < limit {
+            Decision::allowed(limit, window, limit - count, reset)
+        } else {
+            Decision::denied(limit, window, reset, reset)
+        }
+    }
+
+    /// Forgets `key`'s count.
+    pub(crate) fn remove(&self, key: &Key) {
+        if self.map.remove(key).is_some() {
+            self.budget.give_back(1);
+        }
+    }
+
     /// A place for a new key: free, or freed by forgetting ended windows.
     fn room(&self, now: i64) -> bool {
         self.budget

@@ -111,8 +111,12 @@ pub(crate) fn mark_diverted(how: KeySpaceFull) {
 
 /// governor's keyed GCRA state, bounded by a [`Budget`]: one theoretical
 /// arrival time per key (0: none yet), as governor's own `DashMap` store
-/// keeps it, plus the overflow bucket.
-pub(crate) struct GcraStore<C: Clock> {
+/// keeps it, plus the overflow bucket. Shared with the [`LocalStore`]
+/// (crate::backend::local::LocalStore), which moves arrival times for
+/// refunds and the control handle: governor owns its store by value.
+pub(crate) struct GcraStore<C: Clock>(Arc<GcraState<C>>);
+
+pub(crate) struct GcraState<C: Clock> {
     map: DashMap<Key, AtomicU64>,
     overflow: AtomicU64,
     budget: Arc<Budget>,
@@ -127,7 +131,7 @@ pub(crate) struct GcraStore<C: Clock> {
 
 impl<C: Clock> GcraStore<C> {
     pub(crate) fn new(budget: Arc<Budget>, clock: C, t: Duration) -> Self {
-        Self {
+        Self(Arc::new(GcraState {
             map: DashMap::new(),
             overflow: AtomicU64::new(0),
             budget,
@@ -135,7 +139,25 @@ impl<C: Clock> GcraStore<C> {
             start: clock.now(),
             clock,
             t: Nanos::from(t),
-        }
+        }))
+    }
+
+    /// The state, for [`GcraState::adjust`] beside governor's checks.
+    pub(crate) fn state(&self) -> Arc<GcraState<C>> {
+        self.0.clone()
+    }
+}
+
+/// A key's arrival time and the time it was read at, governor's nanoseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Tat {
+    pub(crate) tat: Duration,
+    pub(crate) now: Duration,
+}
+
+impl<C: Clock> GcraState<C> {
+    fn now(&self) -> Nanos {
+        self.clock.now().duration_since(self.start)
     }
 
     fn forget_full(&self, drop_below: Nanos) -> usize {
@@ -147,11 +169,81 @@ impl<C: Clock> GcraStore<C> {
     /// Room for a new key: a free place, or one freed by forgetting full buckets.
     fn room(&self) -> bool {
         self.budget.take_or_sweep(&self.sweeps, || {
-            let now = self.clock.now().duration_since(self.start);
+            let now = self.now();
             // As governor's retain_recent: a full bucket, one interval on.
             let margin = self.t + Nanos::from(Duration::from_micros(1));
             self.forget_full(now.saturating_sub(margin))
         })
+    }
+
+    /// Spends (`units > 0`) or gives back (`units < 0`) whole emission
+    /// intervals of `key`'s bucket without a decision, or reads it (`0`).
+    /// Never past an empty bucket of `burst` units, so a huge
+    /// charge makes the next unit wait one interval, not forever; never
+    /// past a full one. A key not held reads as full; a charge takes a place
+    /// for it, and is dropped when the key space is full.
+    pub(crate) fn adjust(&self, key: &Key, units: i64, burst: u32) -> Tat {
+        let now = self.now();
+        let t = u64::from(self.t);
+        // governor admits while now >= tat - (burst - 1) t: one interval past
+        // that, the last unit was just spent.
+        let empty = u64::from(now).saturating_add(t.saturating_mul(u64::from(burst)));
+        let step = |tat: u64| -> u64 {
+            let moved = t.saturating_mul(units.unsigned_abs());
+            if units > 0 {
+                tat.max(u64::from(now)).saturating_add(moved).min(empty)
+            } else {
+                // 0 means "no state": a bucket given back past full is full.
+                tat.saturating_sub(moved).max(1)
+            }
+        };
+        let read = |cell: &AtomicU64| {
+            let mut prev = cell.load(Ordering::Acquire);
+            loop {
+                let next = if prev == 0 || units == 0 {
+                    if units > 0 {
+                        step(u64::from(now))
+                    } else {
+                        prev
+                    }
+                } else {
+                    step(prev)
+                };
+                if next == prev {
+                    return next;
+                }
+                match cell.compare_exchange_weak(prev, next, Ordering::Release, Ordering::Relaxed) {
+                    Ok(_) => return next,
+                    Err(p) => prev = p,
+                }
+            }
+        };
+        let tat = match self.map.get(key) {
+            Some(cell) => read(&cell),
+            None if units > 0 && self.room() => {
+                let mut fresh = false;
+                let cell = self.map.entry(key.clone()).or_insert_with(|| {
+                    fresh = true;
+                    AtomicU64::new(0)
+                });
+                if !fresh {
+                    self.budget.give_back(1);
+                }
+                read(&cell)
+            }
+            None => 0,
+        };
+        Tat {
+            tat: Duration::from_nanos(tat),
+            now: now.into(),
+        }
+    }
+
+    /// Forgets `key`: its bucket is whole again.
+    pub(crate) fn remove(&self, key: &Key) {
+        if self.map.remove(key).is_some() {
+            self.budget.give_back(1);
+        }
     }
 }
 
@@ -177,24 +269,24 @@ impl<C: Clock> StateStore for GcraStore<C> {
     where
         F: Fn(Option<Nanos>) -> Result<(T, Nanos), E>,
     {
-        if let Some(tat) = self.map.get(key) {
+        if let Some(tat) = self.0.map.get(key) {
             return measure(&tat, f);
         }
-        if self.room() {
+        if self.0.room() {
             let mut fresh = false;
-            let tat = self.map.entry(key.clone()).or_insert_with(|| {
+            let tat = self.0.map.entry(key.clone()).or_insert_with(|| {
                 fresh = true;
                 AtomicU64::new(0)
             });
             if !fresh {
                 // Another request made it meanwhile.
-                self.budget.give_back(1);
+                self.0.budget.give_back(1);
             }
             return measure(&tat, f);
         }
-        mark_diverted(self.budget.when_full);
-        match self.budget.when_full {
-            KeySpaceFull::Overflow => measure(&self.overflow, f),
+        mark_diverted(self.0.budget.when_full);
+        match self.0.budget.when_full {
+            KeySpaceFull::Overflow => measure(&self.0.overflow, f),
             // The caller refuses: measure a fresh bucket, store nothing.
             KeySpaceFull::Refuse => f(None).map(|(result, _)| result),
         }
@@ -203,23 +295,23 @@ impl<C: Clock> StateStore for GcraStore<C> {
 
 impl<C: Clock> ShrinkableKeyedStateStore<Key> for GcraStore<C> {
     fn retain_recent(&self, drop_below: Nanos) {
-        self.forget_full(drop_below);
+        self.0.forget_full(drop_below);
     }
 
     fn shrink_to_fit(&self) {
-        self.map.shrink_to_fit();
+        self.0.map.shrink_to_fit();
     }
 
     fn len(&self) -> usize {
-        self.map.len()
+        self.0.map.len()
     }
 
     fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.0.map.is_empty()
     }
 }
 
-impl<C: Clock> Drop for GcraStore<C> {
+impl<C: Clock> Drop for GcraState<C> {
     fn drop(&mut self) {
         self.budget.give_back(self.map.len());
     }
@@ -228,8 +320,8 @@ impl<C: Clock> Drop for GcraStore<C> {
 impl<C: Clock> std::fmt::Debug for GcraStore<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GcraStore")
-            .field("keys", &self.map.len())
-            .field("budget", &self.budget)
+            .field("keys", &self.0.map.len())
+            .field("budget", &self.0.budget)
             .finish_non_exhaustive()
     }
 }

@@ -11,10 +11,16 @@ use governor::middleware::StateInformationMiddleware;
 use governor::{Quota as GovernorQuota, RateLimiter};
 
 use super::calendar::CalendarStore;
-use super::keyspace::{self, Budget, GcraStore, KeySpaceFull};
+use super::keyspace::{self, Budget, GcraState, GcraStore, KeySpaceFull, Tat};
 use crate::{Decision, Key, Quota};
 
-type Keyed<C> = RateLimiter<Key, GcraStore<C>, C, StateInformationMiddleware>;
+type Governor<C> = RateLimiter<Key, GcraStore<C>, C, StateInformationMiddleware>;
+
+/// governor's limiter for one quota, and its state for adjustments.
+struct Keyed<C: Clock> {
+    gov: Governor<C>,
+    state: Arc<GcraState<C>>,
+}
 
 /// Keyed limiters for one rule: one governor limiter per distinct quota, so
 /// per-plan quotas don't share cells. The clock is governor's: the system's,
@@ -81,10 +87,7 @@ impl<C: Clock + Clone> LocalStore<C> {
             Some((q, interval, l)) if *q == quota => {
                 self.check_with(l, *interval, key, quota, cost)
             }
-            _ if quota.period().is_some() => self
-                .calendar
-                .get_or_init(|| Box::new(CalendarStore::new(self.budget.clone())))
-                .check(key, quota, cost),
+            _ if quota.period().is_some() => self.calendar().check(key, quota, cost),
             _ => {
                 let interval = quota.emission_interval();
                 self.check_with(&self.dynamic_limiter(quota), interval, key, quota, cost)
@@ -102,9 +105,9 @@ impl<C: Clock + Clone> LocalStore<C> {
     ) -> Decision {
         // governor's single-cell check skips the multiplication of the n-cell one.
         let outcome = if cost == NonZeroU32::MIN {
-            Ok(limiter.check_key(key))
+            Ok(limiter.gov.check_key(key))
         } else {
-            limiter.check_key_n(key, cost)
+            limiter.gov.check_key_n(key, cost)
         };
         match outcome {
             Ok(Ok(state)) => {
@@ -148,19 +151,49 @@ impl<C: Clock + Clone> LocalStore<C> {
     /// Number of keys held, across all quotas.
     pub(crate) fn len(&self) -> usize {
         let calendar = self.calendar.get().map_or(0, |c| c.len());
-        calendar + self.limiters().iter().map(|l| l.len()).sum::<usize>()
+        calendar + self.limiters().iter().map(|l| l.gov.len()).sum::<usize>()
     }
 
     /// Forgets keys whose buckets are full again: they are indistinguishable
     /// from new keys, so dropping them changes no decision.
     pub(crate) fn cleanup(&self) {
         for l in self.limiters() {
-            l.retain_recent();
-            l.shrink_to_fit();
+            l.gov.retain_recent();
+            l.gov.shrink_to_fit();
         }
         if let Some(c) = self.calendar.get() {
             c.cleanup();
         }
+    }
+
+    /// Spends (`units > 0`), gives back (`units < 0`) or reads (`0`) `key`'s
+    /// units of `quota` without deciding, and tells what a request of one
+    /// unit would be told now, without spending it. Bounded by an empty and
+    /// a whole bucket: see [`GcraState::adjust`].
+    pub(crate) fn adjust(&self, key: &Key, quota: Quota, units: i64) -> Decision {
+        if quota.period().is_some() {
+            return self.calendar().adjust(key, quota, units);
+        }
+        let adjust = |l: &Keyed<C>| gcra_state(quota, l.state.adjust(key, units, quota.burst()));
+        match &self.fixed {
+            Some((q, _, l)) if *q == quota => adjust(l),
+            _ => adjust(&self.dynamic_limiter(quota)),
+        }
+    }
+
+    /// Forgets `key` under every quota: whole again.
+    pub(crate) fn reset(&self, key: &Key) {
+        for l in self.limiters() {
+            l.state.remove(key);
+        }
+        if let Some(c) = self.calendar.get() {
+            c.remove(key);
+        }
+    }
+
+    fn calendar(&self) -> &CalendarStore {
+        self.calendar
+            .get_or_init(|| Box::new(CalendarStore::new(self.budget.clone())))
     }
 
     fn limiters(&self) -> Vec<Arc<Keyed<C>>> {
@@ -177,8 +210,27 @@ fn limiter<C: Clock + Clone>(q: Quota, budget: &Arc<Budget>, clock: &C) -> Keyed
         .unwrap_or_else(|| GovernorQuota::per_second(NonZeroU32::MIN))
         .allow_burst(burst);
     let store = GcraStore::new(budget.clone(), clock.clone(), q.emission_interval());
-    RateLimiter::<Key, _, _, NoOpMiddleware<C::Instant>>::new(gq, store, clock.clone())
-        .with_middleware::<StateInformationMiddleware>()
+    let state = store.state();
+    let gov = RateLimiter::<Key, _, _, NoOpMiddleware<C::Instant>>::new(gq, store, clock.clone())
+        .with_middleware::<StateInformationMiddleware>();
+    Keyed { gov, state }
+}
+
+/// What a request of one unit would be told of a GCRA bucket read at `t`,
+/// without spending it.
+fn gcra_state(quota: Quota, t: Tat) -> Decision {
+    let interval = quota.emission_interval();
+    let (limit, window) = (quota.limit(), quota.window());
+    // Time until the bucket is whole again.
+    let reset = t.tat.saturating_sub(t.now);
+    let tolerance = interval.saturating_mul(quota.burst() - 1);
+    let Some(room) = (t.now + tolerance).checked_sub(t.tat) else {
+        let wait = t.tat - tolerance - t.now;
+        return Decision::denied(limit, window, wait, reset);
+    };
+    let cells = room.as_nanos() / interval.as_nanos().max(1) + 1;
+    let remaining = u32::try_from(cells).unwrap_or(u32::MAX).min(quota.burst());
+    Decision::allowed(limit, window, remaining, reset)
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ pub(crate) mod calendar;
 pub(crate) mod deny_cache;
 pub(crate) mod keyspace;
 pub(crate) mod local;
+pub(crate) mod lock;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;

@@ -41,7 +41,7 @@ use crate::error::BuildError;
 use crate::failure::BreakerConfig;
 use crate::failure::FailureMode;
 use crate::key::{KeyExtractor, TrustedProxies};
-use crate::rule::{KeySpaceFull, OnMissingKey};
+use crate::rule::{KeySpaceFull, Lockout, OnMissingKey};
 use crate::{Algorithm, HeaderStyle, Quota, RateLimitBuilder, RateLimitLayer, ResetFormat, Rule};
 use parse::{DurationSpec, KeyAtom, KeySpec, MissingSpec, OffsetSpec, QuotaSpec};
 pub use watch::ConfigWatcher;
@@ -94,6 +94,15 @@ struct BreakerSpec {
     open_for: Option<DurationSpec>,
 }
 
+/// `lockout = { after = 5, within = "1m", block_for = "15m" }`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LockoutSpec {
+    after: u32,
+    within: DurationSpec,
+    block_for: DurationSpec,
+}
+
 /// One rule as written; checked as a whole by [`RuleConfig::try_from`].
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -125,6 +134,7 @@ struct RawRule {
     on_missing_key: Option<MissingSpec>,
     max_keys: Option<usize>,
     on_key_space_full: Option<KeySpaceFull>,
+    lockout: Option<LockoutSpec>,
 }
 
 impl RawRule {
@@ -172,6 +182,11 @@ impl TryFrom<RawRule> for RuleConfig {
                 }
             }
             _ => {}
+        }
+        if let Some(l) = raw.lockout
+            && let Err(e) = Lockout::new(l.after, l.within.0, l.block_for.0).validate()
+        {
+            return err(format!("`lockout`: {e}"));
         }
         if raw.cost.is_some() && raw.cost_fn.is_some() {
             return err("set `cost` or `cost_fn`, not both".into());
@@ -522,6 +537,9 @@ impl RuleConfig {
         }
         if let Some(n) = raw.max_keys {
             rule = rule.max_keys(n);
+        }
+        if let Some(l) = raw.lockout {
+            rule = rule.lockout(Lockout::new(l.after, l.within.0, l.block_for.0));
         }
         if let Some(policy) = raw.on_key_space_full {
             rule = rule.on_key_space_full(policy);

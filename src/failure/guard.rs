@@ -112,15 +112,18 @@ impl Guard {
         }
     }
 
-    /// One guarded Redis call. The timeout ends waiting only when the server
-    /// is silent: a call that outlives it arms the [`Liveness`] pinger, and
-    /// keeps waiting while replies or pongs show the server alive (its reply
-    /// is queued behind others, or the runtime is too busy to read it), up
-    /// to [`PATIENCE`] timeouts. Failing it instead would hand a unit Redis
-    /// may already have spent to the failure mode, admitting it twice. With
-    /// nothing heard for a timeout after arming, the call fails. A
-    /// refused connection (nothing listens) opens the breaker at once, so later calls
-    /// don't each wait for it.
+    /// One guarded Redis call, answered or failed within its timeout unless
+    /// the server is heard to be alive. Half-way through the timeout a call
+    /// still waiting arms the [`Liveness`] pinger, so by the timeout it is
+    /// known whether the server answers at all: if nothing (no reply, no
+    /// pong) was heard since arming, the call fails there. If the server
+    /// answers others, the reply is queued behind them (or the runtime is too
+    /// busy to read it), and the call keeps waiting, a timeout at a time, up
+    /// to [`PATIENCE`] timeouts: failing it would hand a unit Redis may
+    /// already have spent to the failure mode, and a gateway whose own
+    /// runtime is saturated would trip its breaker on a healthy Redis. A
+    /// refused connection (nothing listens) opens the breaker at once, so
+    /// later calls don't each wait for it.
     ///
     /// The caller checks [`admit`](Self::admit) first.
     pub(crate) async fn call<T, E: CallError>(
@@ -131,8 +134,9 @@ impl Guard {
         let mut fut = std::pin::pin!(fut);
         let start = Instant::now();
         let give_up = after(start, self.timeout.saturating_mul(PATIENCE));
+        let half = self.timeout / 2;
         let mut since = start;
-        let mut deadline = after(start, self.timeout);
+        let mut deadline = after(start, half);
         let mut armed = None;
         let outcome = loop {
             if let Ok(out) = tokio::time::timeout_at(deadline, &mut fut).await {
@@ -145,12 +149,17 @@ impl Guard {
                 break out;
             }
             let now = Instant::now();
-            let alive = liveness.heard_since(since);
-            if now >= give_up || (!alive && armed.is_some()) {
+            if armed.is_none() {
+                armed = Some(liveness.arm());
+                since = now;
+                // A late timer still leaves the pinger half a timeout.
+                deadline = after(start, self.timeout).max(after(now, half));
+                continue;
+            }
+            if now >= give_up || !liveness.heard_since(since) {
                 observe::backend_latency(&self.rule, "redis", now - start);
                 return Err(Cause::Timeout(now - start));
             }
-            armed.get_or_insert_with(|| liveness.arm());
             since = now;
             deadline = after(now, self.timeout).min(give_up);
         };
@@ -270,16 +279,29 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_silent_server_fails_one_timeout_after_the_pinger_is_armed() {
+    async fn a_silent_server_fails_at_the_timeout() {
         let (g, l) = (guard(), Liveness::new(None));
         let Err(Cause::Timeout(waited)) = g.call(&l, never()).await else {
             panic!("a silent server must time out");
         };
-        assert_eq!(
-            waited,
-            2 * TIMEOUT,
-            "the timeout, then one more with the pinger armed"
-        );
+        assert_eq!(waited, TIMEOUT, "the pinger was armed half-way");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reply_before_arming_is_no_sign_of_life_after_it() {
+        let (g, l) = (guard(), Liveness::new(None));
+        let heard_early = async {
+            tokio::time::sleep(TIMEOUT / 4).await;
+            l.heard();
+            std::future::pending::<()>().await;
+        };
+        tokio::select! {
+            r = g.call(&l, never()) => {
+                let Err(Cause::Timeout(waited)) = r else { panic!("must time out") };
+                assert_eq!(waited, TIMEOUT);
+            }
+            () = heard_early => unreachable!(),
+        }
     }
 
     #[tokio::test(start_paused = true)]

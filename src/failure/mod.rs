@@ -16,7 +16,7 @@ use std::time::Duration;
 pub(crate) use breaker::Admit;
 pub use breaker::{BreakerConfig, BreakerState, BreakerStatus};
 #[cfg(feature = "redis")]
-pub(crate) use guard::{CallError, Cause, Guard};
+pub(crate) use guard::{CallError, Cause, Guard, PATIENCE};
 #[cfg(feature = "redis")]
 pub(crate) use liveness::{Heard, Liveness};
 

@@ -10,10 +10,11 @@ use http::request::Parts;
 
 #[cfg(feature = "redis")]
 use super::global::Global;
-use crate::backend::keyspace::Budget;
+use crate::backend::keyspace::{Budget, KeySpaceFull};
 use crate::backend::local::LocalStore;
+use crate::backend::lock::Locks;
 use crate::decision::Decisions;
-use crate::error::BuildError;
+use crate::error::{BuildError, ControlError};
 use crate::failure::BreakerStatus;
 use crate::headers::StaticPolicy;
 use crate::now_or_later::NowOrLater;
@@ -43,6 +44,9 @@ pub(crate) struct CompiledRule {
     /// Shared with the chain a reload replaces, when the rule's state
     /// carries over (see [`Chain::compile`]).
     backend: Backend,
+    /// Locked keys: the rule's lockouts and the control handle's blocks
+    /// (for a global rule, those this gateway learned of from Redis).
+    locks: Arc<Locks>,
     instances: u32,
     max_key_len: usize,
     policy: Option<StaticPolicy>,
@@ -121,9 +125,13 @@ impl Chain {
             let kept = previous
                 .and_then(|p| p.rules.iter().find(|old| old.rule.name == rule.name))
                 .filter(|old| old.keeps_state_for(&rule, instances));
-            let (backend, waiters) = match kept {
-                Some(old) => (old.backend.clone(), old.waiters.clone()),
-                None => (new_backend(&rule, instances), Arc::default()),
+            let (backend, waiters, locks) = match kept {
+                Some(old) => (old.backend.clone(), old.waiters.clone(), old.locks.clone()),
+                None => (
+                    new_backend(&rule, instances),
+                    Arc::default(),
+                    Arc::new(Locks::new(Budget::new(rule.max_keys, KeySpaceFull::Refuse))),
+                ),
             };
             let policy = rule.static_quota().filter(|_| policies).and_then(|q| {
                 let q = share(&rule, q, instances);
@@ -133,6 +141,7 @@ impl Chain {
                 key_space_warned: Throttle::default(),
                 waiters,
                 backend,
+                locks,
                 policy,
                 rule,
                 instances,
@@ -192,6 +201,11 @@ impl Chain {
             .collect()
     }
 
+    /// The compiled rule named `name`.
+    pub(crate) fn find(&self, name: &str) -> Option<&Arc<CompiledRule>> {
+        self.rules.iter().find(|r| &*r.rule.name == name)
+    }
+
     pub(crate) fn rules(&self) -> impl Iterator<Item = &Rule> {
         self.rules.iter().map(|r| &r.rule)
     }
@@ -200,16 +214,21 @@ impl Chain {
     pub(crate) fn local_keys(&self) -> usize {
         self.rules
             .iter()
-            .map(|r| match &r.backend {
-                Backend::Local(l) => l.len(),
-                #[cfg(feature = "redis")]
-                Backend::Global(g) => g.len(),
+            .map(|r| {
+                r.locks.len()
+                    + match &r.backend {
+                        Backend::Local(l) => l.len(),
+                        #[cfg(feature = "redis")]
+                        Backend::Global(g) => g.len(),
+                    }
             })
             .sum()
     }
 
     pub(crate) fn cleanup(&self) {
         for r in &self.rules {
+            r.locks
+                .cleanup(r.rule.lockout.map_or(Duration::ZERO, |l| l.within));
             match &r.backend {
                 Backend::Local(l) => l.cleanup(),
                 #[cfg(feature = "redis")]
@@ -288,6 +307,9 @@ fn validate(rule: &Rule, instances: Option<u32>) -> Result<(), BuildError> {
     }
     let rule_err = || name.to_string();
     rule.on_missing.check_keys(&rule.key, name)?;
+    if let Some(lockout) = rule.lockout {
+        lockout.validate()?;
+    }
     if rule.max_keys == 0 {
         return Err(BuildError::InvalidSetting("max_keys must be at least 1"));
     }
@@ -405,7 +427,55 @@ fn share(rule: &Rule, q: Quota, instances: u32) -> Quota {
     }
 }
 
+/// What [`Control`](crate::Control) does to one key of one rule.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum ControlOp {
+    /// Spend (positive) or give back (negative) units; 0 only reads.
+    Adjust(i64),
+    Reset,
+    Block(Duration),
+    Unblock,
+}
+
 impl CompiledRule {
+    /// Runs `op` on `key`; a read or an adjustment returns what a request
+    /// of one unit would be told now, without spending it.
+    pub(crate) async fn control(
+        &self,
+        key: &Key,
+        op: ControlOp,
+    ) -> Result<Option<Decision>, ControlError> {
+        let key = self.bounded(key);
+        let quota = match (&op, self.rule.static_quota()) {
+            (_, Some(q)) => Some(share(&self.rule, q, self.instances)),
+            (ControlOp::Block(_) | ControlOp::Unblock, None) => None,
+            (_, None) => return Err(ControlError::DynamicQuota(self.rule.name.to_string())),
+        };
+        match op {
+            ControlOp::Block(period) => self.locks.block(&key, period),
+            ControlOp::Unblock | ControlOp::Reset => self.locks.unblock(&key),
+            ControlOp::Adjust(_) => {}
+        }
+        match &self.backend {
+            Backend::Local(store) => Ok(match (op, quota) {
+                (ControlOp::Adjust(units), Some(q)) => {
+                    let d = store.adjust(&key, q, units);
+                    Some(match self.locks.locked(&key) {
+                        Some(left) => Decision::denied(q.limit(), q.window(), left, left),
+                        None => d,
+                    })
+                }
+                (ControlOp::Reset, _) => {
+                    store.reset(&key);
+                    None
+                }
+                _ => None,
+            }),
+            #[cfg(feature = "redis")]
+            Backend::Global(g) => g.control(&self.rule, &key, quota, op).await,
+        }
+    }
+
     /// Whether `new` (of the same name) counts exactly as this rule does,
     /// so its counters stay valid. Closures can't be compared: a
     /// `quota_fn` rule keeps its state while the key and algorithm stay,
@@ -468,6 +538,11 @@ impl CompiledRule {
     }
 
     fn decide(self: &Arc<Self>, key: Key, quota: Quota, cost: NonZeroU32) -> Step {
+        if self.locks.any()
+            && let Some(step) = self.when_locked(&key, quota)
+        {
+            return step;
+        }
         // Static quotas and fixed costs were checked at build time.
         let dynamic = matches!(self.rule.quota, QuotaSource::Dynamic(_));
         if let Some(error) = dynamic.then(|| quota.validate().err()).flatten() {
@@ -492,6 +567,12 @@ impl CompiledRule {
         };
         // The hot path: a local decision, returned as is.
         let d = self.check_local(store, &key, quota, cost);
+        if !d.is_allowed()
+            && self.rule.lockout.is_some()
+            && let Some(step) = self.lock_on_deny(&key, quota)
+        {
+            return step;
+        }
         if self.waits(&d) {
             Step::Later(Box::pin(self.clone().settle(
                 key,
@@ -543,7 +624,7 @@ impl CompiledRule {
                     Err(()) => {
                         let (this, g) = (self.clone(), g.clone());
                         NowOrLater::Later(Box::pin(async move {
-                            g.ask(&this.rule, &bounded, quota, cost).await
+                            g.ask(&this.rule, &this.locks, &bounded, quota, cost).await
                         }))
                     }
                 }
@@ -573,6 +654,40 @@ impl CompiledRule {
             );
         }
         d
+    }
+
+    /// The key as this rule stores it: overlong keys count as their hash
+    /// (allocating, so only they pay for it).
+    fn bounded<'k>(&self, key: &'k Key) -> std::borrow::Cow<'k, Key> {
+        if key.len() <= self.max_key_len {
+            std::borrow::Cow::Borrowed(key)
+        } else {
+            std::borrow::Cow::Owned(key.clone().bounded(self.max_key_len))
+        }
+    }
+
+    /// The deny of a locked key; off the hot path.
+    #[inline(never)]
+    fn when_locked(&self, key: &Key, quota: Quota) -> Option<Step> {
+        let left = self.locks.locked(&self.bounded(key))?;
+        let d = Decision::denied(quota.limit(), quota.window(), left, left);
+        Some(Step::Now(self.outcome(key, d, Source::Locked)))
+    }
+
+    /// Counts a local deny toward the rule's lockout; the deny that locks
+    /// the key answers with the block.
+    #[inline(never)]
+    fn lock_on_deny(&self, key: &Key, quota: Quota) -> Option<Step> {
+        let lockout = self.rule.lockout.filter(|_| !self.rule.shadow)?;
+        let block = self.locks.denied(&self.bounded(key), lockout)?;
+        self.locked(key, block);
+        let d = Decision::denied(quota.limit(), quota.window(), block, block);
+        Some(Step::Now(self.outcome(key, d, Source::Locked)))
+    }
+
+    /// A key just got locked for `block`: said once, loudly.
+    fn locked(&self, key: &Key, block: Duration) {
+        observe::locked(&self.rule.name, &key.fingerprint(), block);
     }
 
     /// Whether `d` is a deny this rule would rather wait out.
@@ -624,7 +739,9 @@ impl CompiledRule {
 
     fn outcome(&self, key: &Key, decision: Decision, source: Source) -> Outcome {
         let shadow = self.rule.shadow;
-        if !decision.is_allowed() {
+        if source == Source::Locked {
+            observe::locked_deny(&self.rule.name);
+        } else if !decision.is_allowed() {
             let retry = decision.retry_after();
             observe::deny(&self.rule.name, &key.fingerprint(), retry, shadow);
         }

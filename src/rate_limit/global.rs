@@ -7,10 +7,21 @@ use std::time::Duration;
 use crate::backend::deny_cache::DenyCache;
 use crate::backend::keyspace::{Budget, KeySpaceFull};
 use crate::backend::local::LocalStore;
-use crate::backend::redis::RedisBackend;
+use crate::backend::lock::Locks;
+use crate::backend::redis::{ControlScriptOp, Decided, RedisBackend};
+use crate::error::ControlError;
+use crate::failure::PATIENCE;
 use crate::failure::{Admit, BreakerStatus, Cause, FailureMode, Guard};
+use crate::rate_limit::chain::ControlOp;
 use crate::rule::Rule;
-use crate::{Decision, Key, Quota, Source};
+use crate::{Decision, Key, Quota, Source, observe};
+
+/// Whether cached denies may answer for `rule`: not under a lockout, whose
+/// denies all count in Redis (at most its `after` calls per period and
+/// key, then the lock answers here).
+fn caches_denies(rule: &Rule) -> bool {
+    rule.lockout.is_none() || rule.shadow
+}
 
 pub(super) struct Global {
     redis: RedisBackend,
@@ -40,7 +51,11 @@ impl Global {
         cost: NonZeroU32,
     ) -> Result<(Decision, Source), ()> {
         let smooth = rule.algorithm.has_burst() && quota.period().is_none();
-        if let Some(d) = self.denies.get(key, quota, cost, smooth) {
+        if let Some(d) = self
+            .denies
+            .get(key, quota, cost, smooth)
+            .filter(|_| caches_denies(rule))
+        {
             return Ok((d, Source::Global));
         }
         if let Admit::Skip(_) = self.guard.admit() {
@@ -101,16 +116,34 @@ impl Global {
     pub(super) async fn ask(
         &self,
         rule: &Rule,
+        locks: &Locks,
         key: &Key,
         quota: Quota,
         cost: NonZeroU32,
     ) -> (Decision, Source) {
         let name = &rule.name;
+        let lockout = rule.lockout.filter(|_| !rule.shadow);
         let check = self
             .redis
-            .check_next(name, key, rule.algorithm, &quota, cost.get());
+            .check_next(name, key, rule.algorithm, &quota, cost.get(), lockout);
         match self.guard.call(self.redis.liveness(), check).await {
-            Ok((d, next)) => {
+            Ok(Decided {
+                decision,
+                locked: true,
+                ..
+            }) => {
+                // Held here until it ends: no Redis call while locked.
+                let left = decision.retry_after().unwrap_or_default();
+                if locks.locked(key).is_none() {
+                    locks.block(key, left);
+                    observe::locked(name, &key.fingerprint(), left);
+                }
+                (decision, Source::Locked)
+            }
+            Ok(Decided { decision: d, .. }) if !caches_denies(rule) => (d, Source::Global),
+            Ok(Decided {
+                decision: d, next, ..
+            }) => {
                 match next {
                     // The next request would be denied until `next`: cache that now.
                     Some(wait) if d.is_allowed() => {
@@ -126,6 +159,35 @@ impl Global {
                 self.denies.forget(key);
                 self.fail(key, quota, cost, cause)
             }
+        }
+    }
+
+    /// The control handle's `op` in Redis; this gateway's deny cache
+    /// forgets the key, so its next request asks Redis.
+    pub(super) async fn control(
+        &self,
+        rule: &Rule,
+        key: &Key,
+        quota: Option<Quota>,
+        op: ControlOp,
+    ) -> Result<Option<Decision>, ControlError> {
+        self.denies.forget(key);
+        let script_op = match op {
+            ControlOp::Adjust(units) => ControlScriptOp::Adjust(units),
+            ControlOp::Reset => ControlScriptOp::Reset,
+            ControlOp::Block(d) => ControlScriptOp::Block(d),
+            ControlOp::Unblock => ControlScriptOp::Unblock,
+        };
+        // Block and unblock touch only the lock: any quota names its key.
+        let quota = quota.unwrap_or_else(|| Quota::per_second(1));
+        let call = self
+            .redis
+            .control(&rule.name, key, rule.algorithm, &quota, script_op);
+        let patience = rule.failure.timeout.saturating_mul(PATIENCE);
+        match tokio::time::timeout(patience, call).await {
+            Ok(Ok(d)) => Ok(matches!(op, ControlOp::Adjust(_)).then_some(d)),
+            Ok(Err(e)) => Err(ControlError::Redis(e)),
+            Err(_) => Err(ControlError::Timeout(patience)),
         }
     }
 }

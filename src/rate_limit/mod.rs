@@ -1,7 +1,8 @@
 //! The rate-limit middleware: [`RateLimitLayer`], [`RateLimitService`] and
 //! their [`ResponseFuture`].
 
-mod chain;
+pub(crate) mod chain;
+mod control;
 mod future;
 #[cfg(feature = "redis")]
 mod global;
@@ -14,6 +15,7 @@ use http::StatusCode;
 use http::request::Parts;
 use tower::Layer;
 
+pub use control::Control;
 pub use future::ResponseFuture;
 pub use service::RateLimitService;
 
@@ -172,6 +174,13 @@ impl RateLimitLayer {
     /// ```
     pub fn rules(&self) -> Vec<Rule> {
         self.shared.chain.load().rules().cloned().collect()
+    }
+
+    /// The operator's handle on this layer's counters; see [`Control`].
+    pub fn control(&self) -> Control {
+        Control {
+            shared: self.shared.clone(),
+        }
     }
 
     /// Replaces every rule at once, checked as

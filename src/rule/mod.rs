@@ -104,6 +104,69 @@ pub enum KeySpaceFull {
     Refuse,
 }
 
+/// Locks out a key that keeps being denied, fail2ban style: after `after`
+/// denies by the rule within `within`, the key is denied for `block_for`,
+/// longer than its quota would hold it, with `Retry-After` the time left.
+/// A locked key costs no backend call on this gateway, is counted as
+/// `outcome="locked"` in the metrics, and is logged once, when locked, as
+/// a warning with the key's fingerprint. On a global rule the denies and
+/// the lock live in Redis, so every gateway sees them.
+///
+/// ```
+/// use std::time::Duration;
+/// use keyed_rate_limit::rule::Lockout;
+/// // Five denies within a minute lock the key for fifteen minutes.
+/// let l = Lockout::new(5, Duration::from_secs(60), Duration::from_secs(15 * 60));
+/// assert_eq!(l.after(), 5);
+/// assert_eq!(l.block_for(), Duration::from_secs(900));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Lockout {
+    pub(crate) after: u32,
+    pub(crate) within: std::time::Duration,
+    pub(crate) block_for: std::time::Duration,
+}
+
+impl Lockout {
+    /// `after` denies within `within` lock the key for `block_for`. All
+    /// three must be positive: the layer's build checks.
+    pub const fn new(
+        after: u32,
+        within: std::time::Duration,
+        block_for: std::time::Duration,
+    ) -> Self {
+        Self {
+            after,
+            within,
+            block_for,
+        }
+    }
+
+    /// The denies that lock a key.
+    pub const fn after(&self) -> u32 {
+        self.after
+    }
+
+    /// The period the denies are counted over.
+    pub const fn within(&self) -> std::time::Duration {
+        self.within
+    }
+
+    /// How long a lock lasts.
+    pub const fn block_for(&self) -> std::time::Duration {
+        self.block_for
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), BuildError> {
+        if self.after == 0 || self.within.is_zero() || self.block_for.is_zero() {
+            return Err(BuildError::InvalidSetting(
+                "a lockout needs at least one deny, a positive period and a positive block",
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// What a rule does with a request its key extractor found no key for.
 ///
 /// ```
@@ -242,6 +305,7 @@ pub struct Rule {
     pub(crate) failure: FailurePolicy,
     pub(crate) max_keys: usize,
     pub(crate) on_key_space_full: KeySpaceFull,
+    pub(crate) lockout: Option<Lockout>,
 }
 
 impl Rule {
@@ -268,7 +332,28 @@ impl Rule {
             failure: FailurePolicy::default(),
             max_keys: DEFAULT_MAX_KEYS,
             on_key_space_full: KeySpaceFull::default(),
+            lockout: None,
         }
+    }
+
+    /// Locks out keys this rule keeps denying; see [`Lockout`]. Shadow
+    /// rules never lock.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use keyed_rate_limit::{KeyExtractor, Quota, Rule, rule::Lockout};
+    /// let login = Rule::new("login", KeyExtractor::header("x-user"), Quota::per_minute(5))
+    ///     .lockout(Lockout::new(5, Duration::from_secs(60), Duration::from_secs(900)));
+    /// assert_eq!(login.lockout_policy().map(|l| l.after()), Some(5));
+    /// ```
+    pub fn lockout(mut self, lockout: Lockout) -> Self {
+        self.lockout = Some(lockout);
+        self
+    }
+
+    /// The rule's lockout, if it has one.
+    pub fn lockout_policy(&self) -> Option<Lockout> {
+        self.lockout
     }
 
     /// Counts in a shared Redis, so all gateway instances enforce one limit.

@@ -99,12 +99,42 @@ impl RedisCluster {
     /// The index of a node that is a master.
     pub fn a_master(&self) -> usize {
         (0..self.nodes.len())
+            .filter(|i| self.nodes[*i].is_running())
             .find(|i| {
                 let mut c = self.nodes[*i].connection().unwrap();
                 let info: String = redis::cmd("INFO").arg("replication").query(&mut c).unwrap();
                 info.contains("role:master")
             })
             .expect("a master")
+    }
+
+    /// After master `dead` was killed: waits until three running nodes are
+    /// masters and the cluster is ok everywhere. False if `within` passed.
+    pub fn wait_promotion(&self, dead: usize, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+            let running = || {
+                self.nodes
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, n)| *i != dead && n.is_running())
+            };
+            let query = |n: &RedisServer, cmd: &str, arg: &str| -> String {
+                n.connection()
+                    .and_then(|mut c| redis::cmd(cmd).arg(arg).query(&mut c))
+                    .unwrap_or_default()
+            };
+            let masters = running()
+                .filter(|(_, n)| query(n, "INFO", "replication").contains("role:master"))
+                .count();
+            let ok =
+                running().all(|(_, n)| query(n, "CLUSTER", "INFO").contains("cluster_state:ok"));
+            if masters == 3 && ok {
+                return true;
+            }
+        }
+        false
     }
 
     pub fn wait_ok(&self) {

@@ -1,8 +1,10 @@
-//! The chaos soak: four gateways on one private `redis-server`, a fixed
-//! offered rate over 200 keys and a hot key, and a fault every few seconds
-//! (SIGKILL and restart, SIGSTOP/SIGCONT, `SCRIPT FLUSH`, `CLIENT KILL`).
-//! Run by `examples/soak.rs` (long, with figures) and `tests/soak.rs`
-//! (short). Every loop is bounded by count and time.
+//! The chaos soak: four gateways on one private `redis-server`, or on a
+//! private 3-master cluster with a replica per master, a fixed offered rate
+//! over 200 keys and a hot key, and a fault every few seconds: SIGKILL and
+//! restart (on the cluster: of a master, until its replica takes over),
+//! SIGSTOP/SIGCONT (of a master), `SCRIPT FLUSH`, `CLIENT KILL`. Run by
+//! `examples/soak.rs` (long, with figures) and `tests/soak.rs` (short).
+//! Every loop is bounded by count and time.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -14,6 +16,8 @@ use axum::{Extension, Router, routing::get};
 use keyed_rate_limit::backend::redis::RedisBackend;
 use keyed_rate_limit::{Quota, RateLimitDecision, RateLimitLayer, Rule, key::KeyExtractor};
 
+#[cfg(feature = "redis-cluster")]
+use super::redis_cluster::RedisCluster;
 use super::redis_server::RedisServer;
 
 pub struct Config {
@@ -22,6 +26,107 @@ pub struct Config {
     pub rate: u32,
     pub fault_every: Duration,
     pub keys: usize,
+    /// The 3-master cluster (feature `redis-cluster`) instead of one server.
+    pub cluster: bool,
+}
+
+/// The Redis the gateways share, and the faults it takes.
+enum Target {
+    Single(RedisServer),
+    #[cfg(feature = "redis-cluster")]
+    Cluster(RedisCluster),
+}
+
+impl Target {
+    fn start(cluster: bool) -> Self {
+        if cluster {
+            #[cfg(feature = "redis-cluster")]
+            return Self::Cluster(RedisCluster::start_with_replicas(1));
+            #[cfg(not(feature = "redis-cluster"))]
+            panic!("the cluster soak needs feature redis-cluster");
+        }
+        Self::Single(RedisServer::start())
+    }
+
+    fn kinds(&self) -> [&'static str; 4] {
+        match self {
+            Self::Single(_) => ["kill", "stop", "script_flush", "client_kill"],
+            #[cfg(feature = "redis-cluster")]
+            Self::Cluster(_) => ["failover", "stop", "script_flush", "client_kill"],
+        }
+    }
+
+    async fn backend(&self) -> RedisBackend {
+        match self {
+            Self::Single(s) => RedisBackend::builder(s.url()),
+            #[cfg(feature = "redis-cluster")]
+            Self::Cluster(c) => RedisBackend::cluster_builder(c.urls()),
+        }
+        .prefix("soak")
+        .connect_lazily()
+        .build()
+        .await
+        .unwrap()
+    }
+
+    /// Every running server: a fault that hits "the server" hits all of them.
+    fn servers(&self) -> Vec<&RedisServer> {
+        match self {
+            Self::Single(s) => vec![s],
+            #[cfg(feature = "redis-cluster")]
+            Self::Cluster(c) => c.nodes.iter().filter(|n| n.is_running()).collect(),
+        }
+    }
+
+    /// Injects one fault; returns when it is over (the server answers again).
+    async fn inject(&mut self, kind: &str) {
+        match (self, kind) {
+            (Self::Single(s), "kill") => {
+                s.kill();
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                s.restart();
+            }
+            (Self::Single(s), "stop") => {
+                s.pause();
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                s.resume();
+            }
+            // A master dies; the fault lasts until its replica has taken
+            // over. The old master then comes back as a replica.
+            #[cfg(feature = "redis-cluster")]
+            (Self::Cluster(c), "failover") => {
+                let master = c.a_master();
+                c.nodes[master].kill();
+                // Blocking polls, off the workers that serve the gateways.
+                tokio::task::block_in_place(|| {
+                    let promoted = c.wait_promotion(master, Duration::from_secs(15));
+                    assert!(promoted, "no replica took over from node {master}");
+                    c.nodes[master].restart();
+                });
+            }
+            // Shorter than the node timeout: a stall, not a failover.
+            #[cfg(feature = "redis-cluster")]
+            (Self::Cluster(c), "stop") => {
+                let master = c.a_master();
+                c.nodes[master].pause();
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                c.nodes[master].resume();
+            }
+            (target, "script_flush") => {
+                for s in target.servers() {
+                    s.flush_scripts();
+                }
+            }
+            (target, _) => {
+                for s in target.servers() {
+                    let mut c = s.connection().unwrap();
+                    let _: redis::RedisResult<i64> = redis::cmd("CLIENT")
+                        .arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"][..])
+                        .query(&mut c);
+                }
+            }
+        }
+    }
 }
 
 /// After a fault ends, the breaker may stay open this long (its 1 s
@@ -91,7 +196,10 @@ impl Report {
         if self.slowest_recovery > RECOVERY.as_secs_f64() {
             v.push(format!("recovery took {:.2} s", self.slowest_recovery));
         }
-        if self.tasks.1 > self.tasks.0 {
+        // A cluster client opens a connection (two tasks) to each new
+        // master: growth with failovers, not with requests.
+        let failovers = self.faults.iter().filter(|f| f.0 == "failover").count();
+        if self.tasks.1 > self.tasks.0 + 2 * GATEWAYS * failovers {
             v.push(format!("tasks {} -> {}", self.tasks.0, self.tasks.1));
         }
         // From the warmed-up load to after the run: a leak grows with the run.
@@ -153,13 +261,7 @@ fn rss_kb() -> u64 {
 
 /// One gateway as users deploy one, with the shipped defaults but for a
 /// split local fallback; its handler names the decision's source.
-async fn gateway(redis_url: String) -> String {
-    let redis = RedisBackend::builder(redis_url)
-        .prefix("soak")
-        .connect_lazily()
-        .build()
-        .await
-        .unwrap();
+async fn gateway(redis: RedisBackend) -> String {
     let layer = RateLimitLayer::builder()
         .instances(GATEWAYS as u32)
         .rule(
@@ -188,11 +290,11 @@ async fn gateway(redis_url: String) -> String {
 }
 
 pub async fn run(cfg: Config) -> Report {
-    let mut server = RedisServer::start();
+    let mut target = Target::start(cfg.cluster);
     let metrics = tokio::runtime::Handle::current().metrics();
     let mut urls = Vec::new();
     for _ in 0..GATEWAYS {
-        urls.push(gateway(server.url()).await);
+        urls.push(gateway(target.backend().await).await);
     }
     // Warm up (each gateway's sweep task starts with its first request,
     // pools fill), then take the baseline the run must come back to.
@@ -258,7 +360,7 @@ pub async fn run(cfg: Config) -> Report {
     let rss_before = rss_kb();
     // Faults, in turn, until the load ends.
     let mut faults = Vec::new();
-    let kinds = ["kill", "stop", "script_flush", "client_kill"];
+    let kinds = target.kinds();
     let mut i = 0;
     loop {
         tokio::time::sleep(cfg.fault_every).await;
@@ -268,25 +370,7 @@ pub async fn run(cfg: Config) -> Report {
         let kind = kinds[i % kinds.len()];
         i += 1;
         let start = now();
-        match kind {
-            "kill" => {
-                server.kill();
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                server.restart();
-            }
-            "stop" => {
-                server.pause();
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                server.resume();
-            }
-            "script_flush" => server.flush_scripts(),
-            _ => {
-                let mut c = server.connection().unwrap();
-                let _: redis::RedisResult<i64> = redis::cmd("CLIENT")
-                    .arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"][..])
-                    .query(&mut c);
-            }
-        }
+        target.inject(kind).await;
         faults.push(Fault {
             kind,
             start,
@@ -337,7 +421,7 @@ fn analyse(
         .map(ms)
         .collect();
     let mut p99_by_fault_ms = Vec::new();
-    for kind in ["kill", "stop", "script_flush", "client_kill"] {
+    for kind in ["kill", "failover", "stop", "script_flush", "client_kill"] {
         let of_kind: Vec<f64> = samples
             .iter()
             .filter(|s| {

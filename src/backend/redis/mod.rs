@@ -45,11 +45,12 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 
 pub use error::RedisBackendError;
-pub(crate) use script::{LeaseOp, LeaseReply};
+pub(crate) use script::{ControlScriptOp, Decided, LeaseOp, LeaseReply};
 
 use crate::error::BuildError;
 use crate::failure::{FailureMode, FailurePolicy, Liveness};
 use crate::key::DEFAULT_MAX_KEY_LEN;
+use crate::rule::Lockout;
 use crate::{Algorithm, Decision, Key, Quota};
 
 /// How the backend talks to Redis.
@@ -205,8 +206,13 @@ impl RedisBackendBuilder {
                 // patient while Redis answers pings); redis-rs's own 500 ms
                 // would fail a busy but live Redis first. This only bounds
                 // what runs outside a guard (start-up).
+                // A refused reconnect is told within tens of milliseconds,
+                // inside a rule's timeout: the breaker, not redis-rs's
+                // backoff (100 ms, doubling), paces a dead server.
                 let config = ConnectionManagerConfig::new()
                     .set_number_of_retries(2)
+                    .set_min_delay(Duration::from_millis(10))
+                    .set_max_delay(Duration::from_millis(50))
                     .set_response_timeout(Some(UNGUARDED_TIMEOUT));
                 Conn::Multiplexed(if lazy {
                     ConnectionManager::new_lazy_with_config(client, config)?
@@ -367,13 +373,16 @@ impl RedisBackend {
         keys::validate_name("rule", rule)?;
         quota.validate().map_err(RedisBackendError::InvalidQuota)?;
         let key = key.clone().bounded(DEFAULT_MAX_KEY_LEN);
-        let (decision, _) = self.check_next(rule, &key, algorithm, quota, cost).await?;
-        Ok(decision)
+        let decided = self
+            .check_next(rule, &key, algorithm, quota, cost, None)
+            .await?;
+        Ok(decided.decision)
     }
 
-    /// [`check`](Self::check) for a key the layer already bounded, plus, for an allow that left nothing, the
-    /// wait until one more unit fits: the deny cache can then answer the
-    /// next requests without asking Redis for the deny first.
+    /// [`check`](Self::check) for a key the layer already bounded, with
+    /// the rule's lockout; for an allow that left nothing, also the wait
+    /// until one more unit fits: the deny cache can then answer the next
+    /// requests without asking Redis for the deny first.
     pub(crate) async fn check_next(
         &self,
         rule: &str,
@@ -381,28 +390,52 @@ impl RedisBackend {
         algorithm: Algorithm,
         quota: &Quota,
         cost: u32,
-    ) -> Result<(Decision, Option<Duration>), RedisBackendError> {
+        lockout: Option<Lockout>,
+    ) -> Result<Decided, RedisBackendError> {
         // The rule chain checked the name and quota when it was built (and
         // request-time quotas before calling): no per-request re-check.
         if cost > algorithm.capacity(quota) {
-            return Ok((Decision::never(quota.limit(), quota.window()), None));
+            return Ok(Decided {
+                decision: Decision::never(quota.limit(), quota.window()),
+                next: None,
+                locked: false,
+            });
         }
-        let inner = &*self.inner;
+        let redis_key = self.state_key(rule, key, algorithm, quota);
         if let Some(period) = quota.period() {
-            let redis_key = keys::tagged_key(&inner.prefix, rule, key, keys::CALENDAR);
-            let invocation = script::calendar(redis_key, quota, period, cost);
+            let invocation = script::calendar(redis_key, quota, period, cost, lockout);
             let reply: script::CalendarReply = self.invoke(&invocation).await?;
             return Ok(script::calendar_decision(quota, reply));
         }
-        let redis_key = keys::redis_key(&inner.prefix, rule, key, algorithm);
-        let mut invocation = script::script(algorithm).key(redis_key);
-        invocation
-            .arg(quota.limit())
-            .arg(script::window_us(quota))
-            .arg(quota.burst())
-            .arg(cost);
+        let invocation = script::rate(algorithm, redis_key, quota, cost, lockout);
         let reply: script::Reply = self.invoke(&invocation).await?;
         Ok(script::decision(quota, reply))
+    }
+
+    /// The key a rate script keeps `key`'s state in.
+    fn state_key(&self, rule: &str, key: &Key, algorithm: Algorithm, quota: &Quota) -> Vec<u8> {
+        let prefix = &self.inner.prefix;
+        if quota.period().is_some() {
+            keys::tagged_key(prefix, rule, key, keys::CALENDAR)
+        } else {
+            keys::redis_key(prefix, rule, key, algorithm)
+        }
+    }
+
+    /// Runs the control handle's `op` on `key`: for an adjustment or a
+    /// read, what a request of one unit would be told now.
+    pub(crate) async fn control(
+        &self,
+        rule: &str,
+        key: &Key,
+        algorithm: Algorithm,
+        quota: &Quota,
+        op: ControlScriptOp,
+    ) -> Result<Decision, RedisBackendError> {
+        let redis_key = self.state_key(rule, key, algorithm, quota);
+        let invocation = script::control(algorithm, redis_key, quota, op);
+        let reply: script::ControlReply = self.invoke(&invocation).await?;
+        Ok(script::control_decision(quota, reply))
     }
 
     /// Runs `lease.lua` on the lease set of `key` under the concurrency

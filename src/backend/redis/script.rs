@@ -6,27 +6,51 @@ use std::time::Duration;
 use redis::Script;
 
 use crate::quota::Period;
+use crate::rule::Lockout;
 use crate::{Algorithm, Decision, Quota};
 
-const GCRA_LUA: &str = include_str!("lua/gcra.lua");
-const TOKEN_BUCKET_LUA: &str = include_str!("lua/token_bucket.lua");
-const FIXED_WINDOW_LUA: &str = include_str!("lua/fixed_window.lua");
-const SLIDING_WINDOW_LUA: &str = include_str!("lua/sliding_window.lua");
+/// A rate script: the algorithm's decision as the body of `decide`, then
+/// `lock.lua` around it (the lock check before, the lockout count after).
+macro_rules! locked {
+    ($body:literal, wide = $wide:literal $(, prelude = $prelude:literal)?) => {
+        concat!(
+            $(include_str!($prelude),)?
+            "local function decide()\n",
+            include_str!($body),
+            "\nend\nlocal wide = ",
+            $wide,
+            "\n",
+            include_str!("lua/lock.lua")
+        )
+    };
+}
+
+const GCRA_LUA: &str = locked!("lua/gcra.lua", wide = "false");
+const TOKEN_BUCKET_LUA: &str = locked!("lua/token_bucket.lua", wide = "false");
+const FIXED_WINDOW_LUA: &str = locked!("lua/fixed_window.lua", wide = "false");
+const SLIDING_WINDOW_LUA: &str = locked!("lua/sliding_window.lua", wide = "false");
 const LEASE_LUA: &str = include_str!("lua/lease.lua");
 /// The calendar sums, then the window that uses them: one script.
-const CALENDAR_WINDOW_LUA: &str = concat!(
+const CALENDAR_WINDOW_LUA: &str = locked!(
+    "lua/calendar_window.lua",
+    wide = "true",
+    prelude = "lua/calendar.lua"
+);
+/// The control handle's operations, for every algorithm.
+const CONTROL_LUA: &str = concat!(
     include_str!("lua/calendar.lua"),
-    include_str!("lua/calendar_window.lua")
+    include_str!("lua/control.lua")
 );
 
 /// Every script's source, for loading them all at start-up.
-pub(crate) const SOURCES: [&str; 6] = [
+pub(crate) const SOURCES: [&str; 7] = [
     GCRA_LUA,
     TOKEN_BUCKET_LUA,
     FIXED_WINDOW_LUA,
     SLIDING_WINDOW_LUA,
     LEASE_LUA,
     CALENDAR_WINDOW_LUA,
+    CONTROL_LUA,
 ];
 
 static GCRA: LazyLock<Script> = LazyLock::new(|| Script::new(GCRA_LUA));
@@ -35,9 +59,11 @@ static FIXED_WINDOW: LazyLock<Script> = LazyLock::new(|| Script::new(FIXED_WINDO
 static SLIDING_WINDOW: LazyLock<Script> = LazyLock::new(|| Script::new(SLIDING_WINDOW_LUA));
 static LEASE: LazyLock<Script> = LazyLock::new(|| Script::new(LEASE_LUA));
 static CALENDAR_WINDOW: LazyLock<Script> = LazyLock::new(|| Script::new(CALENDAR_WINDOW_LUA));
+static CONTROL: LazyLock<Script> = LazyLock::new(|| Script::new(CONTROL_LUA));
 
-/// The script for an algorithm; all take `ARGV = limit, window_us, burst, cost`.
-pub(crate) fn script(algorithm: Algorithm) -> &'static Script {
+/// The script for an algorithm; all take `ARGV = limit, window_us, burst,
+/// cost`, then the lockout's three (see [`lockout_args`]).
+fn script(algorithm: Algorithm) -> &'static Script {
     match algorithm {
         Algorithm::Gcra => &GCRA,
         Algorithm::TokenBucket => &TOKEN_BUCKET,
@@ -46,12 +72,42 @@ pub(crate) fn script(algorithm: Algorithm) -> &'static Script {
     }
 }
 
+/// The invocation of an algorithm's script for `cost` units on `key`.
+pub(crate) fn rate(
+    algorithm: Algorithm,
+    key: Vec<u8>,
+    quota: &Quota,
+    cost: u32,
+    lockout: Option<Lockout>,
+) -> redis::ScriptInvocation<'static> {
+    let mut invocation = script(algorithm).key(key);
+    invocation
+        .arg(quota.limit())
+        .arg(window_us(quota))
+        .arg(quota.burst())
+        .arg(cost);
+    lockout_args(&mut invocation, lockout);
+    invocation
+}
+
+/// `lock.lua`'s `ARGV[5..7]`: denies, period and block, or none.
+fn lockout_args(invocation: &mut redis::ScriptInvocation<'_>, lockout: Option<Lockout>) {
+    match lockout {
+        Some(l) => invocation
+            .arg(l.after)
+            .arg(ms(l.within))
+            .arg(ms(l.block_for)),
+        None => invocation.arg(0).arg(1).arg(1),
+    };
+}
+
 /// The invocation of `calendar_window.lua` for a calendar quota on `key`.
 pub(crate) fn calendar(
     key: Vec<u8>,
     quota: &Quota,
     period: Period,
     cost: u32,
+    lockout: Option<Lockout>,
 ) -> redis::ScriptInvocation<'static> {
     let mut invocation = CALENDAR_WINDOW.key(key);
     invocation
@@ -59,20 +115,98 @@ pub(crate) fn calendar(
         .arg(period.as_str())
         .arg(quota.utc_offset())
         .arg(cost);
+    lockout_args(&mut invocation, lockout);
     invocation
 }
 
-/// `calendar_window.lua` replies as the others, plus the window's length
-/// in seconds: a month's is its own.
-pub(crate) type CalendarReply = (i64, i64, i64, i64, i64);
+/// `calendar_window.lua` replies as the others, with the window's length
+/// in seconds (a month's is its own) before the lock flag.
+pub(crate) type CalendarReply = (i64, i64, i64, i64, i64, i64);
 
 pub(crate) fn calendar_decision(
     quota: &Quota,
-    (allowed, remaining, wait_ms, reset_ms, window_s): CalendarReply,
-) -> (Decision, Option<Duration>) {
-    let window = Duration::from_secs(u64::try_from(window_s).unwrap_or(0));
-    let (d, next) = decision(quota, (allowed, remaining, wait_ms, reset_ms));
-    (d.with_window(window), next)
+    (allowed, remaining, wait_ms, reset_ms, window_s, locked): CalendarReply,
+) -> Decided {
+    let mut decided = decision(quota, (allowed, remaining, wait_ms, reset_ms, locked));
+    if !decided.locked {
+        let window = Duration::from_secs(u64::try_from(window_s).unwrap_or(0));
+        decided.decision = decided.decision.with_window(window);
+    }
+    decided
+}
+
+/// A rate script's answer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Decided {
+    pub(crate) decision: Decision,
+    /// For an allow that left nothing: the wait until one more unit fits.
+    pub(crate) next: Option<Duration>,
+    /// The key is locked; the decision's wait is the lock's time left.
+    pub(crate) locked: bool,
+}
+
+/// What the control script does to a key.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum ControlScriptOp {
+    Adjust(i64),
+    Reset,
+    Block(Duration),
+    Unblock,
+}
+
+/// The invocation of `control.lua` on the key the rate script of
+/// `algorithm` (or the calendar's, when `quota` is one) names `key`.
+pub(crate) fn control(
+    algorithm: Algorithm,
+    key: Vec<u8>,
+    quota: &Quota,
+    op: ControlScriptOp,
+) -> redis::ScriptInvocation<'static> {
+    let mut invocation = CONTROL.key(key);
+    let (name, units, block) = match op {
+        ControlScriptOp::Adjust(u) => ("adjust", u, Duration::ZERO),
+        ControlScriptOp::Reset => ("reset", 0, Duration::ZERO),
+        ControlScriptOp::Block(d) => ("block", 0, d),
+        ControlScriptOp::Unblock => ("unblock", 0, Duration::ZERO),
+    };
+    let alg = match (quota.period(), algorithm) {
+        (Some(_), _) => "cal",
+        (None, Algorithm::Gcra) => "gcra",
+        (None, Algorithm::TokenBucket) => "tb",
+        (None, Algorithm::FixedWindow) => "fw",
+        (None, Algorithm::SlidingWindow) => "sw",
+    };
+    invocation
+        .arg(name)
+        .arg(alg)
+        .arg(quota.limit())
+        .arg(window_us(quota))
+        .arg(quota.burst())
+        .arg(units)
+        .arg(ms(block))
+        .arg(quota.period().map_or("", Period::as_str))
+        .arg(quota.utc_offset());
+    invocation
+}
+
+/// `control.lua` returns `{remaining, wait_ms, reset_ms, locked_ms}`.
+pub(crate) type ControlReply = (i64, i64, i64, i64);
+
+/// What a request of one unit would be told, from a control reply.
+pub(crate) fn control_decision(
+    quota: &Quota,
+    (remaining, wait_ms, reset_ms, locked_ms): ControlReply,
+) -> Decision {
+    let ms = |v: i64| Duration::from_millis(u64::try_from(v).unwrap_or(0));
+    let (limit, window) = (quota.limit(), quota.window());
+    if locked_ms > 0 {
+        Decision::denied(limit, window, ms(locked_ms), ms(locked_ms))
+    } else if remaining > 0 {
+        let remaining = u32::try_from(remaining).unwrap_or(u32::MAX);
+        Decision::allowed(limit, window, remaining, ms(reset_ms))
+    } else {
+        Decision::denied(limit, window, ms(wait_ms.max(1)), ms(reset_ms))
+    }
 }
 
 /// The window in whole microseconds, the scripts' unit (at least 1).
@@ -82,22 +216,25 @@ pub(crate) fn window_us(quota: &Quota) -> u64 {
         .max(1)
 }
 
-/// Every script returns `{allowed, remaining, wait_ms, reset_ms}`: on a deny
-/// the retry-after, on an allow the wait until one more unit fits.
-pub(crate) type Reply = (i64, i64, i64, i64);
+/// Every rate script returns `{allowed, remaining, wait_ms, reset_ms,
+/// locked}`: on a deny the retry-after, on an allow the wait until one more
+/// unit fits.
+pub(crate) type Reply = (i64, i64, i64, i64, i64);
 
 /// Turns a script reply into a decision with exact header values.
-/// The decision, and for an allow that left nothing, the wait until one
-/// more unit fits.
-pub(crate) fn decision(quota: &Quota, reply: Reply) -> (Decision, Option<Duration>) {
-    let (allowed, remaining, wait_ms, reset_ms) = reply;
+pub(crate) fn decision(quota: &Quota, reply: Reply) -> Decided {
+    let (allowed, remaining, wait_ms, reset_ms, locked) = reply;
     let ms = |v: i64| Duration::from_millis(u64::try_from(v).unwrap_or(0));
     if allowed == 1 {
         let remaining = u32::try_from(remaining.max(0)).unwrap_or(u32::MAX);
         let next = (remaining == 0 && wait_ms > 0).then(|| ms(wait_ms));
         let d = Decision::allowed(quota.limit(), quota.window(), remaining, ms(reset_ms))
             .with_next_unit(ms(wait_ms));
-        (d, next)
+        Decided {
+            decision: d,
+            next,
+            locked: false,
+        }
     } else {
         let d = Decision::denied(
             quota.limit(),
@@ -105,7 +242,11 @@ pub(crate) fn decision(quota: &Quota, reply: Reply) -> (Decision, Option<Duratio
             ms(wait_ms.max(1)),
             ms(reset_ms),
         );
-        (d, None)
+        Decided {
+            decision: d,
+            next: None,
+            locked: locked == 1,
+        }
     }
 }
 
@@ -187,24 +328,31 @@ mod tests {
     #[test]
     fn replies_map_to_decisions() {
         let q = Quota::per_minute(10);
-        let (d, next) = decision(&q, (1, 9, 0, 6000));
+        let Decided {
+            decision: d, next, ..
+        } = decision(&q, (1, 9, 0, 6000, 0));
         assert!(d.is_allowed());
         assert_eq!(
             (d.remaining(), d.reset(), next),
             (9, Duration::from_secs(6), None)
         );
-        let (d, next) = decision(&q, (1, 0, 700, 6000));
+        let Decided {
+            decision: d, next, ..
+        } = decision(&q, (1, 0, 700, 6000, 0));
         assert!(d.is_allowed() && d.retry_after().is_none());
         assert_eq!(
             next,
             Some(Duration::from_millis(700)),
             "the wait for the next unit"
         );
-        let (d, next) = decision(&q, (0, 0, 1500, 60_000));
+        let r = decision(&q, (0, 0, 1500, 60_000, 0));
         assert_eq!(
-            (d.retry_after(), next),
-            (Some(Duration::from_millis(1500)), None)
+            (r.decision.retry_after(), r.next, r.locked),
+            (Some(Duration::from_millis(1500)), None, false)
         );
+        let r = decision(&q, (0, 0, 900_000, 900_000, 1));
+        assert!(r.locked);
+        assert_eq!(r.decision.retry_after(), Some(Duration::from_secs(900)));
     }
 
     #[test]

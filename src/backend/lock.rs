@@ -1,0 +1,217 @@
+//! Locked keys in this process: lockouts and blocks of a local rule, and
+//! what this gateway learned of a global rule's locks in Redis, so a locked
+//! key is denied with no backend call until its lock ends.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use tokio::time::Instant;
+
+use super::keyspace::Budget;
+use crate::Key;
+use crate::rule::Lockout;
+use crate::throttle::Throttle;
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    /// Locked until then; `None` while the key is only counting denies.
+    until: Option<Instant>,
+    /// Denies since `since`, toward a lockout.
+    denies: u32,
+    since: Instant,
+}
+
+/// Per key: a lock, or the denies counted toward one.
+///
+/// Bounded by the rule's `max_keys`: when full, entries whose lock and
+/// deny period ended go first; if none has, a new key is neither counted
+/// nor locked here (its rate limit still holds).
+#[derive(Debug)]
+pub(crate) struct Locks {
+    map: DashMap<Key, Entry>,
+    /// The map's entries, read without touching it: most rules never lock
+    /// a key, and their requests pay one atomic load.
+    held: AtomicUsize,
+    budget: Arc<Budget>,
+    sweeps: Throttle,
+}
+
+impl Locks {
+    pub(crate) fn new(budget: Arc<Budget>) -> Self {
+        Self {
+            map: DashMap::new(),
+            held: AtomicUsize::new(0),
+            budget,
+            sweeps: Throttle::default(),
+        }
+    }
+
+    /// Whether any key is held at all: one atomic load.
+    #[inline]
+    pub(crate) fn any(&self) -> bool {
+        self.held.load(Ordering::Relaxed) != 0
+    }
+
+    /// How long `key` stays locked, if it is.
+    pub(crate) fn locked(&self, key: &Key) -> Option<Duration> {
+        if !self.any() {
+            return None;
+        }
+        let until = self.map.get(key)?.until?;
+        let left = until.checked_duration_since(Instant::now())?;
+        (!left.is_zero()).then_some(left)
+    }
+
+    /// Counts a deny of `key`; returns the block when it locks the key.
+    pub(crate) fn denied(&self, key: &Key, lockout: Lockout) -> Option<Duration> {
+        let now = Instant::now();
+        let mut lock = None;
+        self.upsert(key, now, |e| {
+            if e.until.is_some_and(|u| u > now) {
+                return;
+            }
+            if now.duration_since(e.since) >= lockout.within || e.until.is_some() {
+                *e = Entry {
+                    until: None,
+                    denies: 0,
+                    since: now,
+                };
+            }
+            e.denies += 1;
+            if e.denies >= lockout.after {
+                e.until = Some(now + lockout.block_for);
+                lock = Some(lockout.block_for);
+            }
+        });
+        lock
+    }
+
+    /// Locks `key` for `period` (replacing a shorter or longer lock).
+    pub(crate) fn block(&self, key: &Key, period: Duration) {
+        let now = Instant::now();
+        let until = now
+            .checked_add(period)
+            .unwrap_or(now + Duration::from_secs(100 * 365 * 86_400));
+        self.upsert(key, now, |e| {
+            *e = Entry {
+                until: Some(until),
+                denies: 0,
+                since: now,
+            };
+        });
+    }
+
+    /// Ends `key`'s lock and forgets its denies.
+    pub(crate) fn unblock(&self, key: &Key) {
+        if self.map.remove(key).is_some() {
+            self.held.fetch_sub(1, Ordering::Relaxed);
+            self.budget.give_back(1);
+        }
+    }
+
+    fn upsert(&self, key: &Key, now: Instant, f: impl FnOnce(&mut Entry)) {
+        if let Some(mut e) = self.map.get_mut(key) {
+            return f(&mut e);
+        }
+        if !self
+            .budget
+            .take_or_sweep(&self.sweeps, || self.forget_ended(now, Duration::ZERO))
+        {
+            return;
+        }
+        let mut fresh = false;
+        let mut e = self.map.entry(key.clone()).or_insert_with(|| {
+            fresh = true;
+            Entry {
+                until: None,
+                denies: 0,
+                since: now,
+            }
+        });
+        if fresh {
+            self.held.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.budget.give_back(1);
+        }
+        f(&mut e);
+    }
+
+    /// Forgets keys whose lock ended and whose denies are older than `within`.
+    fn forget_ended(&self, now: Instant, within: Duration) -> usize {
+        let removed = self.budget.retain(&self.map, |e| match e.until {
+            Some(until) => until > now,
+            None => now.duration_since(e.since) < within,
+        });
+        self.held.fetch_sub(removed, Ordering::Relaxed);
+        removed
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    /// Forgets ended locks and deny counts older than `within` (the rule's
+    /// lockout period, or zero).
+    pub(crate) fn cleanup(&self, within: Duration) {
+        self.forget_ended(Instant::now(), within);
+        self.map.shrink_to_fit();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rule::KeySpaceFull;
+
+    fn locks(max: usize) -> Locks {
+        Locks::new(Budget::new(max, KeySpaceFull::Refuse))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_nth_deny_within_the_period_locks_for_the_block() {
+        let l = locks(10);
+        let k = Key::from("k");
+        let lockout = Lockout::new(3, Duration::from_secs(10), Duration::from_secs(60));
+        assert_eq!(l.denied(&k, lockout), None);
+        assert_eq!(l.denied(&k, lockout), None);
+        assert_eq!(l.locked(&k), None, "counting is not locking");
+        assert_eq!(l.denied(&k, lockout), Some(Duration::from_secs(60)));
+        assert_eq!(l.locked(&k), Some(Duration::from_secs(60)));
+        tokio::time::advance(Duration::from_secs(59)).await;
+        assert_eq!(l.locked(&k), Some(Duration::from_secs(1)));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(l.locked(&k), None, "the block ended");
+        // A new count starts after a lock.
+        assert_eq!(l.denied(&k, lockout), None);
+        assert_eq!(l.len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn denies_spread_wider_than_the_period_never_lock() {
+        let l = locks(10);
+        let k = Key::from("k");
+        let lockout = Lockout::new(2, Duration::from_secs(10), Duration::from_secs(60));
+        assert_eq!(l.denied(&k, lockout), None);
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert_eq!(l.denied(&k, lockout), None, "the first deny's period ended");
+        assert_eq!(l.denied(&k, lockout), Some(Duration::from_secs(60)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn block_unblock_and_the_bound() {
+        let l = locks(1);
+        let (a, b) = (Key::from("a"), Key::from("b"));
+        l.block(&a, Duration::from_secs(5));
+        assert_eq!(l.locked(&a), Some(Duration::from_secs(5)));
+        l.block(&b, Duration::from_secs(5));
+        assert_eq!(l.locked(&b), None, "no place left for b");
+        l.unblock(&a);
+        assert_eq!((l.locked(&a), l.len()), (None, 0));
+        l.block(&b, Duration::MAX);
+        assert!(l.locked(&b).is_some(), "a block for ever does not overflow");
+        l.cleanup(Duration::ZERO);
+        assert_eq!(l.len(), 1, "b is still locked");
+    }
+}

@@ -1,0 +1,143 @@
+-- The control handle's operations on one key (calendar.lua comes first).
+-- KEYS[1]: the algorithm's key, as the rate scripts name it; the lock and
+-- the lockout's deny count are KEYS[1]..':lock' and KEYS[1]..':denies'.
+-- ARGV: op ('adjust' | 'reset' | 'block' | 'unblock'), algorithm ('gcra' |
+-- 'tb' | 'fw' | 'sw' | 'cal'), limit, window_us, burst, units (adjust:
+-- > 0 spends, < 0 gives back, 0 reads), block_ms, period, utc_offset_s.
+-- Returns {remaining, wait_ms, reset_ms, locked_ms}: what a request of one
+-- unit would be told now, without spending it.
+-- Spending stops at an empty bucket, giving back at a whole one.
+local op = ARGV[1]
+local alg = ARGV[2]
+local limit = tonumber(ARGV[3])
+local window = tonumber(ARGV[4])
+local burst = tonumber(ARGV[5])
+local units = tonumber(ARGV[6])
+local lock = KEYS[1] .. ':lock'
+local denies = KEYS[1] .. ':denies'
+if op == 'block' then
+  redis.call('SET', lock, 1, 'PX', ARGV[7])
+  redis.call('DEL', denies)
+  return {0, 0, 0, tonumber(ARGV[7])}
+end
+redis.call('DEL', denies)
+if op == 'unblock' or op == 'reset' then
+  redis.call('DEL', lock)
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local eps = 1e-9
+local function ms(us) return math.max(0, math.ceil(us / 1000)) end
+local function locked_ms()
+  return math.max(0, redis.call('PTTL', lock))
+end
+
+if alg == 'sw' then
+  local idx = math.floor(now / window)
+  local elapsed = now - idx * window
+  local curr_key = KEYS[1] .. ':' .. string.format('%.0f', idx)
+  local prev_key = KEYS[1] .. ':' .. string.format('%.0f', idx - 1)
+  if op == 'reset' then
+    redis.call('DEL', curr_key, prev_key)
+    return {limit, 0, 0, 0}
+  end
+  local curr = tonumber(redis.call('GET', curr_key)) or 0
+  local prev = tonumber(redis.call('GET', prev_key)) or 0
+  local weighted = prev * (1 - elapsed / window)
+  if op == 'adjust' and units ~= 0 then
+    local next = math.max(0, math.min(curr + units, math.max(curr, math.floor(limit - weighted + eps))))
+    if next ~= curr then
+      redis.call('SET', curr_key, next, 'PX', math.ceil((2 * window - elapsed) / 1000))
+      curr = next
+    end
+  end
+  local remaining = math.max(0, math.floor(limit - weighted - curr + eps))
+  -- An upper bound: the window's end, when only the decaying count is left.
+  local reset = 2 * window - elapsed
+  if curr == 0 then reset = window - elapsed end
+  if curr == 0 and prev == 0 then reset = 0 end
+  return {remaining, ms(window - elapsed), ms(reset), locked_ms()}
+end
+
+if op == 'reset' then
+  redis.call('DEL', KEYS[1])
+  return {burst, 0, 0, 0}
+end
+
+if alg == 'gcra' then
+  local interval = window / limit
+  local tolerance = (burst - 1) * interval
+  local tat = tonumber(redis.call('GET', KEYS[1])) or now
+  if op == 'adjust' and units ~= 0 then
+    if units > 0 then
+      tat = math.min(math.max(tat, now) + units * interval, now + burst * interval)
+    else
+      tat = tat + units * interval
+    end
+    if tat > now then
+      redis.call('SET', KEYS[1], string.format('%.17g', tat), 'PX', math.max(1, ms(tat - now)))
+    else
+      redis.call('DEL', KEYS[1])
+    end
+  end
+  if tat <= now then return {burst, 0, 0, locked_ms()} end
+  local room = now + tolerance - tat
+  if room + 1e-6 >= 0 then
+    return {math.min(burst, math.floor(room / interval + 1e-6) + 1), 0, ms(tat - now), locked_ms()}
+  end
+  return {0, math.max(1, ms(tat - tolerance - now)), ms(tat - now), locked_ms()}
+end
+
+if alg == 'tb' then
+  local st = redis.call('HMGET', KEYS[1], 't', 'ts')
+  local tokens = tonumber(st[1]) or burst
+  local ts = tonumber(st[2]) or now
+  tokens = math.min(burst, tokens + math.max(0, now - ts) * limit / window)
+  if op == 'adjust' and units ~= 0 then
+    tokens = math.max(0, math.min(burst, tokens - units))
+    if tokens + eps < burst then
+      redis.call('HSET', KEYS[1], 't', tokens, 'ts', now)
+      redis.call('PEXPIRE', KEYS[1], math.max(1, math.ceil((burst - tokens) * window / limit / 1000)))
+    else
+      redis.call('DEL', KEYS[1])
+    end
+  end
+  local remaining = math.floor(tokens + eps)
+  local wait = 0
+  if remaining == 0 then wait = math.max(1, ms((1 - tokens) * window / limit)) end
+  return {remaining, wait, ms((burst - tokens) * window / limit), locked_ms()}
+end
+
+-- The fixed windows: a count that every unit leaves at the window's end.
+local count, ttl
+if alg == 'cal' then
+  local secs = tonumber(t[1])
+  local start, finish = calendar_window(ARGV[8], tonumber(ARGV[9]), secs)
+  local state = redis.call('HMGET', KEYS[1], 's', 'e', 'c')
+  count = 0
+  if tonumber(state[1]) == start and tonumber(state[2]) == finish then
+    count = tonumber(state[3]) or 0
+  end
+  ttl = math.max(1, math.ceil(((finish - secs) * 1000000 - tonumber(t[2])) / 1000))
+  if op == 'adjust' and units ~= 0 then
+    count = math.max(0, math.min(limit, count + units))
+    redis.call('HSET', KEYS[1], 's', start, 'e', finish, 'c', count)
+    redis.call('PEXPIREAT', KEYS[1], finish * 1000 + 1000)
+  end
+else
+  count = tonumber(redis.call('GET', KEYS[1])) or 0
+  ttl = redis.call('PTTL', KEYS[1])
+  if ttl < 0 then ttl = math.max(1, math.ceil(window / 1000)) end
+  if op == 'adjust' and units ~= 0 then
+    count = math.max(0, math.min(limit, count + units))
+    if count > 0 then
+      redis.call('SET', KEYS[1], count, 'PX', ttl)
+    else
+      redis.call('DEL', KEYS[1])
+    end
+  end
+  if count == 0 then ttl = 0 end
+end
+local wait = 0
+if count >= limit then wait = ttl end
+return {limit - count, wait, ttl, locked_ms()}

@@ -1,0 +1,29 @@
+-- Locks, around every rate script: the script before this one is the body
+-- of `decide`, and `wide` says whether its reply carries a window length.
+-- The lock and the denies counted toward one share KEYS[1]'s hash tag.
+-- ARGV[5..7]: lock after this many denies (0: no lockout), within_ms, block_ms.
+-- Appends to the reply `locked`: 1 when the key is locked (wait_ms and
+-- reset_ms are then the lock's time left).
+local lock = KEYS[1] .. ':lock'
+local left = redis.call('PTTL', lock)
+if left > 0 then
+  if wide then return {0, 0, left, left, 0, 1} end
+  return {0, 0, left, left, 1}
+end
+local r = decide()
+local after = tonumber(ARGV[5])
+local locked = 0
+if r[1] == 0 and after > 0 then
+  local denies = KEYS[1] .. ':denies'
+  local n = redis.call('INCR', denies)
+  if n == 1 then redis.call('PEXPIRE', denies, ARGV[6]) end
+  if n >= after then
+    redis.call('SET', lock, 1, 'PX', ARGV[7])
+    redis.call('DEL', denies)
+    r[3] = tonumber(ARGV[7])
+    r[4] = r[3]
+    locked = 1
+  end
+end
+r[#r + 1] = locked
+return r
