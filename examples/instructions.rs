@@ -18,7 +18,8 @@
 //! req/s, which `loadtest` measures.
 //!
 //! Environment: `INSTR_REQUESTS` (`N`, default 2000), `INSTR_CONNS` (1: one
-//! request per wake-up, the same for every variant).
+//! request per wake-up, the same for every variant), `INSTR_VARIANTS`
+//! (a comma-separated subset, printed without ratios).
 //! Needs `valgrind` (`apt-get install -y valgrind`).
 
 #[path = "support/app.rs"]
@@ -36,7 +37,9 @@ use keyed_rate_limit::HeaderStyle;
 /// no rate-limit headers, against `tower_governor` without its headers.
 /// `layer-outer` and `tg-outer` wrap the whole router instead of being
 /// added with `Router::layer`.
-const VARIANTS: [&str; 8] = [
+/// The last four are issue 13's accounting (see `support::accounting`);
+/// the deny variants answer 429.
+const VARIANTS: [&str; 12] = [
     "bare",
     "layer-local",
     "layer-local-noext",
@@ -45,6 +48,10 @@ const VARIANTS: [&str; 8] = [
     "tg-no-headers",
     "layer-outer",
     "tg-outer",
+    "count-if",
+    "two-rules",
+    "deny-refund",
+    "deny-no-refund",
 ];
 
 fn router(variant: &str) -> Router {
@@ -55,7 +62,7 @@ fn router(variant: &str) -> Router {
         "local-minimal" => support::layer_local(false, HeaderStyle::None),
         "tg-no-headers" => support::tower_governor_no_headers(),
         "tower_governor" => support::tower_governor(),
-        other => panic!("unknown variant {other}"),
+        other => support::accounting(other),
     }
 }
 
@@ -104,7 +111,8 @@ async fn load(addr: SocketAddr, conns: u64) {
                 let client = support::connection();
                 // Until the server exits: the request or its body then fails.
                 while let Ok(res) = support::hello(&client, &url).send().await {
-                    assert!(res.status().is_success(), "{}", res.status());
+                    let expected = res.status().is_success() || res.status() == 429;
+                    assert!(expected, "{}", res.status());
                     if res.bytes().await.is_err() {
                         break;
                     }
@@ -162,6 +170,20 @@ fn main() {
     println!(
         "instructions per request (callgrind, server on a current-thread runtime, {conns} keep-alive connections, (I(3N) - I(N)) / 2N with N = {n})"
     );
+    // `INSTR_VARIANTS=layer-local,count-if` measures those alone (no ratios).
+    if let Ok(only) = std::env::var("INSTR_VARIANTS") {
+        for variant in only.split(',') {
+            let (small, large) = rt.block_on(async {
+                (
+                    count(variant, n, conns).await,
+                    count(variant, 3 * n, conns).await,
+                )
+            });
+            let per = large.saturating_sub(small) as f64 / (2 * n) as f64;
+            println!("{variant:>17}: {per:>8.0}   (I(N) {small}, I(3N) {large})");
+        }
+        return;
+    }
     let mut per_request = Vec::new();
     for variant in VARIANTS {
         let (small, large) = rt.block_on(async {
@@ -192,5 +214,11 @@ fn main() {
         per_request[2] / per_request[3],
         per_request[4] / per_request[5],
         per_request[6] / per_request[7]
+    );
+    println!(
+        "accounting: count_if {:+.0} and a second rule {:+.0} per allowed request over layer-local; a 429 by a second rule with its refund {:+.0} over one without",
+        per_request[8] - per_request[1],
+        per_request[9] - per_request[1],
+        per_request[10] - per_request[11]
     );
 }

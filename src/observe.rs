@@ -15,7 +15,8 @@ use std::time::Duration;
 pub const TARGET: &str = "keyed_rate_limit";
 
 /// Counter: decisions that denied, that a failure mode made, or that found
-/// the key space full; labels `rule`, `outcome` (`deny`, `shadow_deny`, `locked`,
+/// the key space full, or whose units could not be settled in Redis; labels
+/// `rule`, `outcome` (`deny`, `shadow_deny`, `locked`, `settle_failed`,
 /// `fail_open`, `fail_closed`, `local_fallback`, `key_space_full`,
 /// `key_space_overflow`) and, for failure modes, `cause` (`timeout`,
 /// `error`, `circuit_open`).
@@ -145,6 +146,34 @@ pub(crate) fn locked(rule: &Arc<str>, key: &str, block: Duration) {
 /// A deny because the key is locked: `outcome="locked"`.
 pub(crate) fn locked_deny(rule: &Arc<str>) {
     count(DECISIONS_TOTAL, rule, &[("outcome", "locked")]);
+}
+
+#[cfg(feature = "redis")]
+/// A refund or a charge after the response could not reach Redis:
+/// `outcome="settle_failed"`, with the cause. `fallback`: a charge went to
+/// the local fallback share instead.
+pub(crate) fn settle_failed(
+    rule: &Arc<str>,
+    key: &str,
+    units: i64,
+    cause: &crate::failure::Cause,
+    fallback: bool,
+) {
+    tracing::warn!(
+        target: TARGET,
+        rule = %rule,
+        key,
+        units,
+        cause = cause.kind(),
+        detail = %cause,
+        fallback,
+        "redis unavailable; units not settled in redis"
+    );
+    count(
+        DECISIONS_TOTAL,
+        rule,
+        &[("outcome", "settle_failed"), ("cause", cause.kind())],
+    );
 }
 
 #[cfg(feature = "redis")]

@@ -1,7 +1,9 @@
-//! Lockouts and the control handle, over HTTP, on local rules and on every
-//! Redis algorithm (a private `redis-server`).
+//! Lockouts, the control handle, refunds and response accounting
+//! (`count_if`, `cost_from_response`), over HTTP, on local rules and on
+//! every Redis algorithm (a private `redis-server`).
 
 mod common;
+#[cfg(feature = "redis")]
 mod support;
 
 use std::time::Duration;
@@ -253,6 +255,72 @@ mod redis {
         assert_eq!(d.remaining(), 2);
     }
 
+    /// Polls `peek` until `want` units are left: refunds and charges in
+    /// Redis go out after the response.
+    async fn until_left(control: &keyed_rate_limit::Control, rule: &str, key: &str, want: u32) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let left = control
+                .peek(rule, key.to_owned())
+                .await
+                .unwrap()
+                .remaining();
+            if left == want {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{rule}/{key}: {left} left, want {want}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Every algorithm and a calendar quota: a later rule's deny gives the
+    /// unit back in Redis, and `count_if` gives back a request that does
+    /// not count.
+    #[tokio::test]
+    async fn refunds_and_count_if_settle_in_redis_on_every_algorithm() {
+        let server = RedisServer::start();
+        let mut cases: Vec<(Algorithm, Quota)> = ALGORITHMS
+            .iter()
+            .map(|a| (*a, Quota::per_hour(5)))
+            .collect();
+        cases.push((Algorithm::FixedWindow, Quota::per_day(5)));
+        for (algorithm, quota) in cases {
+            let what = format!("{algorithm:?}-{quota}");
+            let redis = server.backend(&what.replace(' ', "-")).await;
+            let layer = RateLimitLayer::builder()
+                .rule(
+                    global(
+                        Rule::new("login", KeyExtractor::header("x-user"), quota),
+                        redis.clone(),
+                    )
+                    .algorithm(algorithm)
+                    .count_if(|res| res.status == http::StatusCode::UNAUTHORIZED),
+                )
+                .rule(Rule::new(
+                    "everyone",
+                    KeyExtractor::global(),
+                    Quota::per_hour(3),
+                ))
+                .build()
+                .unwrap();
+            let control = layer.control();
+            let url = serve(accounting_app(layer)).await;
+            let c = client();
+            assert_eq!(login_as(&c, &url, "wrong").await, 401, "{what}");
+            until_left(&control, "login", "alice", 4).await;
+            assert_eq!(login_as(&c, &url, "right").await, 200, "{what}");
+            until_left(&control, "login", "alice", 4).await;
+            assert_eq!(login_as(&c, &url, "wrong").await, 401, "{what}");
+            until_left(&control, "login", "alice", 3).await;
+            // `everyone` is spent: its deny gives `login`'s unit back.
+            assert_eq!(login_as(&c, &url, "wrong").await, 429, "{what}");
+            until_left(&control, "login", "alice", 3).await;
+        }
+    }
+
     #[tokio::test]
     async fn a_redis_failure_is_a_typed_error() {
         let mut server = RedisServer::start();
@@ -271,4 +339,248 @@ mod redis {
             "{err:?}"
         );
     }
+}
+
+/// `POST /login` answers 401 unless `x-pass` is `right`; `/tokens` reports
+/// the tokens its answer cost in `x-tokens-used`.
+fn accounting_app(layer: RateLimitLayer) -> Router {
+    Router::new()
+        .route(
+            "/login",
+            get(|headers: http::HeaderMap| async move {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                if headers.get("x-pass").is_some_and(|p| p == "right") {
+                    http::StatusCode::OK
+                } else {
+                    http::StatusCode::UNAUTHORIZED
+                }
+            }),
+        )
+        .route(
+            "/tokens",
+            get(|headers: http::HeaderMap| async move {
+                let used = headers
+                    .get("x-spend")
+                    .map_or("1".to_owned(), |v| v.to_str().unwrap().to_owned());
+                ([("x-tokens-used", used)], "done")
+            }),
+        )
+        .layer(layer)
+}
+
+async fn login_as(c: &reqwest::Client, url: &str, pass: &str) -> u16 {
+    let res = c
+        .get(format!("{url}/login"))
+        .header("x-user", "alice")
+        .header("x-pass", pass)
+        .send()
+        .await
+        .unwrap();
+    res.status().as_u16()
+}
+
+#[tokio::test]
+async fn count_if_counts_failed_logins_only_and_a_burst_cannot_overshoot() {
+    let layer = RateLimitLayer::builder()
+        .rule(
+            Rule::new("login", KeyExtractor::header("x-user"), Quota::per_hour(3))
+                .count_if(|res| res.status == http::StatusCode::UNAUTHORIZED),
+        )
+        .build()
+        .unwrap();
+    let control = layer.control();
+    let url = serve(accounting_app(layer)).await;
+    let c = client();
+    for _ in 0..5 {
+        assert_eq!(login_as(&c, &url, "right").await, 200);
+    }
+    assert_eq!(control.peek("login", "alice").await.unwrap().remaining(), 3);
+    // Ten wrong passwords at once: each reserves its unit before the
+    // handler answers, so three get through to fail and seven are refused.
+    let attempts: Vec<_> = (0..10)
+        .map(|_| {
+            let (c, url) = (c.clone(), url.clone());
+            tokio::spawn(async move { login_as(&c, &url, "wrong").await })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for a in attempts {
+        statuses.push(a.await.unwrap());
+    }
+    statuses.sort_unstable();
+    assert_eq!(statuses, [401, 401, 401, 429, 429, 429, 429, 429, 429, 429]);
+    assert_eq!(login_as(&c, &url, "right").await, 429, "spent on failures");
+}
+
+#[tokio::test]
+async fn cost_from_response_charges_what_the_handler_reports() {
+    let layer = RateLimitLayer::builder()
+        .rule(
+            Rule::new(
+                "tokens",
+                KeyExtractor::header("x-user"),
+                Quota::per_hour(100),
+            )
+            .cost_from_response(|res| {
+                res.headers
+                    .get("x-tokens-used")
+                    .and_then(|v| v.to_str().ok()?.parse().ok())
+                    .unwrap_or(1)
+            }),
+        )
+        .build()
+        .unwrap();
+    let control = layer.control();
+    let url = serve(accounting_app(layer)).await;
+    let c = client();
+    let spend = |n: &'static str| {
+        c.get(format!("{url}/tokens"))
+            .header("x-user", "u")
+            .header("x-spend", n)
+            .send()
+    };
+    let res = spend("40").await.unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.text().await.unwrap(), "done", "the body is untouched");
+    assert_eq!(control.peek("tokens", "u").await.unwrap().remaining(), 60);
+    assert_eq!(spend("0").await.unwrap().status(), 200);
+    assert_eq!(
+        control.peek("tokens", "u").await.unwrap().remaining(),
+        60,
+        "a reported 0 gives the reservation back"
+    );
+    // Past the bucket: saturated, the next request waits.
+    assert_eq!(spend("1000").await.unwrap().status(), 200);
+    assert!(!control.peek("tokens", "u").await.unwrap().is_allowed());
+    assert_eq!(spend("1").await.unwrap().status(), 429);
+}
+
+#[tokio::test]
+async fn a_panicking_closure_keeps_the_reservation_and_the_layer_works() {
+    let layer = RateLimitLayer::builder()
+        .rule(
+            Rule::new("login", KeyExtractor::header("x-user"), Quota::per_hour(3)).count_if(
+                |res| {
+                    assert!(res.status != http::StatusCode::OK, "boom");
+                    true
+                },
+            ),
+        )
+        .build()
+        .unwrap();
+    let control = layer.control();
+    let url = serve(accounting_app(layer)).await;
+    let c = client();
+    assert_eq!(
+        login_as(&c, &url, "right").await,
+        200,
+        "the response is out"
+    );
+    assert_eq!(control.peek("login", "alice").await.unwrap().remaining(), 2);
+    assert_eq!(login_as(&c, &url, "wrong").await, 401);
+    assert_eq!(control.peek("login", "alice").await.unwrap().remaining(), 1);
+}
+
+#[tokio::test]
+async fn a_later_deny_gives_back_what_earlier_rules_spent() {
+    for refunds in [true, false] {
+        let layer = RateLimitLayer::builder()
+            .rule(Rule::new(
+                "per-user",
+                KeyExtractor::header("x-user"),
+                Quota::per_hour(10),
+            ))
+            .rule(Rule::new(
+                "everyone",
+                KeyExtractor::global(),
+                Quota::per_hour(1),
+            ))
+            .refunds(refunds)
+            .build()
+            .unwrap();
+        let control = layer.control();
+        let url = serve(app(layer)).await;
+        let c = client();
+        assert_eq!(hit(&c, &url, "u").await.0, 200);
+        for _ in 0..3 {
+            assert_eq!(hit(&c, &url, "u").await.0, 429);
+        }
+        let left = control.peek("per-user", "u").await.unwrap().remaining();
+        assert_eq!(left, if refunds { 9 } else { 6 }, "refunds: {refunds}");
+    }
+}
+
+#[path = "../examples/admin.rs"]
+#[allow(dead_code)]
+mod admin;
+
+/// The login recipe and the admin API of `examples/admin.rs`, served.
+#[tokio::test]
+async fn the_admin_example_locks_out_forgives_and_answers_operators() {
+    let url = serve(admin::app().unwrap()).await;
+    let c = client();
+    let login = |user: &'static str, pass: &'static str| {
+        c.get(format!("{url}/login"))
+            .header("x-user", user)
+            .header("x-pass", pass)
+            .send()
+    };
+    let admin = |method: reqwest::Method, path: &str, token: &str| {
+        c.request(method, format!("{url}/admin/limits/{path}"))
+            .header("x-admin-token", token)
+            .send()
+    };
+    for _ in 0..3 {
+        assert_eq!(login("alice", "wrong").await.unwrap().status(), 401);
+    }
+    let peek = admin(reqwest::Method::GET, "login/alice", admin::ADMIN_TOKEN)
+        .await
+        .unwrap();
+    assert_eq!(peek.status(), 200);
+    let body: serde_json::Value = peek.json().await.unwrap();
+    assert_eq!(body["remaining"], 2);
+    // A successful login forgives the failures.
+    assert_eq!(login("alice", "secret").await.unwrap().status(), 200);
+    let body: serde_json::Value = admin(reqwest::Method::GET, "login/alice", admin::ADMIN_TOKEN)
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["remaining"], admin::FAILURES);
+    // Brute force: five failures spend the quota, five refusals lock.
+    for _ in 0..admin::FAILURES {
+        assert_eq!(login("bob", "guess").await.unwrap().status(), 401);
+    }
+    for _ in 0..5 {
+        assert_eq!(login("bob", "guess").await.unwrap().status(), 429);
+    }
+    let res = login("bob", "guess").await.unwrap();
+    assert_eq!(res.status(), 429);
+    let retry: u64 = header(&res, "retry-after").unwrap().parse().unwrap();
+    assert!(retry > 800 && retry <= admin::LOCKOUT.as_secs(), "{retry}");
+    // The operator lifts it.
+    let res = admin(reqwest::Method::POST, "login/bob/reset", admin::ADMIN_TOKEN)
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 204);
+    assert_eq!(login("bob", "guess").await.unwrap().status(), 401);
+    // Without the token, or for an unknown rule.
+    let res = admin(reqwest::Method::POST, "login/bob/reset", "nope")
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 401);
+    let res = admin(reqwest::Method::GET, "nope/bob", admin::ADMIN_TOKEN)
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 404);
+    let res = admin(
+        reqwest::Method::POST,
+        "login/carol/block?secs=60",
+        admin::ADMIN_TOKEN,
+    )
+    .await
+    .unwrap();
+    assert_eq!(res.status(), 204);
+    assert_eq!(login("carol", "secret").await.unwrap().status(), 429);
 }

@@ -66,6 +66,30 @@ fn local_layer(extension: bool, headers: HeaderStyle) -> RateLimitLayer {
         .unwrap()
 }
 
+/// The variants of issue 13's accounting, each with the default headers and
+/// extension: `count-if` settles every response (`count_if` that always
+/// counts), `two-rules` is [`local_rule`] twice (each spend is recorded for
+/// a refund), `deny-refund` / `deny-no-refund` put a rule that has denied
+/// everything since the first request after [`local_rule`], so each
+/// request is a 429 whose first rule's unit is (or is not) given back.
+pub fn accounting(variant: &str) -> Router {
+    let b = RateLimitLayer::builder();
+    let b = match variant {
+        "count-if" => b.rule(local_rule("local").count_if(|res| !res.status.is_success())),
+        "two-rules" => b.rule(local_rule("local")).rule(local_rule("second")),
+        "deny-refund" | "deny-no-refund" => b
+            .rule(local_rule("local"))
+            .rule(Rule::new(
+                "closed",
+                KeyExtractor::global(),
+                Quota::per_hour(1),
+            ))
+            .refunds(variant == "deny-refund"),
+        other => panic!("unknown variant {other}"),
+    };
+    app().layer(b.build().unwrap())
+}
+
 /// [`local_layer`] on the app's routes.
 pub fn layer_local(extension: bool, headers: HeaderStyle) -> Router {
     app().layer(local_layer(extension, headers))

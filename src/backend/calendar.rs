@@ -40,6 +40,20 @@ fn now_us() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }
 
+/// `quota`'s calendar window at `now` (µs since the epoch): its empty
+/// entry, its length, and the time to its end.
+fn window_at(quota: Quota, now: i64) -> Option<(Entry, Duration, Duration)> {
+    let (start, end) = quota.window_secs(now.div_euclid(1_000_000))?;
+    let window = Duration::from_secs(u64::try_from(end - start).unwrap_or(0));
+    let reset = Duration::from_micros(u64::try_from(end * 1_000_000 - now).unwrap_or(0));
+    let fresh = Entry {
+        start,
+        end,
+        count: 0,
+    };
+    Some((fresh, window, reset))
+}
+
 impl CalendarStore {
     pub(crate) fn new(budget: Arc<Budget>) -> Self {
         Self {
@@ -56,20 +70,13 @@ impl CalendarStore {
     }
 
     pub(crate) fn check_at(&self, now: i64, key: &Key, quota: Quota, cost: NonZeroU32) -> Decision {
-        let Some((start, end)) = quota.window_secs(now.div_euclid(1_000_000)) else {
+        let Some((fresh, window, reset)) = window_at(quota, now) else {
             return Decision::never(quota.limit(), quota.window());
-        };
-        let window = Duration::from_secs(u64::try_from(end - start).unwrap_or(0));
-        let reset = Duration::from_micros(u64::try_from(end * 1_000_000 - now).unwrap_or(0));
-        let fresh = Entry {
-            start,
-            end,
-            count: 0,
         };
         let limit = quota.limit();
         let spend = |e: &mut Entry| {
             // A day and a month can start together: the end tells them apart.
-            if (e.start, e.end) != (start, end) {
+            if (e.start, e.end) != (fresh.start, fresh.end) {
                 *e = fresh;
             }
             match e.count.checked_add(cost.get()).filter(|&c| c <= limit) {
@@ -81,19 +88,8 @@ impl CalendarStore {
                 None => Decision::denied(limit, window, reset, reset),
             }
         };
-        if let Some(mut e) = self.map.get_mut(key) {
-            return spend(&mut e);
-        }
-        if self.room(now) {
-            let mut new = false;
-            let mut e = self.map.entry(key.clone()).or_insert_with(|| {
-                new = true;
-                fresh
-            });
-            if !new {
-                self.budget.give_back(1);
-            }
-            return spend(&mut e);
+        if let Some(d) = self.upsert(now, key, fresh, true, spend) {
+            return d;
         }
         mark_diverted(self.budget.when_full);
         match self.budget.when_full {
@@ -106,6 +102,33 @@ impl CalendarStore {
         }
     }
 
+    /// `f` on `key`'s entry. A key not held gets one when `create` and a
+    /// place is left; `None` otherwise.
+    fn upsert<T>(
+        &self,
+        now: i64,
+        key: &Key,
+        fresh: Entry,
+        create: bool,
+        f: impl FnOnce(&mut Entry) -> T,
+    ) -> Option<T> {
+        if let Some(mut e) = self.map.get_mut(key) {
+            return Some(f(&mut e));
+        }
+        if !create || !self.room(now) {
+            return None;
+        }
+        let mut new = false;
+        let mut e = self.map.entry(key.clone()).or_insert_with(|| {
+            new = true;
+            fresh
+        });
+        if !new {
+            self.budget.give_back(1);
+        }
+        Some(f(&mut e))
+    }
+
     /// Spends (`units > 0`, up to the limit), gives back (`units < 0`, down
     /// to none) or reads (`0`) `key`'s count in the current window, and
     /// tells what a request of one unit would be told now.
@@ -114,19 +137,12 @@ impl CalendarStore {
     }
 
     pub(crate) fn adjust_at(&self, now: i64, key: &Key, quota: Quota, units: i64) -> Decision {
-        let Some((start, end)) = quota.window_secs(now.div_euclid(1_000_000)) else {
+        let Some((fresh, window, reset)) = window_at(quota, now) else {
             return Decision::never(quota.limit(), quota.window());
         };
-        let window = Duration::from_secs(u64::try_from(end - start).unwrap_or(0));
-        let reset = Duration::from_micros(u64::try_from(end * 1_000_000 - now).unwrap_or(0));
         let limit = quota.limit();
-        let fresh = Entry {
-            start,
-            end,
-            count: 0,
-        };
         let apply = |e: &mut Entry| {
-            if (e.start, e.end) != (start, end) {
+            if (e.start, e.end) != (fresh.start, fresh.end) {
                 *e = fresh;
             }
             let moved = u32::try_from(units.unsigned_abs()).unwrap_or(u32::MAX);
@@ -137,21 +153,7 @@ impl CalendarStore {
             };
             e.count
         };
-        let count = match self.map.get_mut(key) {
-            Some(mut e) => apply(&mut e),
-            None if units > 0 && self.room(now) => {
-                let mut new = false;
-                let mut e = self.map.entry(key.clone()).or_insert_with(|| {
-                    new = true;
-                    fresh
-                });
-                if !new {
-                    self.budget.give_back(1);
-                }
-                apply(&mut e)
-            }
-            None => 0,
-        };
+        let count = self.upsert(now, key, fresh, units > 0, apply).unwrap_or(0);
         if count < limit {
             Decision::allowed(limit, window, limit - count, reset)
         } else {

@@ -23,7 +23,7 @@ pub(crate) enum Cause {
 }
 
 impl Cause {
-    fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             Self::Timeout(_) => "timeout",
             Self::Error(_) => "error",
@@ -200,6 +200,14 @@ impl Guard {
         }
     }
 
+    /// A failed call that no failure mode decides (a refund, a charge after
+    /// the response): the breaker counts it.
+    pub(crate) fn failed(&self, cause: &Cause) {
+        if !matches!(cause, Cause::CircuitOpen) && self.breaker.failure() {
+            self.breaker_opened_event(cause);
+        }
+    }
+
     /// What every decision without Redis shares, whatever it limits: the
     /// breaker counts the failure, and a warning and a metric say which mode
     /// decided. `decide` returns its result and whether it admits.
@@ -209,9 +217,7 @@ impl Guard {
         cause: Cause,
         decide: impl FnOnce(FailureMode) -> (T, bool),
     ) -> (T, Source) {
-        if !matches!(cause, Cause::CircuitOpen) && self.breaker.failure() {
-            self.breaker_opened_event(&cause);
-        }
+        self.failed(&cause);
         let (out, allowed) = decide(self.mode);
         let mode = self.mode.as_str();
         let fingerprint = key.fingerprint();

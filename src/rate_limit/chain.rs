@@ -33,6 +33,8 @@ pub(crate) struct ChainConfig {
     pub(crate) instances: Option<u32>,
     pub(crate) max_key_len: usize,
     pub(crate) cleanup_every: Duration,
+    /// Give back what earlier rules spent when a later one refuses.
+    pub(crate) refunds: bool,
 }
 
 pub(crate) struct CompiledRule {
@@ -50,6 +52,9 @@ pub(crate) struct CompiledRule {
     instances: u32,
     max_key_len: usize,
     policy: Option<StaticPolicy>,
+    /// Whether its allowed decisions record what they spent: a later rule
+    /// may refuse (and refunds are on), or the response settles it.
+    records: bool,
 }
 
 #[derive(Clone)]
@@ -65,15 +70,75 @@ pub(crate) enum Outcome {
     Skip,
     /// A missing key the rule rejects with this status.
     Reject(StatusCode),
-    Decided(RuleDecision),
+    /// With what it spent, when the rule records it (boxed: most rules
+    /// don't, and the outcome moves through every step).
+    Decided(RuleDecision, Option<Box<Spend>>),
+}
+
+/// Units one rule spent for a request: given back when a later rule
+/// refuses the request, settled on the response by a `count_if` or
+/// `cost_from_response` rule.
+pub(crate) struct Spend {
+    rule: Arc<CompiledRule>,
+    /// Bounded, as the store keeps it.
+    key: Key,
+    quota: Quota,
+    cost: u32,
+    // Where it was spent: only global rules have a choice.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    source: Source,
+}
+
+/// The spends of the rules that settle on the response.
+pub(crate) struct Settlement(Vec<Spend>);
+
+impl Settlement {
+    /// Keeps, gives back or charges more of each reserved cost, as the
+    /// rules' closures read `res`. A panicking closure keeps the
+    /// reservation; nothing is locked while it runs.
+    pub(crate) fn settle(self, res: &http::response::Parts) {
+        for s in self.0 {
+            let rule = &s.rule.rule;
+            let call = |what: &'static str, f: &dyn Fn() -> u32| {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|_| {
+                    tracing::error!(target: observe::TARGET, rule = %rule.name, what, "closure panicked; the request keeps its reserved cost");
+                })
+            };
+            if let Some(f) = &rule.count_if {
+                match call("count_if", &|| u32::from(f(res))) {
+                    Ok(0) => {
+                        s.rule.adjust_spent(&s, -i64::from(s.cost));
+                        continue;
+                    }
+                    Ok(_) => {}
+                    Err(()) => continue,
+                }
+            }
+            if let Some(f) = &rule.cost_from_response
+                && let Ok(actual) = call("cost_from_response", &|| f(res))
+            {
+                let delta = i64::from(actual) - i64::from(s.cost);
+                if delta != 0 {
+                    s.rule.adjust_spent(&s, delta);
+                }
+            }
+        }
+    }
+}
+
+/// Gives back what earlier rules spent on a request a later one refused.
+fn refund(spends: &mut Vec<Spend>) {
+    for s in spends.drain(..) {
+        s.rule.adjust_spent(&s, -i64::from(s.cost));
+    }
 }
 
 pub(crate) type Step = NowOrLater<Outcome>;
 
 /// The chain's verdict on a request.
 pub(crate) enum Verdict {
-    /// Go on; these rules applied.
-    Allow(Decisions),
+    /// Go on; these rules applied, and these settle on the response.
+    Allow(Decisions, Option<Box<Settlement>>),
     /// The last decision is the deny (or the rejection's rule is `rule`).
     Deny(Decisions),
     Reject {
@@ -89,6 +154,7 @@ pub(crate) struct Suspended {
     chain: Arc<Chain>,
     next: usize,
     decisions: Decisions,
+    spends: Vec<Spend>,
     pending: BoxFuture<'static, Outcome>,
 }
 
@@ -117,7 +183,8 @@ impl Chain {
         let mut seen = std::collections::HashSet::new();
         let mut out = Vec::with_capacity(rules.len());
         let instances = cfg.instances.unwrap_or(1);
-        for rule in rules {
+        let last = rules.len() - 1;
+        for (i, rule) in rules.into_iter().enumerate() {
             validate(&rule, cfg.instances)?;
             if !seen.insert(rule.name.clone()) {
                 return Err(BuildError::DuplicateRule(rule.name.to_string()));
@@ -137,7 +204,9 @@ impl Chain {
                 let q = share(&rule, q, instances);
                 StaticPolicy::new(&rule.name, q.limit(), q.window(), false)
             });
+            let records = rule.settles() || (cfg.refunds && i < last);
             out.push(Arc::new(CompiledRule {
+                records,
                 key_space_warned: Throttle::default(),
                 waiters,
                 backend,
@@ -242,10 +311,11 @@ impl Chain {
     pub(crate) fn evaluate(self: &Arc<Self>, parts: &Parts) -> Result<Verdict, Box<Suspended>> {
         self.start_sweeper();
         let mut decisions = Decisions::new();
+        let mut spends = Vec::new();
         for (i, rule) in self.rules.iter().enumerate() {
             match rule.step(parts) {
                 Step::Now(o) => {
-                    if let Some(v) = fold(&rule.rule, &mut decisions, o) {
+                    if let Some(v) = fold(&rule.rule, &mut decisions, &mut spends, o) {
                         return Ok(v);
                     }
                 }
@@ -254,12 +324,13 @@ impl Chain {
                         chain: self.clone(),
                         next: i + 1,
                         decisions,
+                        spends,
                         pending,
                     }));
                 }
             }
         }
-        Ok(Verdict::Allow(decisions))
+        Ok(allow(decisions, spends))
     }
 }
 
@@ -268,34 +339,59 @@ impl Suspended {
     pub(crate) async fn resume(self: Box<Self>, parts: Parts) -> (Parts, Verdict) {
         let s = *self;
         let this = s.chain;
-        let mut decisions = s.decisions;
+        let (mut decisions, mut spends) = (s.decisions, s.spends);
         let outcome = s.pending.await;
-        if let Some(v) = fold(&this.rules[s.next - 1].rule, &mut decisions, outcome) {
+        let rule = &this.rules[s.next - 1].rule;
+        if let Some(v) = fold(rule, &mut decisions, &mut spends, outcome) {
             return (parts, v);
         }
         for rule in &this.rules[s.next..] {
             let outcome = rule.step(&parts).resolve().await;
-            if let Some(v) = fold(&rule.rule, &mut decisions, outcome) {
+            if let Some(v) = fold(&rule.rule, &mut decisions, &mut spends, outcome) {
                 return (parts, v);
             }
         }
-        (parts, Verdict::Allow(decisions))
+        (parts, allow(decisions, spends))
     }
 }
 
-/// Adds one outcome; returns the verdict when it ends evaluation.
-fn fold(rule: &Rule, decisions: &mut Decisions, outcome: Outcome) -> Option<Verdict> {
+/// An allow, with the spends the response settles.
+fn allow(decisions: Decisions, mut spends: Vec<Spend>) -> Verdict {
+    if spends.is_empty() {
+        return Verdict::Allow(decisions, None);
+    }
+    spends.retain(|s| s.rule.rule.settles());
+    let settle = (!spends.is_empty()).then(|| Box::new(Settlement(spends)));
+    Verdict::Allow(decisions, settle)
+}
+
+/// Adds one outcome; returns the verdict when it ends evaluation, after
+/// giving back what the rules before spent.
+fn fold(
+    rule: &Rule,
+    decisions: &mut Decisions,
+    spends: &mut Vec<Spend>,
+    outcome: Outcome,
+) -> Option<Verdict> {
     match outcome {
         Outcome::Skip => None,
-        Outcome::Reject(status) => Some(Verdict::Reject {
-            rule: rule.name.clone(),
-            status,
-            decisions: std::mem::take(decisions),
-        }),
-        Outcome::Decided(d) => {
+        Outcome::Reject(status) => {
+            refund(spends);
+            Some(Verdict::Reject {
+                rule: rule.name.clone(),
+                status,
+                decisions: std::mem::take(decisions),
+            })
+        }
+        Outcome::Decided(d, spend) => {
             let deny = !d.decision.is_allowed() && !d.shadow;
             decisions.push(d);
-            deny.then(|| Verdict::Deny(std::mem::take(decisions)))
+            if deny {
+                refund(spends);
+                return Some(Verdict::Deny(std::mem::take(decisions)));
+            }
+            spends.extend(spend.map(|s| *s));
+            None
         }
     }
 }
@@ -582,7 +678,7 @@ impl CompiledRule {
                 Source::Local,
             )))
         } else {
-            Step::Now(self.outcome(&key, d, Source::Local))
+            Step::Now(self.spent(key, quota, cost, d, Source::Local))
         }
     }
 
@@ -590,7 +686,7 @@ impl CompiledRule {
     fn decide_global(self: &Arc<Self>, key: Key, quota: Quota, cost: NonZeroU32) -> Step {
         match self.check(&key, quota, cost) {
             NowOrLater::Now((d, source)) if !self.waits(&d) => {
-                Step::Now(self.outcome(&key, d, source))
+                Step::Now(self.spent(key, quota, cost, d, source))
             }
             NowOrLater::Now((d, source)) => {
                 Step::Later(Box::pin(self.clone().settle(key, quota, cost, d, source)))
@@ -706,7 +802,7 @@ impl CompiledRule {
         mut source: Source,
     ) -> Outcome {
         let OnDeny::Wait { max, queue } = self.rule.on_deny else {
-            return self.outcome(&key, d, source);
+            return self.spent(key, quota, cost, d, source);
         };
         let deadline = tokio::time::Instant::now() + max;
         let mut place = None;
@@ -726,7 +822,8 @@ impl CompiledRule {
             tokio::time::sleep(wait).await;
             (d, source) = self.check(&key, quota, cost).resolve().await;
         }
-        self.outcome(&key, d, source)
+        drop(place);
+        self.spent(key, quota, cost, d, source)
     }
 
     fn local_source(&self) -> Source {
@@ -745,16 +842,72 @@ impl CompiledRule {
             let retry = decision.retry_after();
             observe::deny(&self.rule.name, &key.fingerprint(), retry, shadow);
         }
-        Outcome::Decided(RuleDecision {
-            rule: self.rule.name.clone(),
-            policy: StaticPolicy::for_decision(&self.policy, &decision),
-            decision,
-            source,
-            shadow,
-            concurrency: false,
-            hidden: !self.rule.visible,
-            partition: self.rule.partition_key.then(|| key.partition()),
-        })
+        Outcome::Decided(
+            RuleDecision {
+                rule: self.rule.name.clone(),
+                policy: StaticPolicy::for_decision(&self.policy, &decision),
+                decision,
+                source,
+                shadow,
+                concurrency: false,
+                hidden: !self.rule.visible,
+                partition: self.rule.partition_key.then(|| key.partition()),
+            },
+            None,
+        )
+    }
+
+    /// [`outcome`](Self::outcome) of a decision that may have spent `cost`;
+    /// what it spent goes with it when the rule records spends.
+    fn spent(
+        self: &Arc<Self>,
+        key: Key,
+        quota: Quota,
+        cost: NonZeroU32,
+        decision: Decision,
+        source: Source,
+    ) -> Outcome {
+        let mut out = self.outcome(&key, decision, source);
+        let spent = matches!(source, Source::Local | Source::Global | Source::Fallback);
+        if self.records
+            && decision.is_allowed()
+            && spent
+            && let Outcome::Decided(_, spend) = &mut out
+        {
+            *spend = Some(Box::new(Spend {
+                rule: self.clone(),
+                key: self.bounded(&key).into_owned(),
+                quota,
+                cost: cost.get(),
+                source,
+            }));
+        }
+        out
+    }
+
+    /// Spends (`units > 0`) or gives back what `s` spent, where it spent
+    /// it. Never fails the request: a Redis failure is logged.
+    fn adjust_spent(self: &Arc<Self>, s: &Spend, units: i64) {
+        match &self.backend {
+            Backend::Local(store) => {
+                store.adjust(&s.key, s.quota, units);
+            }
+            #[cfg(feature = "redis")]
+            Backend::Global(g) => match s.source {
+                Source::Fallback => g.adjust_fallback(&s.key, s.quota, units),
+                // Off the request path: the response (or the 429) is out.
+                Source::Global => {
+                    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                        let (g, this, key, quota) =
+                            (g.clone(), self.clone(), s.key.clone(), s.quota);
+                        rt.spawn(
+                            async move { g.adjust_redis(&this.rule, &key, quota, units).await },
+                        );
+                    }
+                }
+                _ => {}
+            },
+        }
     }
 }
 
@@ -771,6 +924,7 @@ mod tests {
             instances: None,
             max_key_len: crate::key::DEFAULT_MAX_KEY_LEN,
             cleanup_every: Duration::from_secs(60),
+            refunds: true,
         }
     }
 
@@ -827,7 +981,7 @@ mod tests {
 
     fn allowed(v: Verdict) -> Decisions {
         match v {
-            Verdict::Allow(d) => d,
+            Verdict::Allow(d, _) => d,
             other => panic!("expected Allow, got {}", summary(&other).0),
         }
     }
@@ -843,7 +997,7 @@ mod tests {
     /// what does not depend on the clock.
     fn summary(v: &Verdict) -> (String, Vec<(String, bool, u32)>) {
         let (kind, ds) = match v {
-            Verdict::Allow(d) => ("allow".to_owned(), d),
+            Verdict::Allow(d, _) => ("allow".to_owned(), d),
             Verdict::Deny(d) => ("deny".to_owned(), d),
             Verdict::Reject {
                 rule,
@@ -904,10 +1058,11 @@ mod tests {
         let last = ds.last().unwrap();
         assert!(!last.decision.is_allowed());
         assert!(last.decision.retry_after().is_some());
-        // "later" saw only the first request.
+        // "later" saw only the first request; "open" got the denied
+        // request's unit back.
         let ds = allowed(eval(&c, &parts(Some("b"))));
         assert_eq!(names(&ds), ["open", "tight", "later"]);
-        assert_eq!(ds[0].decision.remaining(), 7);
+        assert_eq!(ds[0].decision.remaining(), 8);
         assert_eq!(ds[2].decision.remaining(), 8);
     }
 

@@ -16,7 +16,9 @@ use crate::{Decision, Key};
 ///
 /// `key` is the key as the rule's extractor produces it (a header's bytes,
 /// an IP's text, a user id), before any bound: an overlong key is hashed as
-/// the layer hashes it. Each operation works on local and global rules
+/// the layer hashes it. Anything [`Key`] converts from will do: a `String`,
+/// a `&'static str`, bytes; a borrowed `&str` goes as `s.to_owned()` or
+/// [`Key::copy_from_slice`]. Each operation works on local and global rules
 /// alike; on a global rule it is one Redis call under the rule's
 /// `redis_timeout` patience, and its failure is a [`ControlError`], with
 /// no failure mode. Another gateway may answer from its deny cache until

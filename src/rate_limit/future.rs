@@ -5,6 +5,7 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower::Service;
 
+use super::chain::Settlement;
 use crate::gate::Gate;
 use crate::response::RefusalBody;
 
@@ -15,7 +16,7 @@ pin_project_lite::pin_project! {
         S: Service<Request<ReqBody>>,
     {
         #[pin]
-        gate: Gate<S, ReqBody, ()>,
+        gate: Gate<S, ReqBody, Option<Box<Settlement>>>,
     }
 }
 
@@ -23,7 +24,7 @@ impl<S, ReqBody> ResponseFuture<S, ReqBody>
 where
     S: Service<Request<ReqBody>>,
 {
-    pub(crate) fn new(gate: Gate<S, ReqBody, ()>) -> Self {
+    pub(crate) fn new(gate: Gate<S, ReqBody, Option<Box<Settlement>>>) -> Self {
         Self { gate }
     }
 }
@@ -36,6 +37,18 @@ where
     type Output = Result<Response<ResBody>, S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.project().gate.poll(cx).map(|r| r.map(|(res, _)| res))
+        self.project().gate.poll(cx).map(|r| {
+            r.map(|(res, settle)| match settle.flatten() {
+                Some(s) => settled(res, *s),
+                None => res,
+            })
+        })
     }
+}
+
+/// Settles the reserved costs on the response head, body untouched.
+fn settled<B>(res: Response<B>, settlement: Settlement) -> Response<B> {
+    let (parts, body) = res.into_parts();
+    settlement.settle(&parts);
+    Response::from_parts(parts, body)
 }

@@ -178,7 +178,7 @@ impl Global {
             ControlOp::Block(d) => ControlScriptOp::Block(d),
             ControlOp::Unblock => ControlScriptOp::Unblock,
         };
-        // Block and unblock touch only the lock: any quota names its key.
+        // Block and unblock touch only the lock, the rule and key's own.
         let quota = quota.unwrap_or_else(|| Quota::per_second(1));
         let call = self
             .redis
@@ -189,5 +189,42 @@ impl Global {
             Ok(Err(e)) => Err(ControlError::Redis(e)),
             Err(_) => Err(ControlError::Timeout(patience)),
         }
+    }
+
+    /// Units a request spent while the failure mode decided: in this
+    /// instance's share.
+    pub(super) fn adjust_fallback(&self, key: &Key, quota: Quota, units: i64) {
+        self.fallback.adjust(key, self.guard.share(quota), units);
+    }
+
+    /// Gives back (`units < 0`) or charges units a request spent in Redis,
+    /// after its response (or its refusal) is out: one `control.lua` call
+    /// behind the rule's breaker and timeout. A failure is logged and
+    /// counted (`outcome="settle_failed"`); a charge then lands in this
+    /// instance's share under `LocalFallback`, and is dropped otherwise.
+    pub(super) async fn adjust_redis(&self, rule: &Rule, key: &Key, quota: Quota, units: i64) {
+        if units < 0 {
+            // A cached deny may no longer hold.
+            self.denies.forget(key);
+        }
+        let cause = match self.guard.admit() {
+            Admit::Skip(_) => Cause::CircuitOpen,
+            Admit::Call | Admit::Probe => {
+                let op = ControlScriptOp::Adjust(units);
+                let call = self
+                    .redis
+                    .control(&rule.name, key, rule.algorithm, &quota, op);
+                match self.guard.call(self.redis.liveness(), call).await {
+                    Ok(_) => return,
+                    Err(cause) => cause,
+                }
+            }
+        };
+        self.guard.failed(&cause);
+        let fallback = units > 0 && rule.failure.mode == FailureMode::LocalFallback;
+        if fallback {
+            self.adjust_fallback(key, quota, units);
+        }
+        observe::settle_failed(&rule.name, &key.fingerprint(), units, &cause, fallback);
     }
 }

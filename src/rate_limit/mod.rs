@@ -25,7 +25,7 @@ use crate::headers::Headers;
 use crate::response::{Denied, DenyFn, refusal};
 use crate::settings::{self, Settings};
 use crate::{RateLimitDecision, Rule};
-use chain::{Chain, ChainConfig, Suspended, Verdict};
+use chain::{Chain, ChainConfig, Settlement, Suspended, Verdict};
 
 /// Applies an ordered list of [`Rule`]s to every request.
 ///
@@ -90,7 +90,10 @@ impl Shared {
     /// Decides on `parts` with the current chain, unless a step has to
     /// await. Not generic over the service, so it is compiled once and
     /// keeps the services' `call` small.
-    pub(crate) fn decide(&self, parts: &mut Parts) -> Result<Admission<()>, Box<Suspended>> {
+    pub(crate) fn decide(
+        &self,
+        parts: &mut Parts,
+    ) -> Result<Admission<Option<Box<Settlement>>>, Box<Suspended>> {
         // One chain for the whole request, even if a reload lands meanwhile.
         let verdict = self.chain.with(|chain| chain.evaluate(parts))?;
         Ok(self.conclude(verdict, parts))
@@ -101,7 +104,7 @@ impl Shared {
         self: Arc<Self>,
         mut parts: Parts,
         suspended: Box<Suspended>,
-    ) -> Pending<()> {
+    ) -> Pending<Option<Box<Settlement>>> {
         Box::pin(async move {
             let verdict;
             (parts, verdict) = suspended.resume(parts).await;
@@ -112,10 +115,14 @@ impl Shared {
 
     /// Turns the chain's verdict into headers and, when allowed, puts the
     /// decision in the extensions for the handler.
-    pub(crate) fn conclude(&self, verdict: Verdict, parts: &mut Parts) -> Admission<()> {
+    pub(crate) fn conclude(
+        &self,
+        verdict: Verdict,
+        parts: &mut Parts,
+    ) -> Admission<Option<Box<Settlement>>> {
         let mut headers = crate::headers::Rendered::new();
         match verdict {
-            Verdict::Allow(mut rules) => {
+            Verdict::Allow(mut rules, settle) => {
                 self.headers.render(&mut rules, &mut headers);
                 if self.extension {
                     // Under an outer rate limiter, its decisions come first.
@@ -125,7 +132,7 @@ impl Shared {
                         }
                     }
                 }
-                Admission::Go(headers, ())
+                Admission::Go(headers, settle)
             }
             Verdict::Deny(mut rules) => {
                 self.headers.render(&mut rules, &mut headers);
@@ -321,6 +328,7 @@ pub struct RateLimitBuilder {
     settings: Settings,
     extension: bool,
     cleanup_every: Duration,
+    refunds: bool,
 }
 
 impl Default for RateLimitBuilder {
@@ -330,6 +338,7 @@ impl Default for RateLimitBuilder {
             settings: Settings::default(),
             extension: true,
             cleanup_every: Duration::from_secs(60),
+            refunds: true,
         }
     }
 }
@@ -371,6 +380,32 @@ impl RateLimitBuilder {
         self
     }
 
+    /// Whether a request a later rule refuses (or rejects for a missing
+    /// key) gets back the units earlier rules spent on it (default `true`).
+    /// Each refund is atomic in its backend: a local adjustment, or one
+    /// Redis script call on Redis time, sent without holding up the 429.
+    /// Exact for GCRA and the token bucket while the bucket has not
+    /// refilled past whole; the fixed and sliding windows (and calendar
+    /// quotas) give units back to the window current at the refund, so one
+    /// spent just before a window ended returns into the next window (or,
+    /// for a calendar quota, is dropped). A single-rule chain records
+    /// nothing and pays nothing.
+    ///
+    /// ```
+    /// use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+    /// let layer = RateLimitLayer::builder()
+    ///     .rule(Rule::new("per-key", KeyExtractor::header("x-api-key"), Quota::per_minute(100)))
+    ///     .rule(Rule::new("all", KeyExtractor::global(), Quota::per_second(1000)))
+    ///     .refunds(false)
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = layer;
+    /// ```
+    pub fn refunds(mut self, on: bool) -> Self {
+        self.refunds = on;
+        self
+    }
+
     /// How often the background task forgets keys whose buckets are full
     /// again (default 60 s). The task starts with the first request on a
     /// Tokio runtime and ends when the layer is dropped.
@@ -397,6 +432,7 @@ impl RateLimitBuilder {
             instances: self.settings.instances,
             max_key_len: self.settings.max_key_len,
             cleanup_every: self.cleanup_every,
+            refunds: self.refunds,
         };
         let chain = Chain::compile(self.rules, config, self.settings.headers.draft(), None)?;
         Ok(RateLimitLayer {

@@ -21,6 +21,8 @@ use crate::now_or_later::NowOrLater;
 
 type QuotaFn = dyn Fn(&Parts) -> Quota + Send + Sync;
 type CostFn = dyn Fn(&Parts) -> u32 + Send + Sync;
+pub(crate) type CountIfFn = dyn Fn(&http::response::Parts) -> bool + Send + Sync;
+pub(crate) type ResponseCostFn = dyn Fn(&http::response::Parts) -> u32 + Send + Sync;
 
 /// Where a rule's quota comes from.
 #[derive(Clone)]
@@ -306,6 +308,8 @@ pub struct Rule {
     pub(crate) max_keys: usize,
     pub(crate) on_key_space_full: KeySpaceFull,
     pub(crate) lockout: Option<Lockout>,
+    pub(crate) count_if: Option<Arc<CountIfFn>>,
+    pub(crate) cost_from_response: Option<Arc<ResponseCostFn>>,
 }
 
 impl Rule {
@@ -333,6 +337,8 @@ impl Rule {
             max_keys: DEFAULT_MAX_KEYS,
             on_key_space_full: KeySpaceFull::default(),
             lockout: None,
+            count_if: None,
+            cost_from_response: None,
         }
     }
 
@@ -434,6 +440,71 @@ impl Rule {
     {
         self.cost = Cost::Dynamic(Arc::new(f));
         self
+    }
+
+    /// Keeps the units a request spent only when `f` holds for its
+    /// response head, e.g. a login rule that counts failed attempts only.
+    ///
+    /// The units are **reserved** when the request is decided, as for any
+    /// rule, and given back when the response head says `f` is false: so a
+    /// burst of concurrent requests can never overshoot the quota (an
+    /// attacker controls concurrency), and a request that would not count
+    /// holds its unit only while it is in flight. A handler that fails
+    /// (the inner service returns `Err`) keeps the reservation, and so does
+    /// a panic in `f` (logged as an error; nothing else is affected).
+    ///
+    /// `f` sees the status and headers the inner service answered with,
+    /// before the body. For gRPC that is `grpc-status` only on a
+    /// trailers-only response (how tonic answers an error returned before
+    /// any message, e.g. from an interceptor or a unary handler); a status
+    /// sent in trailers after a streamed body is not seen.
+    ///
+    /// ```
+    /// use http::StatusCode;
+    /// use keyed_rate_limit::{KeyExtractor, Quota, Rule};
+    /// // Five failed logins a minute per user; successful ones are free.
+    /// let login = Rule::new("login", KeyExtractor::header("x-user"), Quota::per_minute(5))
+    ///     .count_if(|res| matches!(res.status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN));
+    /// # let _ = login;
+    /// ```
+    pub fn count_if<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&http::response::Parts) -> bool + Send + Sync + 'static,
+    {
+        self.count_if = Some(Arc::new(f));
+        self
+    }
+
+    /// Charges what the response says a request cost, e.g. the tokens an
+    /// LLM handler reports in a header. The request's cost (`cost` or
+    /// `cost_fn`, 1 by default) is reserved when it is decided; when the
+    /// response head arrives, the difference is charged or given back. A
+    /// charge past the bucket saturates it (the next request waits as after
+    /// a full burst), never errors; a denied request is never charged. A
+    /// panic in `f` keeps the reservation. With [`count_if`](Self::count_if)
+    /// too, a response `count_if` refuses costs nothing.
+    ///
+    /// ```
+    /// use keyed_rate_limit::{KeyExtractor, Quota, Rule};
+    /// let tokens = Rule::new("tokens", KeyExtractor::header("x-api-key"), Quota::per_minute(100_000))
+    ///     .cost_from_response(|res| {
+    ///         res.headers.get("x-tokens-used")
+    ///             .and_then(|v| v.to_str().ok()?.parse().ok())
+    ///             .unwrap_or(1)
+    ///     });
+    /// # let _ = tokens;
+    /// ```
+    pub fn cost_from_response<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&http::response::Parts) -> u32 + Send + Sync + 'static,
+    {
+        self.cost_from_response = Some(Arc::new(f));
+        self
+    }
+
+    /// Whether the rule settles its units on the response.
+    pub(crate) fn settles(&self) -> bool {
+        self.count_if.is_some() || self.cost_from_response.is_some()
     }
 
     /// The counting algorithm (default [`Algorithm::Gcra`]).

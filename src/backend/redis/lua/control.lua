@@ -1,6 +1,6 @@
 -- The control handle's operations on one key (calendar.lua comes first).
 -- KEYS[1]: the algorithm's key, as the rate scripts name it; the lock and
--- the lockout's deny count are KEYS[1]..':lock' and KEYS[1]..':denies'.
+-- the lockout's deny count are the rule and key's own, as in lock.lua.
 -- ARGV: op ('adjust' | 'reset' | 'block' | 'unblock'), algorithm ('gcra' |
 -- 'tb' | 'fw' | 'sw' | 'cal'), limit, window_us, burst, units (adjust:
 -- > 0 spends, < 0 gives back, 0 reads), block_ms, period, utc_offset_s.
@@ -13,8 +13,9 @@ local limit = tonumber(ARGV[3])
 local window = tonumber(ARGV[4])
 local burst = tonumber(ARGV[5])
 local units = tonumber(ARGV[6])
-local lock = KEYS[1] .. ':lock'
-local denies = KEYS[1] .. ':denies'
+local tag = string.match(KEYS[1], '^(.*})')
+local lock = tag .. ':lock'
+local denies = tag .. ':denies'
 if op == 'block' then
   redis.call('SET', lock, 1, 'PX', ARGV[7])
   redis.call('DEL', denies)

@@ -1,10 +1,12 @@
 -- Locks, around every rate script: the script before this one is the body
 -- of `decide`, and `wide` says whether its reply carries a window length.
--- The lock and the denies counted toward one share KEYS[1]'s hash tag.
+-- The lock and the denies counted toward one are keys of the rule and key
+-- (KEYS[1] up to its hash tag's end), whatever the algorithm or quota.
 -- ARGV[5..7]: lock after this many denies (0: no lockout), within_ms, block_ms.
 -- Appends to the reply `locked`: 1 when the key is locked (wait_ms and
 -- reset_ms are then the lock's time left).
-local lock = KEYS[1] .. ':lock'
+local tag = string.match(KEYS[1], '^(.*})')
+local lock = tag .. ':lock'
 local left = redis.call('PTTL', lock)
 if left > 0 then
   if wide then return {0, 0, left, left, 0, 1} end
@@ -14,7 +16,7 @@ local r = decide()
 local after = tonumber(ARGV[5])
 local locked = 0
 if r[1] == 0 and after > 0 then
-  local denies = KEYS[1] .. ':denies'
+  local denies = tag .. ':denies'
   local n = redis.call('INCR', denies)
   if n == 1 then redis.call('PEXPIRE', denies, ARGV[6]) end
   if n >= after then
