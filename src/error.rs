@@ -162,6 +162,9 @@ pub enum ControlError {
     /// The rule computes its quota per request (`quota_fn`), so there is no
     /// one bucket to read or move; only `block` and `unblock` apply.
     DynamicQuota(String),
+    /// A local rule holds `max_keys` locked or counted keys, none of which
+    /// could be forgotten: the block was not stored.
+    KeySpaceFull(String),
     /// Redis failed or did not answer within the rule's timeout.
     #[cfg(feature = "redis")]
     #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
@@ -181,6 +184,7 @@ impl fmt::Display for ControlError {
                 f,
                 "rule {r:?} computes its quota per request: only block and unblock apply"
             ),
+            Self::KeySpaceFull(r) => write!(f, "rule {r:?}: no place left to lock another key"),
             #[cfg(feature = "redis")]
             Self::Redis(e) => write!(f, "redis: {e}"),
             #[cfg(feature = "redis")]

@@ -45,6 +45,9 @@ fn login(quota: Quota) -> Rule {
 
 #[tokio::test]
 async fn a_local_lockout_blocks_past_the_window_and_the_handle_lifts_it() {
+    #[cfg(feature = "metrics")]
+    common::metrics::snapshotter();
+    let (events, _guard) = common::events::capture();
     let layer = RateLimitLayer::builder()
         .rule(login(Quota::per_minute(2)))
         .build()
@@ -68,6 +71,12 @@ async fn a_local_lockout_blocks_past_the_window_and_the_handle_lifts_it() {
         "the block's time left"
     );
     assert_eq!(hit(&c, &url, "alice").await.0, 200, "other keys are free");
+    let warned = common::events::with_message(&events, "key locked out");
+    assert_eq!(warned.len(), 1, "one warning, when the lock starts");
+    assert_eq!(warned[0]["block_ms"], "900000");
+    assert!(!warned[0]["key"].contains("mallory"), "a fingerprint");
+    #[cfg(feature = "metrics")]
+    assert!(common::metrics::counter("rate_limit_decisions_total", "login", "locked") >= 2);
     let peek = control.peek("login", "mallory").await.unwrap();
     assert!(peek.retry_after().unwrap() > Duration::from_secs(890));
 
@@ -86,6 +95,68 @@ async fn a_local_lockout_blocks_past_the_window_and_the_handle_lifts_it() {
     let (status, retry) = hit(&c, &url, "alice").await;
     assert_eq!(status, 429);
     assert!((29..=30).contains(&retry.unwrap()));
+}
+
+#[test]
+fn settings_that_cannot_hold_are_build_errors() {
+    use keyed_rate_limit::OnDeny;
+    let waits = login(Quota::per_minute(2)).on_deny(OnDeny::Wait {
+        max: Duration::from_secs(1),
+        queue: 10,
+    });
+    let err = RateLimitLayer::builder().rule(waits).build().unwrap_err();
+    assert!(err.to_string().contains("OnDeny::Wait"), "{err}");
+    let free = Rule::new("free", KeyExtractor::global(), Quota::per_minute(2))
+        .cost(0)
+        .count_if(|_| true);
+    let err = RateLimitLayer::builder().rule(free).build().unwrap_err();
+    assert!(err.to_string().contains("reservation"), "{err}");
+    let never = Lockout::new(0, Duration::from_secs(1), Duration::from_secs(1));
+    let err = RateLimitLayer::builder()
+        .rule(Rule::new("l", KeyExtractor::global(), Quota::per_minute(2)).lockout(never))
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("lockout"), "{err}");
+}
+
+/// A client that goes away before the response head gives its
+/// reservation back: it cannot have learned anything.
+#[tokio::test]
+async fn a_request_dropped_in_flight_gives_its_reservation_back() {
+    use std::sync::Arc;
+    let layer = RateLimitLayer::builder()
+        .rule(Rule::new("login", KeyExtractor::global(), Quota::per_hour(3)).count_if(|_| true))
+        .build()
+        .unwrap();
+    let control = layer.control();
+    let entered = Arc::new(tokio::sync::Notify::new());
+    let e = entered.clone();
+    let app = Router::new()
+        .route(
+            "/",
+            get(move || {
+                let e = e.clone();
+                async move {
+                    e.notify_one();
+                    std::future::pending::<()>().await;
+                }
+            }),
+        )
+        .layer(layer);
+    let url = serve(app).await;
+    let pending = tokio::spawn(async move { client().get(url).send().await });
+    entered.notified().await;
+    assert_eq!(
+        control.peek("login", "*").await.unwrap().remaining(),
+        2,
+        "reserved"
+    );
+    pending.abort();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while control.peek("login", "*").await.unwrap().remaining() != 3 {
+        assert!(tokio::time::Instant::now() < deadline, "never given back");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 #[tokio::test]
@@ -248,11 +319,23 @@ mod redis {
         assert_eq!(server.script_calls(), calls, "locked: no Redis call");
         let locks = server.keys("lockout:*:lock");
         assert_eq!(locks.len(), 1, "one lock key in Redis");
-        // Reset through either handle clears it in Redis.
+        // Reset through either handle clears it in Redis; the other gateway
+        // drops its copy of the lock within a second.
         controls[1].reset("login", "mallory").await.unwrap();
         assert!(server.keys("lockout:*:lock").is_empty());
         let d = controls[0].peek("login", "mallory").await.unwrap();
         assert_eq!(d.remaining(), 2);
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        assert_eq!(hit(&c, a, "mallory").await.0, 200, "gateway a let go");
+        // A block set through one gateway's handle is enforced by the
+        // script on the other.
+        controls[0]
+            .block("login", "eve", Duration::from_secs(30))
+            .await
+            .unwrap();
+        let (status, retry) = hit(&c, b, "eve").await;
+        assert_eq!(status, 429);
+        assert!((29..=30).contains(&retry.unwrap()), "lock.lua's time left");
     }
 
     /// Polls `peek` until `want` units are left: refunds and charges in
@@ -318,6 +401,97 @@ mod redis {
             // `everyone` is spent: its deny gives `login`'s unit back.
             assert_eq!(login_as(&c, &url, "wrong").await, 429, "{what}");
             until_left(&control, "login", "alice", 3).await;
+        }
+    }
+
+    /// `cost_from_response` on every algorithm and a calendar quota.
+    #[tokio::test]
+    async fn cost_from_response_settles_in_redis_on_every_algorithm() {
+        let server = RedisServer::start();
+        let mut cases: Vec<(Algorithm, Quota)> = ALGORITHMS
+            .iter()
+            .map(|a| (*a, Quota::per_hour(100)))
+            .collect();
+        cases.push((Algorithm::FixedWindow, Quota::per_day(100)));
+        for (algorithm, quota) in cases {
+            let what = format!("{algorithm:?}-{quota}");
+            let rule = Rule::new("tokens", KeyExtractor::header("x-user"), quota)
+                .algorithm(algorithm)
+                .cost_from_response(|res| {
+                    res.headers
+                        .get("x-tokens-used")
+                        .and_then(|v| v.to_str().ok()?.parse().ok())
+                        .unwrap_or(1)
+                });
+            let layer = RateLimitLayer::builder()
+                .rule(global(rule, server.backend(&what.replace(' ', "-")).await))
+                .build()
+                .unwrap();
+            let control = layer.control();
+            let url = serve(accounting_app(layer)).await;
+            let c = client();
+            let spend = |n: &'static str| {
+                c.get(format!("{url}/tokens"))
+                    .header("x-user", "u")
+                    .header("x-spend", n)
+                    .send()
+            };
+            assert_eq!(spend("40").await.unwrap().status(), 200, "{what}");
+            until_left(&control, "tokens", "u", 60).await;
+            assert_eq!(spend("0").await.unwrap().status(), 200, "{what}");
+            until_left(&control, "tokens", "u", 60).await;
+            assert_eq!(spend("1000").await.unwrap().status(), 200, "{what}");
+            until_left(&control, "tokens", "u", 0).await;
+            assert_eq!(spend("1").await.unwrap().status(), 429, "{what}: saturated");
+        }
+    }
+
+    /// Redis dies while the handler runs: the response is out whole, and
+    /// the refund that could not reach Redis is logged and counted.
+    #[cfg(feature = "metrics")]
+    #[tokio::test]
+    async fn a_redis_failure_while_settling_never_fails_the_response() {
+        use std::sync::Arc;
+        common::metrics::snapshotter();
+        let mut server = RedisServer::start();
+        let layer = RateLimitLayer::builder()
+            .rule(global(
+                Rule::new("settle-down", KeyExtractor::global(), Quota::per_hour(5))
+                    .count_if(|_| false),
+                server.backend("settle").await,
+            ))
+            .build()
+            .unwrap();
+        let release = Arc::new(tokio::sync::Notify::new());
+        let entered = Arc::new(tokio::sync::Notify::new());
+        let (r, e) = (release.clone(), entered.clone());
+        let app = Router::new()
+            .route(
+                "/",
+                get(move || {
+                    let (r, e) = (r.clone(), e.clone());
+                    async move {
+                        e.notify_one();
+                        r.notified().await;
+                        "answered"
+                    }
+                }),
+            )
+            .layer(layer);
+        let url = serve(app).await;
+        let pending = tokio::spawn(async move { client().get(url).send().await.unwrap() });
+        entered.notified().await;
+        server.kill();
+        release.notify_one();
+        let res = pending.await.unwrap();
+        assert_eq!(res.status(), 200);
+        assert_eq!(res.text().await.unwrap(), "answered");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while common::metrics::counter("rate_limit_decisions_total", "settle-down", "settle_failed")
+            == 0
+        {
+            assert!(tokio::time::Instant::now() < deadline, "never counted");
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 

@@ -230,3 +230,32 @@ async fn grpc_calls_over_the_quota_wait_for_their_unit() {
         assert_eq!(res.into_inner().status(), ServingStatus::Serving);
     }
 }
+
+/// `count_if` on gRPC: an error before any message is a trailers-only
+/// response, so its `grpc-status` is in the head the closure sees. Only
+/// failed checks (unknown services) count.
+#[tokio::test]
+async fn count_if_sees_a_trailers_only_grpc_status() {
+    let layer = RateLimitLayer::builder()
+        .rule(
+            Rule::new("failed-checks", KeyExtractor::global(), Quota::per_hour(2))
+                .count_if(|res| res.headers.get("grpc-status").is_some_and(|s| s != "0")),
+        )
+        .build()
+        .unwrap();
+    let addr = serve!(layer);
+    let mut client = client(addr).await;
+    let check = |service: &str| HealthCheckRequest {
+        service: service.to_owned(),
+    };
+    for _ in 0..5 {
+        let ok = client.check(check("")).await.unwrap();
+        assert_eq!(ok.into_inner().status(), ServingStatus::Serving);
+    }
+    for _ in 0..2 {
+        let err = client.check(check("nope")).await.unwrap_err();
+        assert_eq!(err.code(), Code::NotFound, "counted, not refused");
+    }
+    let err = client.check(check("")).await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "two failures spent it");
+}

@@ -32,6 +32,12 @@ impl Drop for TempDir {
     }
 }
 
+/// The quotas before and after the edit: far above what four clients send
+/// in the test's few seconds, so no request is refused (a refusal by `a`
+/// would leave `b` out of the headers).
+const OLD: u32 = 1_000_000;
+const NEW: u32 = 2_000_000;
+
 /// Two rules whose quotas are both `q`: a response mixing two versions
 /// would show two different `q`s.
 fn rules(q: u32) -> String {
@@ -68,7 +74,7 @@ async fn edits_apply_under_load_whole_and_broken_ones_change_nothing() {
     let (events, _guard) = capture();
     let dir = TempDir::new("watch");
     let path = dir.0.join("limits.toml");
-    save(&path, &rules(1000));
+    save(&path, &rules(OLD));
     let (layer, watcher): (RateLimitLayer, ConfigWatcher) =
         RulesConfig::watch(&path, Registry::new()).unwrap();
     let url = serve(ok_app(layer.clone())).await;
@@ -91,6 +97,7 @@ async fn edits_apply_under_load_whole_and_broken_ones_change_nothing() {
                     .await
                     .unwrap();
                 let status = res.status().as_u16();
+                assert_eq!(status, 200, "no refusal under these quotas");
                 let q = |rule| sf::member(&res, "ratelimit-policy", rule).int("q");
                 seen.push((status, q("a"), q("b")));
             }
@@ -100,8 +107,8 @@ async fn edits_apply_under_load_whole_and_broken_ones_change_nothing() {
     tokio::time::sleep(Duration::from_millis(200)).await;
 
     // A valid edit: every rule's quota changes at once.
-    save(&path, &rules(2000));
-    let took = until(Duration::from_secs(5), || quota_of(&layer, 0) == 2000).await;
+    save(&path, &rules(NEW));
+    let took = until(Duration::from_secs(5), || quota_of(&layer, 0) == NEW).await;
     assert!(
         took < Duration::from_secs(1),
         "the edit took {took:?} to apply"
@@ -114,12 +121,15 @@ async fn edits_apply_under_load_whole_and_broken_ones_change_nothing() {
         "rate_limit_config_reloads_total",
         &[("outcome", "rejected")],
     );
-    save(&path, &rules(2000).replace("2000/min\"\n\n", "0/min\"\n\n"));
+    save(
+        &path,
+        &rules(NEW).replace(&format!("{NEW}/min\"\n\n"), "0/min\"\n\n"),
+    );
     until(Duration::from_secs(5), || watcher.rejected() == 1).await;
     let err = watcher.last_error().unwrap();
     assert_eq!(err.line(), Some(4), "{err}");
     assert!(err.message().contains("the limit is zero"), "{err}");
-    assert_eq!((quota_of(&layer, 0), quota_of(&layer, 1)), (2000, 2000));
+    assert_eq!((quota_of(&layer, 0), quota_of(&layer, 1)), (NEW, NEW));
     assert_eq!(
         counter_with(
             "rate_limit_config_reloads_total",
@@ -128,7 +138,7 @@ async fn edits_apply_under_load_whole_and_broken_ones_change_nothing() {
         rejected + 1
     );
     // Reverting the broken edit clears the error, with nothing to reload.
-    save(&path, &rules(2000));
+    save(&path, &rules(NEW));
     until(Duration::from_secs(5), || watcher.last_error().is_none()).await;
     assert_eq!((watcher.reloads(), watcher.rejected()), (1, 1));
     let logged = with_message(
@@ -152,9 +162,10 @@ async fn edits_apply_under_load_whole_and_broken_ones_change_nothing() {
     // Each request saw one chain: both rules old, or both new.
     let (mut old, mut new) = (0, 0);
     for &(_, a, b) in &all {
+        let (old_q, new_q) = (Some(i64::from(OLD)), Some(i64::from(NEW)));
         match (a, b) {
-            (Some(1000), Some(1000)) => old += 1,
-            (Some(2000), Some(2000)) => new += 1,
+            (a, b) if a == old_q && b == old_q => old += 1,
+            (a, b) if a == new_q && b == new_q => new += 1,
             other => panic!("a request saw {other:?}"),
         }
     }

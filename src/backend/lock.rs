@@ -14,6 +14,11 @@ use crate::Key;
 use crate::rule::Lockout;
 use crate::throttle::Throttle;
 
+/// How long a gateway holds a lock it learned from Redis (or set there)
+/// before asking Redis again: an unblock or reset through another
+/// gateway's handle reaches this one within it.
+pub(crate) const LEARNED_FOR: Duration = Duration::from_secs(1);
+
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     /// Locked until then; `None` while the key is only counting denies.
@@ -68,7 +73,7 @@ impl Locks {
     pub(crate) fn denied(&self, key: &Key, lockout: Lockout) -> Option<Duration> {
         let now = Instant::now();
         let mut lock = None;
-        self.upsert(key, now, |e| {
+        self.upsert(key, now, lockout.within, |e| {
             if e.until.is_some_and(|u| u > now) {
                 return;
             }
@@ -81,7 +86,7 @@ impl Locks {
             }
             e.denies += 1;
             if e.denies >= lockout.after {
-                e.until = Some(now + lockout.block_for);
+                e.until = Some(after(now, lockout.block_for));
                 lock = Some(lockout.block_for);
             }
         });
@@ -89,18 +94,17 @@ impl Locks {
     }
 
     /// Locks `key` for `period` (replacing a shorter or longer lock).
-    pub(crate) fn block(&self, key: &Key, period: Duration) {
+    /// False when the key had no place and none was left.
+    pub(crate) fn block(&self, key: &Key, period: Duration) -> bool {
         let now = Instant::now();
-        let until = now
-            .checked_add(period)
-            .unwrap_or(now + Duration::from_secs(100 * 365 * 86_400));
-        self.upsert(key, now, |e| {
+        let until = after(now, period);
+        self.upsert(key, now, Duration::ZERO, |e| {
             *e = Entry {
                 until: Some(until),
                 denies: 0,
                 since: now,
             };
-        });
+        })
     }
 
     /// Ends `key`'s lock and forgets its denies.
@@ -111,15 +115,24 @@ impl Locks {
         }
     }
 
-    fn upsert(&self, key: &Key, now: Instant, f: impl FnOnce(&mut Entry)) {
+    /// `f` on `key`'s entry, made if a place is left (a full map first
+    /// forgets ended locks and deny counts older than `within`).
+    fn upsert(
+        &self,
+        key: &Key,
+        now: Instant,
+        within: Duration,
+        f: impl FnOnce(&mut Entry),
+    ) -> bool {
         if let Some(mut e) = self.map.get_mut(key) {
-            return f(&mut e);
+            f(&mut e);
+            return true;
         }
         if !self
             .budget
-            .take_or_sweep(&self.sweeps, || self.forget_ended(now, Duration::ZERO))
+            .take_or_sweep(&self.sweeps, || self.forget_ended(now, within))
         {
-            return;
+            return false;
         }
         let mut fresh = false;
         let mut e = self.map.entry(key.clone()).or_insert_with(|| {
@@ -136,6 +149,7 @@ impl Locks {
             self.budget.give_back(1);
         }
         f(&mut e);
+        true
     }
 
     /// Forgets keys whose lock ended and whose denies are older than `within`.
@@ -158,6 +172,12 @@ impl Locks {
         self.forget_ended(Instant::now(), within);
         self.map.shrink_to_fit();
     }
+}
+
+/// `now + d`, or a century on for a block "for ever" (`Duration::MAX`).
+fn after(now: Instant, d: Duration) -> Instant {
+    now.checked_add(d)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 86_400))
 }
 
 #[cfg(test)]
@@ -189,6 +209,26 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_lockout_for_ever_does_not_overflow() {
+        let l = locks(10);
+        let k = Key::from("k");
+        let lockout = Lockout::new(1, Duration::from_secs(10), Duration::MAX);
+        assert_eq!(l.denied(&k, lockout), Some(Duration::MAX));
+        assert!(l.locked(&k).unwrap() > Duration::from_secs(3_000_000_000));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_map_keeps_deny_counts_within_their_period() {
+        let l = locks(1);
+        let (a, b) = (Key::from("a"), Key::from("b"));
+        let lockout = Lockout::new(2, Duration::from_secs(10), Duration::from_secs(60));
+        assert_eq!(l.denied(&a, lockout), None);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(l.denied(&b, lockout), None, "no place: a still counts");
+        assert_eq!(l.denied(&a, lockout), Some(Duration::from_secs(60)));
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn denies_spread_wider_than_the_period_never_lock() {
         let l = locks(10);
         let k = Key::from("k");
@@ -203,13 +243,13 @@ mod tests {
     async fn block_unblock_and_the_bound() {
         let l = locks(1);
         let (a, b) = (Key::from("a"), Key::from("b"));
-        l.block(&a, Duration::from_secs(5));
+        assert!(l.block(&a, Duration::from_secs(5)));
         assert_eq!(l.locked(&a), Some(Duration::from_secs(5)));
-        l.block(&b, Duration::from_secs(5));
-        assert_eq!(l.locked(&b), None, "no place left for b");
+        assert!(!l.block(&b, Duration::from_secs(5)), "no place left for b");
+        assert_eq!(l.locked(&b), None);
         l.unblock(&a);
         assert_eq!((l.locked(&a), l.len()), (None, 0));
-        l.block(&b, Duration::MAX);
+        assert!(l.block(&b, Duration::MAX));
         assert!(l.locked(&b).is_some(), "a block for ever does not overflow");
         l.cleanup(Duration::ZERO);
         assert_eq!(l.len(), 1, "b is still locked");

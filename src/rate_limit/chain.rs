@@ -12,7 +12,7 @@ use http::request::Parts;
 use super::global::Global;
 use crate::backend::keyspace::{Budget, KeySpaceFull};
 use crate::backend::local::LocalStore;
-use crate::backend::lock::Locks;
+use crate::backend::lock::{LEARNED_FOR, Locks};
 use crate::decision::Decisions;
 use crate::error::{BuildError, ControlError};
 use crate::failure::BreakerStatus;
@@ -89,15 +89,50 @@ pub(crate) struct Spend {
     source: Source,
 }
 
-/// The spends of the rules that settle on the response.
-pub(crate) struct Settlement(Vec<Spend>);
+/// What the rules of one request spent so far. Dropped before the request
+/// is decided and answered (its client went away, the service failed), it
+/// gives everything back.
+#[derive(Default)]
+pub(crate) struct Spends(Vec<Spend>);
+
+impl Spends {
+    /// Gives every unit back now: a later rule refused the request.
+    fn refund(&mut self) {
+        for s in self.0.drain(..) {
+            s.rule.adjust_spent(&s, -i64::from(s.cost));
+        }
+    }
+
+    /// An allowed request: the spends of the rules that settle on the
+    /// response go with it; the others stay spent.
+    #[inline(never)]
+    fn into_settlement(mut self) -> Option<Box<Settlement>> {
+        let mut kept = std::mem::take(&mut self.0);
+        kept.retain(|s| s.rule.rule.settles());
+        (!kept.is_empty()).then(|| Box::new(Settlement(Spends(kept))))
+    }
+}
+
+impl Drop for Spends {
+    #[inline]
+    fn drop(&mut self) {
+        // Most requests record nothing: no drain to set up.
+        if !self.0.is_empty() {
+            self.refund();
+        }
+    }
+}
+
+/// The spends of the rules that settle on the response; dropped unsettled
+/// (no response head came), they are given back.
+pub(crate) struct Settlement(Spends);
 
 impl Settlement {
     /// Keeps, gives back or charges more of each reserved cost, as the
     /// rules' closures read `res`. A panicking closure keeps the
     /// reservation; nothing is locked while it runs.
-    pub(crate) fn settle(self, res: &http::response::Parts) {
-        for s in self.0 {
+    pub(crate) fn settle(mut self, res: &http::response::Parts) {
+        for s in std::mem::take(&mut self.0.0) {
             let rule = &s.rule.rule;
             let call = |what: &'static str, f: &dyn Fn() -> u32| {
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|_| {
@@ -126,13 +161,6 @@ impl Settlement {
     }
 }
 
-/// Gives back what earlier rules spent on a request a later one refused.
-fn refund(spends: &mut Vec<Spend>) {
-    for s in spends.drain(..) {
-        s.rule.adjust_spent(&s, -i64::from(s.cost));
-    }
-}
-
 pub(crate) type Step = NowOrLater<Outcome>;
 
 /// The chain's verdict on a request.
@@ -154,7 +182,7 @@ pub(crate) struct Suspended {
     chain: Arc<Chain>,
     next: usize,
     decisions: Decisions,
-    spends: Vec<Spend>,
+    spends: Spends,
     pending: BoxFuture<'static, Outcome>,
 }
 
@@ -311,7 +339,7 @@ impl Chain {
     pub(crate) fn evaluate(self: &Arc<Self>, parts: &Parts) -> Result<Verdict, Box<Suspended>> {
         self.start_sweeper();
         let mut decisions = Decisions::new();
-        let mut spends = Vec::new();
+        let mut spends = Spends::default();
         for (i, rule) in self.rules.iter().enumerate() {
             match rule.step(parts) {
                 Step::Now(o) => {
@@ -356,12 +384,13 @@ impl Suspended {
 }
 
 /// An allow, with the spends the response settles.
-fn allow(decisions: Decisions, mut spends: Vec<Spend>) -> Verdict {
-    if spends.is_empty() {
-        return Verdict::Allow(decisions, None);
-    }
-    spends.retain(|s| s.rule.rule.settles());
-    let settle = (!spends.is_empty()).then(|| Box::new(Settlement(spends)));
+#[inline]
+fn allow(decisions: Decisions, spends: Spends) -> Verdict {
+    let settle = if spends.0.is_empty() {
+        None
+    } else {
+        spends.into_settlement()
+    };
     Verdict::Allow(decisions, settle)
 }
 
@@ -370,13 +399,13 @@ fn allow(decisions: Decisions, mut spends: Vec<Spend>) -> Verdict {
 fn fold(
     rule: &Rule,
     decisions: &mut Decisions,
-    spends: &mut Vec<Spend>,
+    spends: &mut Spends,
     outcome: Outcome,
 ) -> Option<Verdict> {
     match outcome {
         Outcome::Skip => None,
         Outcome::Reject(status) => {
-            refund(spends);
+            spends.refund();
             Some(Verdict::Reject {
                 rule: rule.name.clone(),
                 status,
@@ -387,10 +416,12 @@ fn fold(
             let deny = !d.decision.is_allowed() && !d.shadow;
             decisions.push(d);
             if deny {
-                refund(spends);
+                spends.refund();
                 return Some(Verdict::Deny(std::mem::take(decisions)));
             }
-            spends.extend(spend.map(|s| *s));
+            if let Some(s) = spend {
+                spends.0.push(*s);
+            }
             None
         }
     }
@@ -405,6 +436,16 @@ fn validate(rule: &Rule, instances: Option<u32>) -> Result<(), BuildError> {
     rule.on_missing.check_keys(&rule.key, name)?;
     if let Some(lockout) = rule.lockout {
         lockout.validate()?;
+        if matches!(rule.on_deny, OnDeny::Wait { .. }) {
+            return Err(BuildError::InvalidSetting(
+                "a lockout and OnDeny::Wait don't go together: a waiting request is slowed, not refused",
+            ));
+        }
+    }
+    if rule.settles() && matches!(rule.cost, Cost::Fixed(0)) {
+        return Err(BuildError::InvalidSetting(
+            "count_if and cost_from_response need a request cost of at least 1: it is the reservation",
+        ));
     }
     if rule.max_keys == 0 {
         return Err(BuildError::InvalidSetting("max_keys must be at least 1"));
@@ -547,8 +588,18 @@ impl CompiledRule {
             (ControlOp::Block(_) | ControlOp::Unblock, None) => None,
             (_, None) => return Err(ControlError::DynamicQuota(self.rule.name.to_string())),
         };
+        // A local rule's locks live here; a global rule's in Redis, and
+        // here only as this gateway's short-lived copy.
+        let local = matches!(self.backend, Backend::Local(_));
         match op {
-            ControlOp::Block(period) => self.locks.block(&key, period),
+            ControlOp::Block(period) if local => {
+                if !self.locks.block(&key, period) {
+                    return Err(ControlError::KeySpaceFull(self.rule.name.to_string()));
+                }
+            }
+            ControlOp::Block(period) => {
+                self.locks.block(&key, period.min(LEARNED_FOR));
+            }
             ControlOp::Unblock | ControlOp::Reset => self.locks.unblock(&key),
             ControlOp::Adjust(_) => {}
         }
@@ -661,9 +712,12 @@ impl CompiledRule {
             #[cfg(feature = "redis")]
             Backend::Global(_) => return self.decide_global(key, quota, cost),
         };
-        // The hot path: a local decision, returned as is.
-        let d = self.check_local(store, &key, quota, cost);
+        // The hot path: a local decision, returned as is. A diverted key
+        // (the key space is full) is neither locked out nor refunded: it
+        // was counted in the shared bucket, or refused for want of a place.
+        let (d, diverted) = self.check_local(store, &key, quota, cost);
         if !d.is_allowed()
+            && !diverted
             && self.rule.lockout.is_some()
             && let Some(step) = self.lock_on_deny(&key, quota)
         {
@@ -677,8 +731,10 @@ impl CompiledRule {
                 d,
                 Source::Local,
             )))
-        } else {
+        } else if self.records && !diverted {
             Step::Now(self.spent(key, quota, cost, d, Source::Local))
+        } else {
+            Step::Now(self.outcome(&key, d, Source::Local))
         }
     }
 
@@ -710,7 +766,7 @@ impl CompiledRule {
     ) -> NowOrLater<(Decision, Source)> {
         match &self.backend {
             Backend::Local(store) => {
-                NowOrLater::Now((self.check_local(store, key, quota, cost), Source::Local))
+                NowOrLater::Now((self.check_local(store, key, quota, cost).0, Source::Local))
             }
             #[cfg(feature = "redis")]
             Backend::Global(g) => {
@@ -734,7 +790,7 @@ impl CompiledRule {
         key: &Key,
         quota: Quota,
         cost: NonZeroU32,
-    ) -> Decision {
+    ) -> (Decision, bool) {
         // Cloning a fresh `Bytes` allocates: only overlong keys pay for it.
         let (d, diverted) = if key.len() <= self.max_key_len {
             store.check(key, quota, cost)
@@ -749,7 +805,7 @@ impl CompiledRule {
                 &self.key_space_warned,
             );
         }
-        d
+        (d, diverted.is_some())
     }
 
     /// The key as this rule stores it: overlong keys count as their hash
@@ -820,6 +876,11 @@ impl CompiledRule {
                 }
             }
             tokio::time::sleep(wait).await;
+            // Blocked through the control handle meanwhile.
+            if let Some(left) = self.locks.locked(&self.bounded(&key)) {
+                let d = Decision::denied(quota.limit(), quota.window(), left, left);
+                return self.outcome(&key, d, Source::Locked);
+            }
             (d, source) = self.check(&key, quota, cost).resolve().await;
         }
         drop(place);
@@ -859,6 +920,7 @@ impl CompiledRule {
 
     /// [`outcome`](Self::outcome) of a decision that may have spent `cost`;
     /// what it spent goes with it when the rule records spends.
+    #[inline(never)]
     fn spent(
         self: &Arc<Self>,
         key: Key,

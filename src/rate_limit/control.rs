@@ -21,12 +21,15 @@ use crate::{Decision, Key};
 /// [`Key::copy_from_slice`]. Each operation works on local and global rules
 /// alike; on a global rule it is one Redis call under the rule's
 /// `redis_timeout` patience, and its failure is a [`ControlError`], with
-/// no failure mode. Another gateway may answer from its deny cache until
-/// the `Retry-After` it gave has passed.
+/// no failure mode. Another gateway sees the change at its next Redis
+/// call: within a second for a lock it holds a copy of, and once the
+/// `Retry-After` it gave has passed for a deny in its deny cache.
 ///
 /// `peek`, `reset`, `penalize` and `reward` need a rule with a static
 /// quota ([`ControlError::DynamicQuota`] otherwise); `block` and `unblock`
-/// work on any rule.
+/// work on any rule. A local rule whose key space is full drops a charge
+/// for a key it holds no place for (`penalize` then reads a whole bucket),
+/// and refuses a `block` ([`ControlError::KeySpaceFull`]).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {

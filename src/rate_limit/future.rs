@@ -47,6 +47,7 @@ where
 }
 
 /// Settles the reserved costs on the response head, body untouched.
+#[inline(never)]
 fn settled<B>(res: Response<B>, settlement: Settlement) -> Response<B> {
     let (parts, body) = res.into_parts();
     settlement.settle(&parts);

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::backend::deny_cache::DenyCache;
 use crate::backend::keyspace::{Budget, KeySpaceFull};
 use crate::backend::local::LocalStore;
-use crate::backend::lock::Locks;
+use crate::backend::lock::{LEARNED_FOR, Locks};
 use crate::backend::redis::{ControlScriptOp, Decided, RedisBackend};
 use crate::error::ControlError;
 use crate::failure::PATIENCE;
@@ -130,12 +130,14 @@ impl Global {
             Ok(Decided {
                 decision,
                 locked: true,
+                lock_started,
                 ..
             }) => {
-                // Held here until it ends: no Redis call while locked.
+                // Held here for a while: no Redis call per request while
+                // locked, and an unblock elsewhere is seen within a second.
                 let left = decision.retry_after().unwrap_or_default();
-                if locks.locked(key).is_none() {
-                    locks.block(key, left);
+                locks.block(key, left.min(LEARNED_FOR));
+                if lock_started {
                     observe::locked(name, &key.fingerprint(), left);
                 }
                 (decision, Source::Locked)

@@ -384,12 +384,14 @@ impl RateLimitBuilder {
     /// key) gets back the units earlier rules spent on it (default `true`).
     /// Each refund is atomic in its backend: a local adjustment, or one
     /// Redis script call on Redis time, sent without holding up the 429.
-    /// Exact for GCRA and the token bucket while the bucket has not
-    /// refilled past whole; the fixed and sliding windows (and calendar
-    /// quotas) give units back to the window current at the refund, so one
-    /// spent just before a window ended returns into the next window (or,
-    /// for a calendar quota, is dropped). A single-rule chain records
-    /// nothing and pays nothing.
+    /// Exact for GCRA and the token bucket (never past a whole bucket); the
+    /// window algorithms and calendar quotas give units back to the window
+    /// current at the refund, so one spent just before a window ended is
+    /// mostly dropped (given to the new window only if it has spent some).
+    /// A single-rule chain records nothing and pays nothing. Rules that
+    /// settle on the response ([`Rule::count_if`], [`Rule::cost_from_response`])
+    /// give their reservation back on a refusal whatever this says: a
+    /// response that never comes cannot count.
     ///
     /// ```
     /// use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};

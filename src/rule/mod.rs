@@ -109,10 +109,17 @@ pub enum KeySpaceFull {
 /// Locks out a key that keeps being denied, fail2ban style: after `after`
 /// denies by the rule within `within`, the key is denied for `block_for`,
 /// longer than its quota would hold it, with `Retry-After` the time left.
-/// A locked key costs no backend call on this gateway, is counted as
-/// `outcome="locked"` in the metrics, and is logged once, when locked, as
-/// a warning with the key's fingerprint. On a global rule the denies and
-/// the lock live in Redis, so every gateway sees them.
+/// A locked key is counted as `outcome="locked"` in the metrics, and
+/// logged once, when locked, as a warning with the key's fingerprint.
+///
+/// On a local rule a locked key costs no backend call. On a global rule
+/// the denies and the lock live in Redis, so every gateway sees them; a
+/// gateway holds what it learned of a lock for at most a second (one Redis
+/// call a second per locked key, so an unblock elsewhere reaches it within
+/// a second), and the rule's denies skip the deny cache so each counts.
+/// A deny of a key the key space had no place for never counts. A rule
+/// with a lockout cannot also wait ([`OnDeny::Wait`]): the build refuses
+/// it.
 ///
 /// ```
 /// use std::time::Duration;
@@ -449,9 +456,12 @@ impl Rule {
     /// rule, and given back when the response head says `f` is false: so a
     /// burst of concurrent requests can never overshoot the quota (an
     /// attacker controls concurrency), and a request that would not count
-    /// holds its unit only while it is in flight. A handler that fails
-    /// (the inner service returns `Err`) keeps the reservation, and so does
-    /// a panic in `f` (logged as an error; nothing else is affected).
+    /// holds its unit only while it is in flight. A request that never
+    /// gets a response head (its client went away, or the inner service
+    /// returned `Err`) gives its reservation back; a panic in `f` keeps it
+    /// (logged as an error; nothing else is affected). Needs a request cost
+    /// of at least 1 (the build checks a fixed one; a `cost_fn` that gives 0
+    /// skips the rule, settlement included).
     ///
     /// `f` sees the status and headers the inner service answered with,
     /// before the body. For gRPC that is `grpc-status` only on a

@@ -97,12 +97,17 @@ impl Target {
             (Self::Cluster(c), "failover") => {
                 let master = c.a_master();
                 c.nodes[master].kill();
-                // Blocking polls, off the workers that serve the gateways.
-                tokio::task::block_in_place(|| {
-                    let promoted = c.wait_promotion(master, Duration::from_secs(15));
-                    assert!(promoted, "no replica took over from node {master}");
-                    c.nodes[master].restart();
-                });
+                // Polled between sleeps: a worker blocked for the whole
+                // failover would stall the gateways' requests behind it.
+                let deadline = Instant::now() + Duration::from_secs(15);
+                while !c.promoted(master) {
+                    assert!(
+                        Instant::now() < deadline,
+                        "no replica took over from node {master}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                tokio::task::block_in_place(|| c.nodes[master].restart());
             }
             // Shorter than the node timeout: a stall, not a failover.
             #[cfg(feature = "redis-cluster")]

@@ -240,12 +240,21 @@ impl RedisBackendBuilder {
             }
             #[cfg(feature = "redis-cluster")]
             ConnectionMode::Cluster => {
-                #[allow(unused_mut)]
-                let mut client = ClusterClient::builder(self.urls.iter().map(String::as_str));
+                // redis-rs retries a failed node 16 times, waiting 1.28 s
+                // and up between tries: a call to a dead master's slots hung
+                // past a second. Two quick tries, then the error reaches
+                // the rule's guard and failure mode, which pace a dead node
+                // themselves (a redirect after a failover is no retry).
+                let client = ClusterClient::builder(self.urls.iter().map(String::as_str))
+                    .retries(2)
+                    .min_retry_wait(5)
+                    .max_retry_wait(20)
+                    .retry_wait_formula(10, 2);
                 #[cfg(feature = "redis-tls")]
-                if let Some(c) = certs {
-                    client = client.certs(c);
-                }
+                let client = match certs {
+                    Some(c) => client.certs(c),
+                    None => client,
+                };
                 let client = client.build()?;
                 Conn::Cluster(client.get_async_connection().await?)
             }
@@ -399,6 +408,7 @@ impl RedisBackend {
                 decision: Decision::never(quota.limit(), quota.window()),
                 next: None,
                 locked: false,
+                lock_started: false,
             });
         }
         let redis_key = self.state_key(rule, key, algorithm, quota);
@@ -482,7 +492,10 @@ impl RedisBackend {
                 #[cfg(feature = "redis-cluster")]
                 Conn::Cluster(conn) => invocation.invoke_async(&mut conn.clone()).await,
             };
-            if !reply.as_ref().is_err_and(|e| e.is_io_error()) {
+            // A cluster's replies come from whichever node owns the key, so
+            // they prove nothing of a silent one: there only the pinger's
+            // PING, which every primary must answer, counts.
+            if !self.inner.conn.is_cluster() && !reply.as_ref().is_err_and(|e| e.is_io_error()) {
                 self.inner.liveness.heard();
             }
             match reply {
@@ -617,6 +630,14 @@ async fn ping(conn: &Conn) -> Result<(), RedisBackendError> {
 }
 
 impl Conn {
+    fn is_cluster(&self) -> bool {
+        #[cfg(feature = "redis-cluster")]
+        if let Conn::Cluster(_) = self {
+            return true;
+        }
+        false
+    }
+
     /// One command on whichever connection this is (a cluster routes it).
     async fn query<T: redis::FromRedisValue>(
         &self,

@@ -143,6 +143,8 @@ pub(crate) struct Decided {
     pub(crate) next: Option<Duration>,
     /// The key is locked; the decision's wait is the lock's time left.
     pub(crate) locked: bool,
+    /// This decision's deny is the one that locked it.
+    pub(crate) lock_started: bool,
 }
 
 /// What the control script does to a key.
@@ -234,6 +236,7 @@ pub(crate) fn decision(quota: &Quota, reply: Reply) -> Decided {
             decision: d,
             next,
             locked: false,
+            lock_started: false,
         }
     } else {
         let d = Decision::denied(
@@ -245,7 +248,8 @@ pub(crate) fn decision(quota: &Quota, reply: Reply) -> Decided {
         Decided {
             decision: d,
             next: None,
-            locked: locked == 1,
+            locked: locked > 0,
+            lock_started: locked == 2,
         }
     }
 }
@@ -274,8 +278,13 @@ pub(crate) struct LeaseReply {
     pub(crate) retry_after: Duration,
 }
 
+/// Whole milliseconds, at least 1, at most a century: Redis refuses an
+/// expiry past its clock's range, so "for ever" is a hundred years.
 fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+    const CENTURY_MS: u64 = 100 * 365 * 86_400 * 1000;
+    u64::try_from(d.as_millis())
+        .unwrap_or(u64::MAX)
+        .clamp(1, CENTURY_MS)
 }
 
 /// The invocation of `lease.lua` for `op` on the lease set `key`.
@@ -351,7 +360,8 @@ mod tests {
             (Some(Duration::from_millis(1500)), None, false)
         );
         let r = decision(&q, (0, 0, 900_000, 900_000, 1));
-        assert!(r.locked);
+        assert!(r.locked && !r.lock_started);
+        assert!(decision(&q, (0, 0, 900_000, 900_000, 2)).lock_started);
         assert_eq!(r.decision.retry_after(), Some(Duration::from_secs(900)));
     }
 
@@ -362,5 +372,6 @@ mod tests {
         assert_eq!(r.retry_after, Duration::from_millis(250));
         assert!(lease_reply((1, 1, 0)).ok);
         assert_eq!(ms(Duration::from_micros(10)), 1, "never a zero TTL");
+        assert_eq!(ms(Duration::MAX), 100 * 365 * 86_400 * 1000, "for ever");
     }
 }

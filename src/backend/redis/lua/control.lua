@@ -21,9 +21,8 @@ if op == 'block' then
   redis.call('DEL', denies)
   return {0, 0, 0, tonumber(ARGV[7])}
 end
-redis.call('DEL', denies)
 if op == 'unblock' or op == 'reset' then
-  redis.call('DEL', lock)
+  redis.call('DEL', lock, denies)
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])

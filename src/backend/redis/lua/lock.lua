@@ -3,8 +3,8 @@
 -- The lock and the denies counted toward one are keys of the rule and key
 -- (KEYS[1] up to its hash tag's end), whatever the algorithm or quota.
 -- ARGV[5..7]: lock after this many denies (0: no lockout), within_ms, block_ms.
--- Appends to the reply `locked`: 1 when the key is locked (wait_ms and
--- reset_ms are then the lock's time left).
+-- Appends to the reply `locked`: 1 when the key was locked already, 2 when
+-- this deny locked it (wait_ms and reset_ms are then the lock's time left).
 local tag = string.match(KEYS[1], '^(.*})')
 local lock = tag .. ':lock'
 local left = redis.call('PTTL', lock)
@@ -24,7 +24,7 @@ if r[1] == 0 and after > 0 then
     redis.call('DEL', denies)
     r[3] = tonumber(ARGV[7])
     r[4] = r[3]
-    locked = 1
+    locked = 2
   end
 end
 r[#r + 1] = locked
