@@ -34,10 +34,18 @@ pub(super) fn start(builder: RedisBackendBuilder, heard: Heard) -> std::io::Resu
                 }
             };
             let mut conn = None;
+            let mut idle = true;
             while let Some(wanted) = heard.wanted() {
                 if !wanted {
+                    idle = true;
                     std::thread::park_timeout(Duration::from_secs(1));
                     continue;
+                }
+                // A cluster PING reaches the primaries the connection knows;
+                // a failover since it connected may have made others. So a
+                // cluster pinger starts each spell of pinging on a fresh view.
+                if std::mem::take(&mut idle) && mode == ConnectionMode::Cluster {
+                    conn = None;
                 }
                 let pause = rt.block_on(async {
                     if conn.is_none() {
