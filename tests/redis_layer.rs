@@ -213,6 +213,7 @@ async fn killed_redis_fails_closed_with_429_not_503() {
 
 #[tokio::test]
 async fn killed_redis_falls_back_to_the_local_share() {
+    snapshotter();
     let mut server = RedisServer::start();
     // 10 per hour over 2 instances: each may admit 5 on its own.
     let url = serve(app(layer_with(
@@ -535,4 +536,85 @@ async fn a_reload_keeps_the_breaker_of_an_unchanged_global_rule() {
         .reload([rule(HEALTHY_TIMEOUT + Duration::from_millis(1))])
         .unwrap();
     assert_eq!(layer.breakers()[0].state, BreakerState::Closed, "fresh");
+}
+
+/// Three gateways keep a live count in Redis; the local fallback divides
+/// the quota by it, and by two once a gateway has left.
+#[tokio::test]
+async fn the_local_fallback_divides_by_the_live_gateway_count() {
+    let server = RedisServer::start();
+    let ttl = Duration::from_millis(300);
+    let mut backends = Vec::new();
+    for _ in 0..3 {
+        let b = RedisBackend::builder(server.url())
+            .prefix("live")
+            .live_instances(ttl)
+            .build()
+            .await
+            .unwrap();
+        backends.push(b);
+    }
+    // Gateway 0 serves; the others only announce themselves.
+    let layer = RateLimitLayer::builder()
+        .rule(
+            Rule::new("split", KeyExtractor::header("x-key"), Quota::per_hour(30))
+                .global(backends[0].clone())
+                .redis_timeout(Duration::from_millis(50)),
+        )
+        .build()
+        .unwrap();
+    let url = serve(app(layer)).await;
+    let c = client();
+    let b0 = backends[0].clone();
+    let until_count = |n: u32| {
+        let b = b0.clone();
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+            while b.live_instances() != Some(n) {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "{:?}",
+                    b.live_instances()
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    // While Redis is stopped, the fallback admits this gateway's share.
+    let fallback_admits = |key: &'static str| {
+        let (c, url) = (c.clone(), url.clone());
+        async move {
+            let mut admitted = 0;
+            for _ in 0..40 {
+                let res = c.get(&url).header("x-key", key).send().await.unwrap();
+                match res.status().as_u16() {
+                    200 => {
+                        assert_eq!(res.text().await.unwrap(), "fallback");
+                        admitted += 1;
+                    }
+                    status => assert_eq!(status, 429),
+                }
+            }
+            admitted
+        }
+    };
+    until_count(3).await;
+    // Every gateway counts the others within a third of the TTL.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !backends.iter().all(|b| b.live_instances() == Some(3)) {
+        assert!(tokio::time::Instant::now() < deadline, "gateways disagree");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server.pause();
+    assert_eq!(
+        fallback_admits("k1").await,
+        10,
+        "30 an hour, three gateways"
+    );
+    server.resume();
+    drop(backends.pop());
+    until_count(2).await;
+    server.pause();
+    assert_eq!(fallback_admits("k2").await, 15, "two gateways left");
+    server.resume();
 }

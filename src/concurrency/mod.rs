@@ -511,9 +511,15 @@ impl ConcurrencyLimitBuilder {
                 }
                 // The fallback is the local backend's own count, not the
                 // guard's rate store.
+                let live = redis.live_count();
                 Backend::redis(
                     redis,
-                    Guard::new(self.name.clone(), self.failure, self.settings.instances()),
+                    Guard::new(
+                        self.name.clone(),
+                        self.failure,
+                        self.settings.instances(),
+                        live,
+                    ),
                     self.lease_ttl,
                 )
             }

@@ -12,6 +12,7 @@ use futures_util::FutureExt;
 
 use super::breaker::{Admit, CircuitBreaker};
 use super::{BreakerStatus, FailureMode, FailurePolicy, Liveness};
+use crate::backend::redis::LiveCount;
 use crate::{Key, Quota, Source, observe};
 
 /// Why Redis could not decide.
@@ -71,10 +72,18 @@ pub(crate) struct Guard {
     timeout: Duration,
     breaker: CircuitBreaker,
     instances: u32,
+    /// The live gateway count, when the backend keeps one: it replaces
+    /// `instances` once read.
+    live: Option<Arc<LiveCount>>,
 }
 
 impl Guard {
-    pub(crate) fn new(rule: Arc<str>, policy: FailurePolicy, instances: u32) -> Self {
+    pub(crate) fn new(
+        rule: Arc<str>,
+        policy: FailurePolicy,
+        instances: u32,
+        live: Option<Arc<LiveCount>>,
+    ) -> Self {
         // A probe is lost once it has waited longer than any call may.
         let probe_deadline = policy
             .timeout
@@ -88,6 +97,7 @@ impl Guard {
             timeout: policy.timeout,
             breaker: CircuitBreaker::new(policy.breaker, probe_deadline),
             instances,
+            live,
         }
     }
 
@@ -181,14 +191,23 @@ impl Guard {
         }
     }
 
+    /// The gateways a quota is shared by: the live count once read, else
+    /// the configured number.
+    fn instances(&self) -> u32 {
+        self.live
+            .as_ref()
+            .and_then(|l| l.get())
+            .unwrap_or(self.instances)
+    }
+
     /// This instance's share of `quota`.
     pub(crate) fn share(&self, quota: Quota) -> Quota {
-        quota.divided_by(self.instances)
+        quota.divided_by(self.instances())
     }
 
     /// This instance's share of a limit of `n`, rounded up.
     pub(crate) fn local_share(&self, n: u32) -> u32 {
-        n.div_ceil(self.instances.max(1))
+        n.div_ceil(self.instances().max(1))
     }
 
     /// The wait a fail-closed refusal asks for: until the breaker probes, or
@@ -266,7 +285,7 @@ mod tests {
             timeout: TIMEOUT,
             ..FailurePolicy::default()
         };
-        Guard::new("r".into(), policy, 4)
+        Guard::new("r".into(), policy, 4, None)
     }
 
     fn never() -> impl Future<Output = Result<(), Failed>> {
@@ -373,7 +392,7 @@ mod tests {
             timeout: Duration::MAX,
             ..FailurePolicy::default()
         };
-        let (g, l) = (Guard::new("r".into(), policy, 1), Liveness::new(None));
+        let (g, l) = (Guard::new("r".into(), policy, 1, None), Liveness::new(None));
         let ok = g.call(&l, async { Ok::<_, Failed>(1) }).await;
         assert_eq!(ok.unwrap(), 1);
     }

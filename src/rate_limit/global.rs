@@ -33,9 +33,10 @@ pub(super) struct Global {
 
 impl Global {
     pub(super) fn new(rule: &Rule, redis: RedisBackend, instances: u32) -> Self {
+        let live = redis.live_count();
         Self {
             redis,
-            guard: Guard::new(rule.name.clone(), rule.failure, instances),
+            guard: Guard::new(rule.name.clone(), rule.failure, instances, live),
             denies: DenyCache::new(Budget::new(rule.max_keys, KeySpaceFull::Refuse)),
             fallback: LocalStore::new(None, Budget::new(rule.max_keys, rule.on_key_space_full)),
         }

@@ -27,6 +27,7 @@
 //! ```
 
 mod error;
+mod instances;
 mod keys;
 mod pinger;
 mod script;
@@ -45,6 +46,8 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 
 pub use error::RedisBackendError;
+pub(crate) use instances::LiveCount;
+use instances::Membership;
 pub(crate) use script::{ControlScriptOp, Decided, LeaseOp, LeaseReply};
 
 use crate::error::BuildError;
@@ -80,6 +83,16 @@ pub enum ConnectionMode {
     Cluster,
 }
 
+impl ConnectionMode {
+    fn is_cluster(self) -> bool {
+        #[cfg(feature = "redis-cluster")]
+        if self == Self::Cluster {
+            return true;
+        }
+        false
+    }
+}
+
 /// Configures and connects a [`RedisBackend`]; see [`RedisBackend::builder`].
 /// Its `Debug` output shows URLs without their passwords.
 ///
@@ -95,6 +108,7 @@ pub struct RedisBackendBuilder {
     prefix: String,
     mode: ConnectionMode,
     lazy: bool,
+    live_ttl: Option<Duration>,
     #[cfg(feature = "redis-tls")]
     tls: tls::Tls,
 }
@@ -106,7 +120,8 @@ impl fmt::Debug for RedisBackendBuilder {
         d.field("urls", &urls)
             .field("prefix", &self.prefix)
             .field("mode", &self.mode)
-            .field("lazy", &self.lazy);
+            .field("lazy", &self.lazy)
+            .field("live_ttl", &self.live_ttl);
         #[cfg(feature = "redis-tls")]
         d.field("tls", &self.tls);
         d.finish()
@@ -148,6 +163,28 @@ impl RedisBackendBuilder {
         self
     }
 
+    /// Keeps a live count of the gateways sharing this Redis (and prefix):
+    /// the backend announces itself every `ttl / 3` in a sorted set scored
+    /// by expiry on Redis time, and counts those whose announcement is
+    /// younger than `ttl`. A rule's `LocalFallback` then divides its quota
+    /// by the last count read, which follows gateways joining and leaving
+    /// (within `ttl`; a dropped backend leaves at once), instead of by
+    /// [`RateLimitBuilder::instances`](crate::RateLimitBuilder::instances),
+    /// which stays the divisor until a count is read. While Redis is down
+    /// the last count holds. `ttl` must be at least 30 ms; a few seconds
+    /// suits most fleets.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use keyed_rate_limit::backend::redis::RedisBackend;
+    /// let builder = RedisBackend::builder("redis://redis.internal:6379")
+    ///     .live_instances(Duration::from_secs(3));
+    /// ```
+    pub fn live_instances(mut self, ttl: Duration) -> Self {
+        self.live_ttl = Some(ttl);
+        self
+    }
+
     /// Multiplexed connection or pool (default [`ConnectionMode::Multiplexed`]).
     pub fn connection(mut self, mode: ConnectionMode) -> Self {
         self.mode = mode;
@@ -166,6 +203,11 @@ impl RedisBackendBuilder {
             .connect(self.mode, self.lazy)
             .await
             .map_err(RedisBackendError::at_start_up)?;
+        if self.live_ttl.is_some_and(|t| t < Duration::from_millis(30)) {
+            return Err(RedisBackendError::Unsupported(
+                "live_instances needs a TTL of at least 30 ms",
+            ));
+        }
         let pinger = self.clone();
         let backend = RedisBackend {
             inner: Arc::new(Inner {
@@ -173,8 +215,16 @@ impl RedisBackendBuilder {
                 conn,
                 liveness: Liveness::new(Some(Box::new(move |heard| pinger::start(pinger, heard)))),
                 eviction_policy: std::sync::OnceLock::new(),
+                membership: self.live_ttl.map(Membership::new),
             }),
         };
+        if let Some(ttl) = self.live_ttl {
+            // Counted before the first decision when Redis is up.
+            if !self.lazy {
+                instances::announce(&backend).await;
+            }
+            instances::start(Arc::downgrade(&backend.inner), ttl);
+        }
         if !(self.lazy && self.mode == ConnectionMode::Multiplexed) {
             backend.read_eviction_policy().await;
             // Loads every script now: the first requests don't pay for it,
@@ -277,17 +327,30 @@ struct Inner {
     conn: Conn,
     liveness: Liveness,
     eviction_policy: std::sync::OnceLock<String>,
+    /// This gateway in the live instance count, when it is kept.
+    membership: Option<Membership>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
         self.liveness.stop();
+        // Leave the live count now rather than when the TTL runs out.
+        if let Some(m) = self.membership.take()
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            let conn = self.conn.clone();
+            let leave = instances::leave(&self.prefix, &m);
+            rt.spawn(async move {
+                let _ = tokio::time::timeout(m.ttl, conn.invoke::<i64>(None, &leave)).await;
+            });
+        }
     }
 }
 
 /// Extra `EVALSHA`/`SCRIPT LOAD` rounds after the redis crate's own one.
 const NOSCRIPT_ROUNDS: u32 = 5;
 
+#[derive(Clone)]
 enum Conn {
     Multiplexed(ConnectionManager),
     Pool(bb8::Pool<RedisConnectionManager>),
@@ -325,6 +388,7 @@ impl RedisBackend {
             prefix: "krl".to_owned(),
             mode: ConnectionMode::default(),
             lazy: false,
+            live_ttl: None,
             #[cfg(feature = "redis-tls")]
             tls: tls::Tls::default(),
         }
@@ -484,30 +548,10 @@ impl RedisBackend {
         &self,
         invocation: &redis::ScriptInvocation<'_>,
     ) -> Result<T, RedisBackendError> {
-        let mut rounds = 0;
-        loop {
-            let reply = match &self.inner.conn {
-                Conn::Multiplexed(conn) => invocation.invoke_async(&mut conn.clone()).await,
-                Conn::Pool(pool) => invocation.invoke_async(&mut *pool.get().await?).await,
-                #[cfg(feature = "redis-cluster")]
-                Conn::Cluster(conn) => invocation.invoke_async(&mut conn.clone()).await,
-            };
-            // A cluster's replies come from whichever node owns the key, so
-            // they prove nothing of a silent one: there only the pinger's
-            // PING, which every primary must answer, counts.
-            if !self.inner.conn.is_cluster() && !reply.as_ref().is_err_and(|e| e.is_io_error()) {
-                self.inner.liveness.heard();
-            }
-            match reply {
-                Err(e)
-                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
-                        && rounds < NOSCRIPT_ROUNDS =>
-                {
-                    rounds += 1;
-                }
-                reply => return Ok(reply?),
-            }
-        }
+        self.inner
+            .conn
+            .invoke(Some(&self.inner.liveness), invocation)
+            .await
     }
 
     async fn load_scripts(&self) -> Result<(), RedisBackendError> {
@@ -524,6 +568,18 @@ impl RedisBackend {
     /// Whether both are handles to one backend (one connection set).
     pub(crate) fn same(&self, other: &Self) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// How many gateways announced themselves within the TTL at the last
+    /// count ([`RedisBackendBuilder::live_instances`]); `None` when the
+    /// count is not kept or none was read yet.
+    pub fn live_instances(&self) -> Option<u32> {
+        self.inner.membership.as_ref()?.count.get()
+    }
+
+    /// The live count the failure mode divides by, when it is kept.
+    pub(crate) fn live_count(&self) -> Option<Arc<LiveCount>> {
+        Some(self.inner.membership.as_ref()?.count.clone())
     }
 
     pub(crate) fn liveness(&self) -> &Liveness {
@@ -602,7 +658,10 @@ pub(crate) fn validate_global(
             "failure_threshold must be at least 1",
         ));
     }
-    if instances.is_none() && failure.mode == FailureMode::LocalFallback {
+    if instances.is_none()
+        && failure.mode == FailureMode::LocalFallback
+        && redis.inner.membership.is_none()
+    {
         tracing::warn!(
             target: "keyed_rate_limit",
             rule = name,
@@ -630,6 +689,41 @@ async fn ping(conn: &Conn) -> Result<(), RedisBackendError> {
 }
 
 impl Conn {
+    /// See [`RedisBackend::invoke`]; replies count as heard on `liveness`.
+    async fn invoke<T: redis::FromRedisValue>(
+        &self,
+        liveness: Option<&Liveness>,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<T, RedisBackendError> {
+        let mut rounds = 0;
+        loop {
+            let reply = match self {
+                Conn::Multiplexed(conn) => invocation.invoke_async(&mut conn.clone()).await,
+                Conn::Pool(pool) => invocation.invoke_async(&mut *pool.get().await?).await,
+                #[cfg(feature = "redis-cluster")]
+                Conn::Cluster(conn) => invocation.invoke_async(&mut conn.clone()).await,
+            };
+            // A cluster's replies come from whichever node owns the key, so
+            // they prove nothing of a silent one: there only the pinger's
+            // PING, which every primary must answer, counts.
+            if let Some(liveness) = liveness
+                && !self.is_cluster()
+                && !reply.as_ref().is_err_and(|e| e.is_io_error())
+            {
+                liveness.heard();
+            }
+            match reply {
+                Err(e)
+                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+                        && rounds < NOSCRIPT_ROUNDS =>
+                {
+                    rounds += 1;
+                }
+                reply => return Ok(reply?),
+            }
+        }
+    }
+
     fn is_cluster(&self) -> bool {
         #[cfg(feature = "redis-cluster")]
         if let Conn::Cluster(_) = self {

@@ -44,7 +44,7 @@ pub(super) fn start(builder: RedisBackendBuilder, heard: Heard) -> std::io::Resu
                 // A cluster PING reaches the primaries the connection knows;
                 // a failover since it connected may have made others. So a
                 // cluster pinger starts each spell of pinging on a fresh view.
-                if std::mem::take(&mut idle) && mode == ConnectionMode::Cluster {
+                if std::mem::take(&mut idle) && mode.is_cluster() {
                     conn = None;
                 }
                 let pause = rt.block_on(async {

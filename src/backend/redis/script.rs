@@ -36,6 +36,7 @@ const CALENDAR_WINDOW_LUA: &str = locked!(
     wide = "true",
     prelude = "lua/calendar.lua"
 );
+const INSTANCES_LUA: &str = include_str!("lua/instances.lua");
 /// The control handle's operations, for every algorithm.
 const CONTROL_LUA: &str = concat!(
     include_str!("lua/calendar.lua"),
@@ -43,7 +44,7 @@ const CONTROL_LUA: &str = concat!(
 );
 
 /// Every script's source, for loading them all at start-up.
-pub(crate) const SOURCES: [&str; 7] = [
+pub(crate) const SOURCES: [&str; 8] = [
     GCRA_LUA,
     TOKEN_BUCKET_LUA,
     FIXED_WINDOW_LUA,
@@ -51,6 +52,7 @@ pub(crate) const SOURCES: [&str; 7] = [
     LEASE_LUA,
     CALENDAR_WINDOW_LUA,
     CONTROL_LUA,
+    INSTANCES_LUA,
 ];
 
 static GCRA: LazyLock<Script> = LazyLock::new(|| Script::new(GCRA_LUA));
@@ -60,6 +62,23 @@ static SLIDING_WINDOW: LazyLock<Script> = LazyLock::new(|| Script::new(SLIDING_W
 static LEASE: LazyLock<Script> = LazyLock::new(|| Script::new(LEASE_LUA));
 static CALENDAR_WINDOW: LazyLock<Script> = LazyLock::new(|| Script::new(CALENDAR_WINDOW_LUA));
 static CONTROL: LazyLock<Script> = LazyLock::new(|| Script::new(CONTROL_LUA));
+static INSTANCES: LazyLock<Script> = LazyLock::new(|| Script::new(INSTANCES_LUA));
+
+/// The invocation of `instances.lua`: announce `id` for `ttl` (or leave),
+/// and count the live gateways.
+pub(crate) fn instances(
+    key: Vec<u8>,
+    id: &str,
+    ttl: Duration,
+    leave: bool,
+) -> redis::ScriptInvocation<'static> {
+    let mut invocation = INSTANCES.key(key);
+    invocation
+        .arg(if leave { "leave" } else { "announce" })
+        .arg(id)
+        .arg(ms(ttl));
+    invocation
+}
 
 /// The script for an algorithm; all take `ARGV = limit, window_us, burst,
 /// cost`, then the lockout's three (see [`lockout_args`]).

@@ -1,0 +1,15 @@
+-- The live instance count. KEYS[1]: sorted set of gateway ids, each scored
+-- by when its announcement expires (ms, Redis time).
+-- ARGV: op ('announce' | 'leave'), id, ttl_ms.
+-- Returns how many gateways announced within their TTL, this one included.
+local now_t = redis.call('TIME')
+local now = tonumber(now_t[1]) * 1000 + math.floor(tonumber(now_t[2]) / 1000)
+if ARGV[1] == 'leave' then
+  redis.call('ZREM', KEYS[1], ARGV[2])
+else
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[2])
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+-- The set outlives its last member by a TTL, then goes.
+redis.call('PEXPIRE', KEYS[1], 2 * tonumber(ARGV[3]))
+return redis.call('ZCARD', KEYS[1])
