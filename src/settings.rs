@@ -67,7 +67,9 @@ macro_rules! settings_setters {
         /// divided across instances is divided by this: rate rules with
         /// [`Rule::split_across_instances`](crate::Rule::split_across_instances),
         /// and the local fallback a global limit takes while Redis is down
-        /// ([`FailureMode::LocalFallback`](crate::FailureMode::LocalFallback)).
+        /// ([`FailureMode::LocalFallback`](crate::FailureMode::LocalFallback)),
+        /// until a backend with a live count (`RedisBackendBuilder::live_instances`,
+        /// feature `redis`) has read one.
         /// A global limit with that fallback logs a warning at build time
         /// when this was never set: every gateway would fall back to the
         /// whole quota. 0 is a build error.

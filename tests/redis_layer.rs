@@ -545,10 +545,11 @@ async fn the_local_fallback_divides_by_the_live_gateway_count() {
     let server = RedisServer::start();
     let ttl = Duration::from_millis(300);
     let mut backends = Vec::new();
-    for _ in 0..3 {
+    for i in 0..3 {
         let b = RedisBackend::builder(server.url())
             .prefix("live")
             .live_instances(ttl)
+            .instance_id(format!("gateway-{i}"))
             .build()
             .await
             .unwrap();

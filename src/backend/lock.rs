@@ -14,15 +14,18 @@ use crate::Key;
 use crate::rule::Lockout;
 use crate::throttle::Throttle;
 
-/// How long a gateway holds a lock it learned from Redis (or set there)
-/// before asking Redis again: an unblock or reset through another
-/// gateway's handle reaches this one within it.
+/// How long a gateway answers from a lock it learned from Redis (or set
+/// there) before asking Redis again: an unblock or reset through another
+/// gateway's handle reaches this one within it. While Redis cannot answer,
+/// the learned lock holds to its end.
 pub(crate) const LEARNED_FOR: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     /// Locked until then; `None` while the key is only counting denies.
     until: Option<Instant>,
+    /// For a lock learned from Redis: when to ask Redis again.
+    recheck: Option<Instant>,
     /// Denies since `since`, toward a lockout.
     denies: u32,
     since: Instant,
@@ -59,13 +62,29 @@ impl Locks {
         self.held.load(Ordering::Relaxed) != 0
     }
 
-    /// How long `key` stays locked, if it is.
+    /// How long `key` stays locked, if it is and the lock may answer
+    /// without Redis (a learned lock, until its recheck).
     pub(crate) fn locked(&self, key: &Key) -> Option<Duration> {
+        self.left(key, false)
+    }
+
+    /// How long `key` stays locked, a learned lock included past its
+    /// recheck: what holds while Redis cannot answer.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn held(&self, key: &Key) -> Option<Duration> {
+        self.left(key, true)
+    }
+
+    fn left(&self, key: &Key, past_recheck: bool) -> Option<Duration> {
         if !self.any() {
             return None;
         }
-        let until = self.map.get(key)?.until?;
-        let left = until.checked_duration_since(Instant::now())?;
+        let e = *self.map.get(key)?;
+        let now = Instant::now();
+        if !past_recheck && e.recheck.is_some_and(|r| r <= now) {
+            return None;
+        }
+        let left = e.until?.checked_duration_since(now)?;
         (!left.is_zero()).then_some(left)
     }
 
@@ -80,6 +99,7 @@ impl Locks {
             if now.duration_since(e.since) >= lockout.within || e.until.is_some() {
                 *e = Entry {
                     until: None,
+                    recheck: None,
                     denies: 0,
                     since: now,
                 };
@@ -93,14 +113,24 @@ impl Locks {
         lock
     }
 
-    /// Locks `key` for `period` (replacing a shorter or longer lock).
-    /// False when the key had no place and none was left.
-    pub(crate) fn block(&self, key: &Key, period: Duration) -> bool {
+    /// Locks `key` for `period` (replacing a shorter or longer lock);
+    /// `learned`: a copy of a lock kept in Redis, asked again after
+    /// [`LEARNED_FOR`]. A full map first forgets what ended, and deny
+    /// counts older than `within`. False when no place was left.
+    pub(crate) fn block(
+        &self,
+        key: &Key,
+        period: Duration,
+        learned: bool,
+        within: Duration,
+    ) -> bool {
         let now = Instant::now();
         let until = after(now, period);
-        self.upsert(key, now, Duration::ZERO, |e| {
+        let recheck = learned.then(|| after(now, LEARNED_FOR));
+        self.upsert(key, now, within, |e| {
             *e = Entry {
                 until: Some(until),
+                recheck,
                 denies: 0,
                 since: now,
             };
@@ -139,6 +169,7 @@ impl Locks {
             fresh = true;
             Entry {
                 until: None,
+                recheck: None,
                 denies: 0,
                 since: now,
             }
@@ -209,6 +240,22 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_learned_lock_answers_until_its_recheck_and_holds_to_its_end() {
+        let l = locks(10);
+        let k = Key::from("k");
+        assert!(l.block(&k, Duration::from_secs(900), true, Duration::ZERO));
+        assert_eq!(
+            l.locked(&k),
+            Some(Duration::from_secs(900)),
+            "the true time left"
+        );
+        tokio::time::advance(LEARNED_FOR).await;
+        assert_eq!(l.locked(&k), None, "ask Redis again");
+        let held = l.held(&k).unwrap();
+        assert_eq!(held, Duration::from_secs(899), "Redis down: the lock holds");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_lockout_for_ever_does_not_overflow() {
         let l = locks(10);
         let k = Key::from("k");
@@ -243,13 +290,17 @@ mod tests {
     async fn block_unblock_and_the_bound() {
         let l = locks(1);
         let (a, b) = (Key::from("a"), Key::from("b"));
-        assert!(l.block(&a, Duration::from_secs(5)));
+        let zero = Duration::ZERO;
+        assert!(l.block(&a, Duration::from_secs(5), false, zero));
         assert_eq!(l.locked(&a), Some(Duration::from_secs(5)));
-        assert!(!l.block(&b, Duration::from_secs(5)), "no place left for b");
+        assert!(
+            !l.block(&b, Duration::from_secs(5), false, zero),
+            "no place left for b"
+        );
         assert_eq!(l.locked(&b), None);
         l.unblock(&a);
         assert_eq!((l.locked(&a), l.len()), (None, 0));
-        assert!(l.block(&b, Duration::MAX));
+        assert!(l.block(&b, Duration::MAX, false, zero));
         assert!(l.locked(&b).is_some(), "a block for ever does not overflow");
         l.cleanup(Duration::ZERO);
         assert_eq!(l.len(), 1, "b is still locked");

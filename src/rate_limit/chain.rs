@@ -12,7 +12,7 @@ use http::request::Parts;
 use super::global::Global;
 use crate::backend::keyspace::{Budget, KeySpaceFull};
 use crate::backend::local::LocalStore;
-use crate::backend::lock::{LEARNED_FOR, Locks};
+use crate::backend::lock::Locks;
 use crate::decision::Decisions;
 use crate::error::{BuildError, ControlError};
 use crate::failure::BreakerStatus;
@@ -89,9 +89,9 @@ pub(crate) struct Spend {
     source: Source,
 }
 
-/// What the rules of one request spent so far. Dropped before the request
-/// is decided and answered (its client went away, the service failed), it
-/// gives everything back.
+/// What the rules of one request spent so far. Dropped while the request
+/// is still being decided (its client went away during an await), it gives
+/// everything back: the service was never called.
 #[derive(Default)]
 pub(crate) struct Spends(Vec<Spend>);
 
@@ -109,7 +109,7 @@ impl Spends {
     fn into_settlement(mut self) -> Option<Box<Settlement>> {
         let mut kept = std::mem::take(&mut self.0);
         kept.retain(|s| s.rule.rule.settles());
-        (!kept.is_empty()).then(|| Box::new(Settlement(Spends(kept))))
+        (!kept.is_empty()).then(|| Box::new(Settlement(kept)))
     }
 }
 
@@ -123,16 +123,17 @@ impl Drop for Spends {
     }
 }
 
-/// The spends of the rules that settle on the response; dropped unsettled
-/// (no response head came), they are given back.
-pub(crate) struct Settlement(Spends);
+/// The spends of the rules that settle on the response. Dropped unsettled
+/// (no response head came: the client went away, the service failed),
+/// they stay spent: the handler may have done its work.
+pub(crate) struct Settlement(Vec<Spend>);
 
 impl Settlement {
     /// Keeps, gives back or charges more of each reserved cost, as the
     /// rules' closures read `res`. A panicking closure keeps the
     /// reservation; nothing is locked while it runs.
-    pub(crate) fn settle(mut self, res: &http::response::Parts) {
-        for s in std::mem::take(&mut self.0.0) {
+    pub(crate) fn settle(self, res: &http::response::Parts) {
+        for s in self.0 {
             let rule = &s.rule.rule;
             let call = |what: &'static str, f: &dyn Fn() -> u32| {
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|_| {
@@ -588,20 +589,19 @@ impl CompiledRule {
             (ControlOp::Block(_) | ControlOp::Unblock, None) => None,
             (_, None) => return Err(ControlError::DynamicQuota(self.rule.name.to_string())),
         };
+        let within = self.rule.lockout.map_or(Duration::ZERO, |l| l.within);
         // A local rule's locks live here; a global rule's in Redis, and
-        // here only as this gateway's short-lived copy.
-        let local = matches!(self.backend, Backend::Local(_));
-        match op {
-            ControlOp::Block(period) if local => {
-                if !self.locks.block(&key, period) {
-                    return Err(ControlError::KeySpaceFull(self.rule.name.to_string()));
+        // here only as this gateway's copy, changed once Redis has.
+        if matches!(self.backend, Backend::Local(_)) {
+            match op {
+                ControlOp::Block(period) => {
+                    if !self.locks.block(&key, period, false, within) {
+                        return Err(ControlError::KeySpaceFull(self.rule.name.to_string()));
+                    }
                 }
+                ControlOp::Unblock | ControlOp::Reset => self.locks.unblock(&key),
+                ControlOp::Adjust(_) => {}
             }
-            ControlOp::Block(period) => {
-                self.locks.block(&key, period.min(LEARNED_FOR));
-            }
-            ControlOp::Unblock | ControlOp::Reset => self.locks.unblock(&key),
-            ControlOp::Adjust(_) => {}
         }
         match &self.backend {
             Backend::Local(store) => Ok(match (op, quota) {
@@ -619,7 +619,17 @@ impl CompiledRule {
                 _ => None,
             }),
             #[cfg(feature = "redis")]
-            Backend::Global(g) => g.control(&self.rule, &key, quota, op).await,
+            Backend::Global(g) => {
+                let out = g.control(&self.rule, &key, quota, op).await?;
+                match op {
+                    ControlOp::Block(period) => {
+                        self.locks.block(&key, period, true, within);
+                    }
+                    ControlOp::Unblock | ControlOp::Reset => self.locks.unblock(&key),
+                    ControlOp::Adjust(_) => {}
+                }
+                Ok(out)
+            }
         }
     }
 
@@ -771,7 +781,7 @@ impl CompiledRule {
             #[cfg(feature = "redis")]
             Backend::Global(g) => {
                 let bounded = key.clone().bounded(self.max_key_len);
-                match g.decide_now(&self.rule, &bounded, quota, cost) {
+                match g.decide_now(&self.rule, &self.locks, &bounded, quota, cost) {
                     Ok(decided) => NowOrLater::Now(decided),
                     Err(()) => {
                         let (this, g) = (self.clone(), g.clone());

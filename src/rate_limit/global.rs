@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::backend::deny_cache::DenyCache;
 use crate::backend::keyspace::{Budget, KeySpaceFull};
 use crate::backend::local::LocalStore;
-use crate::backend::lock::{LEARNED_FOR, Locks};
+use crate::backend::lock::Locks;
 use crate::backend::redis::{ControlScriptOp, Decided, RedisBackend};
 use crate::error::ControlError;
 use crate::failure::PATIENCE;
@@ -47,6 +47,7 @@ impl Global {
     pub(super) fn decide_now(
         &self,
         rule: &Rule,
+        locks: &Locks,
         key: &Key,
         quota: Quota,
         cost: NonZeroU32,
@@ -60,7 +61,7 @@ impl Global {
             return Ok((d, Source::Global));
         }
         if let Admit::Skip(_) = self.guard.admit() {
-            return Ok(self.fail(key, quota, cost, Cause::CircuitOpen));
+            return Ok(self.fail(locks, key, quota, cost, Cause::CircuitOpen));
         }
         Err(())
     }
@@ -78,8 +79,21 @@ impl Global {
         self.fallback.cleanup();
         self.denies.cleanup();
     }
-    /// Decides without Redis, through the guard, which says so loudly.
-    fn fail(&self, key: &Key, quota: Quota, cost: NonZeroU32, cause: Cause) -> (Decision, Source) {
+    /// Decides without Redis, through the guard, which says so loudly. A
+    /// lock learned from Redis holds to its end whatever the failure mode.
+    fn fail(
+        &self,
+        locks: &Locks,
+        key: &Key,
+        quota: Quota,
+        cost: NonZeroU32,
+        cause: Cause,
+    ) -> (Decision, Source) {
+        if let Some(left) = locks.held(key) {
+            self.guard.failed(&cause);
+            let d = Decision::denied(quota.limit(), quota.window(), left, left);
+            return (d, Source::Locked);
+        }
         let guard = &self.guard;
         guard.fail_with(key, cause, |mode| {
             let decision = match mode {
@@ -137,7 +151,8 @@ impl Global {
                 // Held here for a while: no Redis call per request while
                 // locked, and an unblock elsewhere is seen within a second.
                 let left = decision.retry_after().unwrap_or_default();
-                locks.block(key, left.min(LEARNED_FOR));
+                let within = rule.lockout.map_or(Duration::ZERO, |l| l.within);
+                locks.block(key, left, true, within);
                 if lock_started {
                     observe::locked(name, &key.fingerprint(), left);
                 }
@@ -160,7 +175,7 @@ impl Global {
             }
             Err(cause) => {
                 self.denies.forget(key);
-                self.fail(key, quota, cost, cause)
+                self.fail(locks, key, quota, cost, cause)
             }
         }
     }

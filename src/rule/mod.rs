@@ -114,9 +114,11 @@ pub enum KeySpaceFull {
 ///
 /// On a local rule a locked key costs no backend call. On a global rule
 /// the denies and the lock live in Redis, so every gateway sees them; a
-/// gateway holds what it learned of a lock for at most a second (one Redis
-/// call a second per locked key, so an unblock elsewhere reaches it within
-/// a second), and the rule's denies skip the deny cache so each counts.
+/// gateway answers from what it learned of a lock for a second, then asks
+/// Redis again (one Redis call a second per locked key, so an unblock
+/// elsewhere reaches it within a second), a learned lock holds to its end
+/// while Redis cannot answer, and the rule's denies skip the deny cache so
+/// each counts.
 /// A deny of a key the key space had no place for never counts. A rule
 /// with a lockout cannot also wait ([`OnDeny::Wait`]): the build refuses
 /// it.
@@ -457,9 +459,11 @@ impl Rule {
     /// burst of concurrent requests can never overshoot the quota (an
     /// attacker controls concurrency), and a request that would not count
     /// holds its unit only while it is in flight. A request that never
-    /// gets a response head (its client went away, or the inner service
-    /// returned `Err`) gives its reservation back; a panic in `f` keeps it
-    /// (logged as an error; nothing else is affected). Needs a request cost
+    /// gets a response head (its client went away once the handler was
+    /// called, or the inner service returned `Err`) keeps its reservation:
+    /// the handler may have done its work, and a client must not be able to
+    /// start work for free by hanging up. So does a panic in `f` (logged as
+    /// an error; nothing else is affected). Needs a request cost
     /// of at least 1 (the build checks a fixed one; a `cost_fn` that gives 0
     /// skips the rule, settlement included).
     ///

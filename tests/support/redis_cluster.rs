@@ -108,25 +108,33 @@ impl RedisCluster {
             .expect("a master")
     }
 
-    /// After master `dead` was killed: whether three running nodes are
-    /// masters and the cluster is ok on each.
-    pub fn promoted(&self, dead: usize) -> bool {
-        let running = || {
-            self.nodes
-                .iter()
-                .enumerate()
-                .filter(|(i, n)| *i != dead && n.is_running())
-        };
-        let query = |n: &RedisServer, cmd: &str, arg: &str| -> String {
-            n.connection()
+    /// The URLs of the running nodes but `dead`.
+    pub fn urls_but(&self, dead: usize) -> Vec<String> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, n)| *i != dead && n.is_running())
+            .map(|(_, n)| n.url())
+            .collect()
+    }
+
+    /// Whether three of the nodes at `urls` are masters and the cluster is
+    /// ok on each: a killed master's replica has taken over. Blocking.
+    pub fn promoted(urls: &[String]) -> bool {
+        let query = |url: &String, cmd: &str, arg: &str| -> String {
+            redis::Client::open(url.as_str())
+                .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)))
                 .and_then(|mut c| redis::cmd(cmd).arg(arg).query(&mut c))
                 .unwrap_or_default()
         };
-        let masters = running()
-            .filter(|(_, n)| query(n, "INFO", "replication").contains("role:master"))
+        let masters = urls
+            .iter()
+            .filter(|u| query(u, "INFO", "replication").contains("role:master"))
             .count();
         masters == 3
-            && running().all(|(_, n)| query(n, "CLUSTER", "INFO").contains("cluster_state:ok"))
+            && urls
+                .iter()
+                .all(|u| query(u, "CLUSTER", "INFO").contains("cluster_state:ok"))
     }
 
     pub fn wait_ok(&self) {

@@ -100,7 +100,13 @@ impl Target {
                 // Polled between sleeps: a worker blocked for the whole
                 // failover would stall the gateways' requests behind it.
                 let deadline = Instant::now() + Duration::from_secs(15);
-                while !c.promoted(master) {
+                loop {
+                    // Blocking queries, off the workers that serve the gateways.
+                    let urls = c.urls_but(master);
+                    let done = tokio::task::spawn_blocking(move || RedisCluster::promoted(&urls));
+                    if done.await.unwrap() {
+                        break;
+                    }
                     assert!(
                         Instant::now() < deadline,
                         "no replica took over from node {master}"

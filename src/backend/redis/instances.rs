@@ -4,8 +4,8 @@
 //! gateways announced within the TTL. `LocalFallback` divides by that
 //! count, as Envoy's `local_cluster_rate_limit` does by its cluster's size.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, SystemTime};
 
 use super::{Inner, RedisBackend, keys, script};
@@ -37,20 +37,26 @@ pub(crate) struct Membership {
 }
 
 impl Membership {
-    pub(crate) fn new(ttl: Duration) -> Self {
-        // Unique across processes and backends: the pid, a counter, and
-        // the start time (a restarted process may reuse its pid).
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let nanos = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let id = format!(
-            "{}-{}-{nanos:x}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
+    pub(crate) fn new(ttl: Duration, id: Option<String>) -> Self {
+        if let Some(id) = id {
+            return Self {
+                id,
+                ttl,
+                count: Arc::default(),
+            };
+        }
+        // One id per process: a gateway with several backends on one Redis
+        // and prefix counts once. The pid and the time of the first backend
+        // (a restarted process may reuse its pid).
+        static ID: OnceLock<String> = OnceLock::new();
+        let id = ID.get_or_init(|| {
+            let nanos = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            format!("{}-{nanos:x}", std::process::id())
+        });
         Self {
-            id,
+            id: id.clone(),
             ttl,
             count: Arc::default(),
         }

@@ -109,6 +109,7 @@ pub struct RedisBackendBuilder {
     mode: ConnectionMode,
     lazy: bool,
     live_ttl: Option<Duration>,
+    instance_id: Option<String>,
     #[cfg(feature = "redis-tls")]
     tls: tls::Tls,
 }
@@ -168,11 +169,13 @@ impl RedisBackendBuilder {
     /// by expiry on Redis time, and counts those whose announcement is
     /// younger than `ttl`. A rule's `LocalFallback` then divides its quota
     /// by the last count read, which follows gateways joining and leaving
-    /// (within `ttl`; a dropped backend leaves at once), instead of by
+    /// (within `ttl`; a backend dropped while its runtime still runs leaves
+    /// at once), instead of by
     /// [`RateLimitBuilder::instances`](crate::RateLimitBuilder::instances),
     /// which stays the divisor until a count is read. While Redis is down
     /// the last count holds. `ttl` must be at least 30 ms; a few seconds
-    /// suits most fleets.
+    /// suits most fleets. A gateway is its process (backends of one process
+    /// count once), or what [`instance_id`](Self::instance_id) names.
     ///
     /// ```
     /// # use std::time::Duration;
@@ -182,6 +185,15 @@ impl RedisBackendBuilder {
     /// ```
     pub fn live_instances(mut self, ttl: Duration) -> Self {
         self.live_ttl = Some(ttl);
+        self
+    }
+
+    /// The name this gateway has in the live count (default: its process,
+    /// by pid and start time). A pod or host name makes a restarted
+    /// gateway take its old place instead of counting twice until the TTL
+    /// runs out.
+    pub fn instance_id(mut self, id: impl Into<String>) -> Self {
+        self.instance_id = Some(id.into());
         self
     }
 
@@ -215,7 +227,9 @@ impl RedisBackendBuilder {
                 conn,
                 liveness: Liveness::new(Some(Box::new(move |heard| pinger::start(pinger, heard)))),
                 eviction_policy: std::sync::OnceLock::new(),
-                membership: self.live_ttl.map(Membership::new),
+                membership: self
+                    .live_ttl
+                    .map(|t| Membership::new(t, self.instance_id.clone())),
             }),
         };
         if let Some(ttl) = self.live_ttl {
@@ -292,11 +306,12 @@ impl RedisBackendBuilder {
             ConnectionMode::Cluster => {
                 // redis-rs retries a failed node 16 times, waiting 1.28 s
                 // and up between tries: a call to a dead master's slots hung
-                // past a second. Two quick tries, then the error reaches
-                // the rule's guard and failure mode, which pace a dead node
-                // themselves (a redirect after a failover is no retry).
+                // past a second. Its retries also count redirects (MOVED,
+                // ASK, TRYAGAIN in a resharding): four quick tries, then
+                // the error reaches the rule's guard and failure mode,
+                // which pace a dead node themselves.
                 let client = ClusterClient::builder(self.urls.iter().map(String::as_str))
-                    .retries(2)
+                    .retries(4)
                     .min_retry_wait(5)
                     .max_retry_wait(20)
                     .retry_wait_formula(10, 2);
@@ -389,6 +404,7 @@ impl RedisBackend {
             mode: ConnectionMode::default(),
             lazy: false,
             live_ttl: None,
+            instance_id: None,
             #[cfg(feature = "redis-tls")]
             tls: tls::Tls::default(),
         }

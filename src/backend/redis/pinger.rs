@@ -49,7 +49,9 @@ pub(super) fn start(builder: RedisBackendBuilder, heard: Heard) -> std::io::Resu
                 }
                 let pause = rt.block_on(async {
                     if conn.is_none() {
-                        conn = builder.connect(mode, false).await.ok();
+                        // A stopped seed node must not hang the pinger.
+                        let connect = builder.connect(mode, false);
+                        conn = tokio::time::timeout(PING_TIMEOUT, connect).await.ok().and_then(Result::ok);
                     }
                     let Some(c) = &conn else { return RECONNECT };
                     if let Ok(Ok(())) = tokio::time::timeout(PING_TIMEOUT, ping(c)).await {
