@@ -615,6 +615,8 @@ async fn the_local_fallback_divides_by_the_live_gateway_count() {
     server.resume();
     drop(backends.pop());
     until_count(2).await;
+    // A fall takes effect a TTL after it is read.
+    tokio::time::sleep(ttl + Duration::from_millis(50)).await;
     server.pause();
     assert_eq!(fallback_admits("k2").await, 15, "two gateways left");
     server.resume();

@@ -172,8 +172,10 @@ impl RedisBackendBuilder {
     /// (within `ttl`; a backend dropped while its runtime still runs leaves
     /// at once), instead of by
     /// [`RateLimitBuilder::instances`](crate::RateLimitBuilder::instances),
-    /// which stays the divisor until a count is read. While Redis is down
-    /// the last count holds. `ttl` must be at least 30 ms; a few seconds
+    /// which stays the divisor until a count is read. A count that falls
+    /// takes effect a TTL later (a rise at once), so a Redis restarted
+    /// empty or a flapping gateway never widens every share at once. While
+    /// Redis is down the last count holds. `ttl` must be at least 30 ms; a few seconds
     /// suits most fleets. A gateway is its process (backends of one process
     /// count once), or what [`instance_id`](Self::instance_id) names.
     ///
@@ -590,7 +592,7 @@ impl RedisBackend {
     /// count ([`RedisBackendBuilder::live_instances`]); `None` when the
     /// count is not kept or none was read yet.
     pub fn live_instances(&self) -> Option<u32> {
-        self.inner.membership.as_ref()?.count.get()
+        self.inner.membership.as_ref()?.count.read()
     }
 
     /// The live count the failure mode divides by, when it is kept.
