@@ -220,6 +220,17 @@ mod redis {
     use keyed_rate_limit::Algorithm;
     use support::redis_server::RedisServer;
 
+    /// Every algorithm with `quota`, then a fixed window with a calendar
+    /// quota of the same limit; each with a name for messages and prefixes.
+    fn every_algorithm(quota: Quota) -> Vec<(Algorithm, Quota, String)> {
+        let mut cases: Vec<(Algorithm, Quota)> = ALGORITHMS.iter().map(|a| (*a, quota)).collect();
+        cases.push((Algorithm::FixedWindow, Quota::per_day(quota.limit())));
+        cases
+            .into_iter()
+            .map(|(a, q)| (a, q, format!("{a:?}-{q}").replace(' ', "-")))
+            .collect()
+    }
+
     fn global(rule: Rule, redis: keyed_rate_limit::backend::redis::RedisBackend) -> Rule {
         rule.global(redis).redis_timeout(Duration::from_millis(500))
     }
@@ -229,16 +240,10 @@ mod redis {
     #[tokio::test]
     async fn the_handle_works_on_every_redis_algorithm() {
         let server = RedisServer::start();
-        let mut cases: Vec<(Algorithm, Quota)> = ALGORITHMS
-            .iter()
-            .map(|a| (*a, Quota::per_minute(5)))
-            .collect();
-        cases.push((Algorithm::FixedWindow, Quota::per_day(5)));
-        for (algorithm, quota) in cases {
-            let what = format!("{algorithm:?} {quota}");
+        for (algorithm, quota, what) in every_algorithm(Quota::per_minute(5)) {
             let rule = Rule::new("api", KeyExtractor::header("x-user"), quota).algorithm(algorithm);
             let layer = RateLimitLayer::builder()
-                .rule(global(rule, server.backend(&what.replace(' ', "-")).await))
+                .rule(global(rule, server.backend(&what).await))
                 .build()
                 .unwrap();
             let control = layer.control();
@@ -372,14 +377,8 @@ mod redis {
     #[tokio::test]
     async fn refunds_and_count_if_settle_in_redis_on_every_algorithm() {
         let server = RedisServer::start();
-        let mut cases: Vec<(Algorithm, Quota)> = ALGORITHMS
-            .iter()
-            .map(|a| (*a, Quota::per_hour(5)))
-            .collect();
-        cases.push((Algorithm::FixedWindow, Quota::per_day(5)));
-        for (algorithm, quota) in cases {
-            let what = format!("{algorithm:?}-{quota}");
-            let redis = server.backend(&what.replace(' ', "-")).await;
+        for (algorithm, quota, what) in every_algorithm(Quota::per_hour(5)) {
+            let redis = server.backend(&what).await;
             let layer = RateLimitLayer::builder()
                 .rule(
                     global(
@@ -415,13 +414,7 @@ mod redis {
     #[tokio::test]
     async fn cost_from_response_settles_in_redis_on_every_algorithm() {
         let server = RedisServer::start();
-        let mut cases: Vec<(Algorithm, Quota)> = ALGORITHMS
-            .iter()
-            .map(|a| (*a, Quota::per_hour(100)))
-            .collect();
-        cases.push((Algorithm::FixedWindow, Quota::per_day(100)));
-        for (algorithm, quota) in cases {
-            let what = format!("{algorithm:?}-{quota}");
+        for (algorithm, quota, what) in every_algorithm(Quota::per_hour(100)) {
             let rule = Rule::new("tokens", KeyExtractor::header("x-user"), quota)
                 .algorithm(algorithm)
                 .cost_from_response(|res| {
@@ -431,7 +424,7 @@ mod redis {
                         .unwrap_or(1)
                 });
             let layer = RateLimitLayer::builder()
-                .rule(global(rule, server.backend(&what.replace(' ', "-")).await))
+                .rule(global(rule, server.backend(&what).await))
                 .build()
                 .unwrap();
             let control = layer.control();
