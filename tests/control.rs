@@ -417,12 +417,7 @@ mod redis {
         for (algorithm, quota, what) in every_algorithm(Quota::per_hour(100)) {
             let rule = Rule::new("tokens", KeyExtractor::header("x-user"), quota)
                 .algorithm(algorithm)
-                .cost_from_response(|res| {
-                    res.headers
-                        .get("x-tokens-used")
-                        .and_then(|v| v.to_str().ok()?.parse().ok())
-                        .unwrap_or(1)
-                });
+                .cost_from_response(tokens_used);
             let layer = RateLimitLayer::builder()
                 .rule(global(rule, server.backend(&what).await))
                 .build()
@@ -573,6 +568,14 @@ fn accounting_app(layer: RateLimitLayer) -> Router {
         .layer(layer)
 }
 
+/// What `/tokens` reports it cost, 1 without the header.
+fn tokens_used(res: &http::response::Parts) -> u32 {
+    res.headers
+        .get("x-tokens-used")
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .unwrap_or(1)
+}
+
 async fn login_as(c: &reqwest::Client, url: &str, pass: &str) -> u16 {
     let res = c
         .get(format!("{url}/login"))
@@ -626,12 +629,7 @@ async fn cost_from_response_charges_what_the_handler_reports() {
                 KeyExtractor::header("x-user"),
                 Quota::per_hour(100),
             )
-            .cost_from_response(|res| {
-                res.headers
-                    .get("x-tokens-used")
-                    .and_then(|v| v.to_str().ok()?.parse().ok())
-                    .unwrap_or(1)
-            }),
+            .cost_from_response(tokens_used),
         )
         .build()
         .unwrap();

@@ -842,14 +842,9 @@ impl CompiledRule {
     fn lock_on_deny(&self, key: &Key, quota: Quota) -> Option<Step> {
         let lockout = self.rule.lockout.filter(|_| !self.rule.shadow)?;
         let block = self.locks.denied(&self.bounded(key), lockout)?;
-        self.locked(key, block);
+        observe::locked(&self.rule.name, &key.fingerprint(), block);
         let d = Decision::denied(quota.limit(), quota.window(), block, block);
         Some(Step::Now(self.outcome(key, d, Source::Locked)))
-    }
-
-    /// A key just got locked for `block`: said once, loudly.
-    fn locked(&self, key: &Key, block: Duration) {
-        observe::locked(&self.rule.name, &key.fingerprint(), block);
     }
 
     /// Whether `d` is a deny this rule would rather wait out.
@@ -893,7 +888,6 @@ impl CompiledRule {
             }
             (d, source) = self.check(&key, quota, cost).resolve().await;
         }
-        drop(place);
         self.spent(key, quota, cost, d, source)
     }
 
