@@ -164,6 +164,9 @@ pub enum Source {
     /// or blocked through the [`Control`](crate::Control) handle. Denied
     /// without asking the algorithm.
     Locked,
+    /// Spent from this gateway's lease of the shared quota
+    /// ([`Rule::lease`](crate::Rule::lease)), without a Redis call.
+    Leased,
 }
 
 impl Source {
@@ -176,6 +179,7 @@ impl Source {
             Self::FailOpen => "fail_open",
             Self::FailClosed => "fail_closed",
             Self::Locked => "locked",
+            Self::Leased => "leased",
         }
     }
 }

@@ -13,27 +13,13 @@
 
 mod support;
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use keyed_rate_limit::backend::redis::RedisBackend;
 use keyed_rate_limit::{Algorithm, Key, Quota};
 use proptest::prelude::*;
+use support::admits::{Admit, check, time_us};
 use support::redis_server::RedisServer;
-
-struct Admit {
-    /// Server time (µs) just before and just after the call.
-    lo: f64,
-    hi: f64,
-    cost: u32,
-    /// Fixed window: the window's end, from the key's expiry.
-    window_end: Option<f64>,
-}
-
-async fn time_us(c: &mut redis::aio::MultiplexedConnection) -> f64 {
-    let (s, us): (u64, u64) = redis::cmd("TIME").query_async(c).await.unwrap();
-    s as f64 * 1e6 + us as f64
-}
 
 /// Runs `ops` (gap in ms, cost) against one key; returns the admissions.
 async fn run(
@@ -76,54 +62,6 @@ async fn run(
         });
     }
     out
-}
-
-fn check(algorithm: Algorithm, q: Quota, admits: &[Admit]) -> Result<(), String> {
-    let limit = f64::from(q.limit());
-    let window = q.window().as_micros() as f64;
-    match algorithm {
-        Algorithm::Gcra | Algorithm::TokenBucket => {
-            let interval = window / limit;
-            for i in 0..admits.len() {
-                let mut units = 0.0;
-                for j in i..admits.len() {
-                    units += f64::from(admits[j].cost);
-                    let gap = (admits[j].hi - admits[i].lo).max(0.0);
-                    let most = f64::from(q.burst()) + gap / interval + 1e-6;
-                    if units > most {
-                        return Err(format!("{units} units in {gap} µs, at most {most}"));
-                    }
-                }
-            }
-        }
-        Algorithm::FixedWindow => {
-            // Admissions of one window share its end (to the millisecond or so).
-            let mut windows: Vec<(f64, f64)> = Vec::new();
-            for a in admits {
-                let end = a.window_end.unwrap();
-                match windows.iter_mut().find(|(e, _)| (e - end).abs() < 20_000.0) {
-                    Some((_, units)) => *units += f64::from(a.cost),
-                    None => windows.push((end, f64::from(a.cost))),
-                }
-            }
-            if let Some((end, units)) = windows.iter().find(|(_, u)| *u > limit) {
-                return Err(format!("{units} units in the window ending at {end}"));
-            }
-        }
-        _ => {
-            let mut per: HashMap<i64, f64> = HashMap::new();
-            for a in admits {
-                let (from, to) = ((a.lo / window).floor(), (a.hi / window).floor());
-                if from == to {
-                    *per.entry(from as i64).or_default() += f64::from(a.cost);
-                }
-            }
-            if let Some((idx, units)) = per.iter().find(|(_, u)| **u > limit) {
-                return Err(format!("{units} units in aligned window {idx}"));
-            }
-        }
-    }
-    Ok(())
 }
 
 const ALL: [Algorithm; 4] = [

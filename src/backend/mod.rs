@@ -8,6 +8,8 @@ pub(crate) mod calendar;
 #[cfg(feature = "redis")]
 pub(crate) mod deny_cache;
 pub(crate) mod keyspace;
+#[cfg(feature = "redis")]
+pub(crate) mod leases;
 pub(crate) mod local;
 pub(crate) mod lock;
 #[cfg(feature = "redis")]

@@ -21,6 +21,8 @@ pub(crate) enum Cause {
     Timeout(Duration),
     Error(String),
     CircuitOpen,
+    /// The call another request made for this one failed (counted there).
+    Waited,
 }
 
 impl Cause {
@@ -29,6 +31,7 @@ impl Cause {
             Self::Timeout(_) => "timeout",
             Self::Error(_) => "error",
             Self::CircuitOpen => "circuit_open",
+            Self::Waited => "error",
         }
     }
 }
@@ -39,6 +42,7 @@ impl fmt::Display for Cause {
             Self::Timeout(d) => write!(f, "no answer within {d:?}"),
             Self::Error(e) => f.write_str(e),
             Self::CircuitOpen => f.write_str("circuit breaker open"),
+            Self::Waited => f.write_str("the redis call this request waited for failed"),
         }
     }
 }
@@ -222,7 +226,7 @@ impl Guard {
     /// A failed call that no failure mode decides (a refund, a charge after
     /// the response): the breaker counts it.
     pub(crate) fn failed(&self, cause: &Cause) {
-        if !matches!(cause, Cause::CircuitOpen) && self.breaker.failure() {
+        if !matches!(cause, Cause::CircuitOpen | Cause::Waited) && self.breaker.failure() {
             self.breaker_opened_event(cause);
         }
     }

@@ -330,7 +330,7 @@ impl Chain {
             match &r.backend {
                 Backend::Local(l) => l.cleanup(),
                 #[cfg(feature = "redis")]
-                Backend::Global(g) => g.cleanup(),
+                Backend::Global(g) => g.cleanup(&r.rule),
             }
         }
     }
@@ -462,6 +462,8 @@ fn validate(rule: &Rule, instances: Option<u32>) -> Result<(), BuildError> {
     if let Scope::Global(redis) = &rule.scope {
         crate::backend::redis::validate_global(name, &rule.failure, redis, instances)?;
     }
+    #[cfg(feature = "redis")]
+    validate_lease(rule)?;
     // A calendar quota counts its own way, whatever the algorithm.
     let calendar = rule.static_quota().is_some_and(|q| q.period().is_some());
     if matches!(rule.scope, Scope::Local) && !rule.algorithm.runs_locally() && !calendar {
@@ -491,6 +493,43 @@ fn validate(rule: &Rule, instances: Option<u32>) -> Result<(), BuildError> {
                 cost,
                 capacity,
             });
+        }
+    }
+    Ok(())
+}
+
+/// A lease needs a global rule without a lockout, and a static quota it
+/// can keep its bound for (request-time quotas that cannot are decided
+/// exactly).
+#[cfg(feature = "redis")]
+fn validate_lease(rule: &Rule) -> Result<(), BuildError> {
+    let Some(lease) = rule.lease else {
+        return Ok(());
+    };
+    lease.validate()?;
+    if matches!(rule.scope, Scope::Local) {
+        return Err(BuildError::InvalidSetting(
+            "a lease needs a global rule: local rules already decide in the gateway",
+        ));
+    }
+    if rule.lockout.is_some() {
+        return Err(BuildError::InvalidSetting(
+            "a lease and a lockout don't go together: every deny must reach Redis to count",
+        ));
+    }
+    if let QuotaSource::Static(q) = rule.quota {
+        let Some(counted) = lease.counted(q, rule.algorithm) else {
+            return Err(BuildError::InvalidSetting(
+                "this quota cannot be leased: a calendar quota, or a burst no larger than \
+                 the units one lease ttl brings (shorten the ttl or raise the burst)",
+            ));
+        };
+        if let Cost::Fixed(cost) = rule.cost
+            && cost > rule.algorithm.capacity(&counted)
+        {
+            return Err(BuildError::InvalidSetting(
+                "the request cost is above what Redis counts leases in (the burst less one ttl of units)",
+            ));
         }
     }
     Ok(())
@@ -643,7 +682,9 @@ impl CompiledRule {
         let same_scope = match (&old.scope, &new.scope) {
             (Scope::Local, Scope::Local) => true,
             #[cfg(feature = "redis")]
-            (Scope::Global(a), Scope::Global(b)) => a.same(b) && old.failure == new.failure,
+            (Scope::Global(a), Scope::Global(b)) => {
+                a.same(b) && old.failure == new.failure && old.lease == new.lease
+            }
             #[cfg(feature = "redis")]
             _ => false,
         };
@@ -783,10 +824,11 @@ impl CompiledRule {
                 let bounded = key.clone().bounded(self.max_key_len);
                 match g.decide_now(&self.rule, &self.locks, &bounded, quota, cost) {
                     Ok(decided) => NowOrLater::Now(decided),
-                    Err(()) => {
+                    Err(pending) => {
                         let (this, g) = (self.clone(), g.clone());
                         NowOrLater::Later(Box::pin(async move {
-                            g.ask(&this.rule, &this.locks, &bounded, quota, cost).await
+                            g.ask(&this.rule, &this.locks, &bounded, (quota, cost), pending)
+                                .await
                         }))
                     }
                 }
@@ -934,7 +976,10 @@ impl CompiledRule {
         source: Source,
     ) -> Outcome {
         let mut out = self.outcome(&key, decision, source);
-        let spent = matches!(source, Source::Local | Source::Global | Source::Fallback);
+        let spent = matches!(
+            source,
+            Source::Local | Source::Global | Source::Fallback | Source::Leased
+        );
         if self.records
             && decision.is_allowed()
             && spent
@@ -961,6 +1006,7 @@ impl CompiledRule {
             #[cfg(feature = "redis")]
             Backend::Global(g) => match s.source {
                 Source::Fallback => g.adjust_fallback(&s.key, s.quota, units),
+                Source::Leased => g.adjust_lease(&self.rule, &s.key, s.quota, units),
                 // Off the request path: the response (or the 429) is out.
                 Source::Global => {
                     if let Ok(rt) = tokio::runtime::Handle::try_current() {

@@ -2,10 +2,13 @@
 //! Redis call, and the failure mode's local fallback.
 
 use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::backend::deny_cache::DenyCache;
 use crate::backend::keyspace::{Budget, KeySpaceFull};
+use crate::backend::leases::{Flight, Leases, Take, Woken};
 use crate::backend::local::LocalStore;
 use crate::backend::lock::Locks;
 use crate::backend::redis::{ControlScriptOp, Decided, RedisBackend};
@@ -29,21 +32,85 @@ pub(super) struct Global {
     denies: DenyCache,
     /// What `LocalFallback` counts in: this instance's share of each quota.
     fallback: LocalStore,
+    /// This rule's leases on this gateway, when it leases.
+    leases: Option<Arc<Leases>>,
+    /// This rule instance's name among a key's lease holders.
+    holder: String,
+    /// For giving leases back when dropped.
+    rule: (Arc<str>, crate::Algorithm, Duration),
+}
+
+impl Drop for Global {
+    /// Gives back what every lease has left, when a runtime can send it.
+    fn drop(&mut self) {
+        let Some(leases) = &self.leases else { return };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let back = leases.drain();
+        if back.is_empty() {
+            return;
+        }
+        let (redis, (name, algorithm, patience)) = (self.redis.clone(), self.rule.clone());
+        rt.spawn(async move {
+            for (key, counted, units) in back {
+                let op = ControlScriptOp::Adjust(-i64::from(units));
+                let call = redis.control(&name, &key, algorithm, &counted, op);
+                if tokio::time::timeout(patience, call).await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
+}
+
+/// What [`Global::decide_now`] leaves to Redis.
+pub(super) enum Pending {
+    /// One exact decision.
+    Exact,
+    /// A lease, for a request counted in the quota (boxed: it moves into
+    /// a boxed future anyway).
+    Lease(Box<(Take, Quota)>),
 }
 
 impl Global {
     pub(super) fn new(rule: &Rule, redis: RedisBackend, instances: u32) -> Self {
         let live = redis.live_count();
+        // Several rule instances (layers) of one process each hold leases.
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
         Self {
             redis,
             guard: Guard::new(rule.name.clone(), rule.failure, instances, live),
             denies: DenyCache::new(Budget::new(rule.max_keys, KeySpaceFull::Refuse)),
             fallback: LocalStore::new(None, Budget::new(rule.max_keys, rule.on_key_space_full)),
+            leases: rule
+                .lease
+                .map(|l| Leases::new(l, rule.max_keys, rule.algorithm.has_burst())),
+            holder: format!("{}.{n}", crate::backend::redis::process_id()),
+            rule: (
+                rule.name.clone(),
+                rule.algorithm,
+                rule.failure.timeout.saturating_mul(PATIENCE),
+            ),
         }
     }
 
-    /// Decides without Redis when it can: a cached deny, or an open
-    /// breaker's failure mode. `Err` means ask Redis.
+    /// The quota a request is leased in, when this rule leases and the
+    /// request can be.
+    fn leasable(
+        &self,
+        rule: &Rule,
+        quota: Quota,
+        cost: NonZeroU32,
+    ) -> Option<(&Arc<Leases>, Quota)> {
+        let leases = self.leases.as_ref()?;
+        let counted = leases.policy().counted(quota, rule.algorithm)?;
+        (cost.get() <= rule.algorithm.capacity(&counted)).then_some((leases, counted))
+    }
+
+    /// Decides without Redis when it can: from a lease, a cached deny, or
+    /// an open breaker's failure mode. `Err` says what to ask Redis.
     pub(super) fn decide_now(
         &self,
         rule: &Rule,
@@ -51,7 +118,15 @@ impl Global {
         key: &Key,
         quota: Quota,
         cost: NonZeroU32,
-    ) -> Result<(Decision, Source), ()> {
+    ) -> Result<(Decision, Source), Pending> {
+        if let Some((leases, counted)) = self.leasable(rule, quota, cost) {
+            match leases.take(key, counted, quota, cost.get()) {
+                Take::Spent(d) => return Ok((d, Source::Leased)),
+                Take::Denied(d) => return Ok((d, Source::Global)),
+                Take::Exact => {}
+                take => return Err(Pending::Lease(Box::new((take, counted)))),
+            }
+        }
         let smooth = rule.algorithm.has_burst() && quota.period().is_none();
         if let Some(d) = self
             .denies
@@ -63,21 +138,26 @@ impl Global {
         if let Admit::Skip(_) = self.guard.admit() {
             return Ok(self.fail(locks, key, quota, cost, Cause::CircuitOpen));
         }
-        Err(())
+        Err(Pending::Exact)
     }
 
     pub(super) fn breaker_status(&self) -> BreakerStatus {
         self.guard.breaker_status()
     }
 
-    /// Keys held here: fallback shares and cached denies.
+    /// Keys held here: fallback shares, cached denies and leases.
     pub(super) fn len(&self) -> usize {
-        self.fallback.len() + self.denies.len()
+        self.fallback.len() + self.denies.len() + self.leases.as_ref().map_or(0, |l| l.len())
     }
 
-    pub(super) fn cleanup(&self) {
+    pub(super) fn cleanup(self: &Arc<Self>, rule: &Rule) {
         self.fallback.cleanup();
         self.denies.cleanup();
+        if let Some(leases) = &self.leases {
+            for (key, counted, units) in leases.sweep() {
+                self.give_back(rule, key, counted, units);
+            }
+        }
     }
     /// Decides without Redis, through the guard, which says so loudly. A
     /// lock learned from Redis holds to its end whatever the failure mode.
@@ -127,8 +207,127 @@ impl Global {
         })
     }
 
-    /// One Redis decision under the rule's timeout; failures go to the failure mode.
+    /// What `decide_now` left to Redis, under the rule's timeout; failures
+    /// go to the failure mode.
     pub(super) async fn ask(
+        self: &Arc<Self>,
+        rule: &Rule,
+        locks: &Locks,
+        key: &Key,
+        (quota, cost): (Quota, NonZeroU32),
+        pending: Pending,
+    ) -> (Decision, Source) {
+        let (mut take, counted) = match pending {
+            Pending::Exact => return self.ask_exact(rule, locks, key, quota, cost).await,
+            Pending::Lease(lease) => *lease,
+        };
+        let Some(leases) = &self.leases else {
+            return self.ask_exact(rule, locks, key, quota, cost).await;
+        };
+        loop {
+            take = match take {
+                Take::Spent(d) => return (d, Source::Leased),
+                Take::Denied(d) => return (d, Source::Global),
+                Take::Exact => return self.ask_exact(rule, locks, key, quota, cost).await,
+                Take::Ask(flight) => {
+                    return self
+                        .grant(rule, locks, key, (quota, counted, cost), flight)
+                        .await;
+                }
+                Take::Wait(woken) => {
+                    if woken.await == Ok(Woken::Failed) {
+                        return self.fail(locks, key, quota, cost, Cause::Waited);
+                    }
+                    leases.take(key, counted, quota, cost.get())
+                }
+            };
+        }
+    }
+
+    /// Asks Redis for a lease of `key`, for this request and the next.
+    async fn grant(
+        self: &Arc<Self>,
+        rule: &Rule,
+        locks: &Locks,
+        key: &Key,
+        (quota, counted, cost): (Quota, Quota, NonZeroU32),
+        flight: Box<Flight>,
+    ) -> (Decision, Source) {
+        if let Admit::Skip(_) = self.guard.admit() {
+            flight.failed();
+            return self.fail(locks, key, quota, cost, Cause::CircuitOpen);
+        }
+        if let Some((q, units)) = flight.unspent {
+            self.give_back(rule, key.clone(), q, units);
+        }
+        let ttl = self
+            .leases
+            .as_ref()
+            .map_or(Duration::ZERO, |l| l.policy().ttl());
+        let asked = tokio::time::Instant::now();
+        let call = self.redis.grant(
+            &rule.name,
+            key,
+            rule.algorithm,
+            &counted,
+            (flight.need, flight.want),
+            &self.holder,
+            ttl,
+        );
+        match self.guard.call(self.redis.liveness(), call).await {
+            Ok(g) if g.granted > 0 => {
+                let d = flight.granted(
+                    counted,
+                    quota,
+                    cost.get(),
+                    asked,
+                    (g.granted, g.remaining),
+                    g.lease,
+                    g.reset,
+                );
+                (d, Source::Leased)
+            }
+            Ok(g) => {
+                let wait = g.wait.max(Duration::from_millis(1));
+                let d = Decision::denied(quota.limit(), quota.window(), wait, g.reset);
+                flight.denied(counted, d);
+                (d, Source::Global)
+            }
+            Err(cause) => {
+                flight.failed();
+                self.fail(locks, key, quota, cost, cause)
+            }
+        }
+    }
+
+    /// Returns a lease's unspent units to Redis, off the request path; a
+    /// failure only leaves them unused.
+    fn give_back(self: &Arc<Self>, rule: &Rule, key: Key, counted: Quota, units: u32) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (this, name, algorithm) = (self.clone(), rule.name.clone(), rule.algorithm);
+        rt.spawn(async move {
+            let op = ControlScriptOp::Adjust(-i64::from(units));
+            let call = this.redis.control(&name, &key, algorithm, &counted, op);
+            if let Err(cause) = this.guard.call(this.redis.liveness(), call).await {
+                tracing::debug!(target: observe::TARGET, rule = %name, %cause, units, "could not give back a lease's unspent units");
+            }
+        });
+    }
+
+    /// Units a leased request spent: given back to (or charged on) its
+    /// lease while it lasts.
+    pub(super) fn adjust_lease(&self, rule: &Rule, key: &Key, quota: Quota, units: i64) {
+        if let Some(leases) = &self.leases
+            && let Some(counted) = leases.policy().counted(quota, rule.algorithm)
+        {
+            leases.adjust(key, counted, units);
+        }
+    }
+
+    /// One exact Redis decision.
+    async fn ask_exact(
         &self,
         rule: &Rule,
         locks: &Locks,
@@ -190,6 +389,9 @@ impl Global {
         op: ControlOp,
     ) -> Result<Option<Decision>, ControlError> {
         self.denies.forget(key);
+        if let Some(leases) = &self.leases {
+            leases.forget(key);
+        }
         let script_op = match op {
             ControlOp::Adjust(units) => ControlScriptOp::Adjust(units),
             ControlOp::Reset => ControlScriptOp::Reset,
@@ -198,6 +400,12 @@ impl Global {
         };
         // Block and unblock touch only the lock, the rule and key's own.
         let quota = quota.unwrap_or_else(|| Quota::per_second(1));
+        // A leased rule's state is counted in the lease's quota.
+        let quota = self
+            .leases
+            .as_ref()
+            .and_then(|l| l.policy().counted(quota, rule.algorithm))
+            .unwrap_or(quota);
         let call = self
             .redis
             .control(&rule.name, key, rule.algorithm, &quota, script_op);

@@ -6,6 +6,12 @@
 use std::fmt;
 use std::sync::Arc;
 
+#[cfg(feature = "redis")]
+mod lease;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use lease::LeasePolicy;
+
 use http::StatusCode;
 use http::request::Parts;
 
@@ -317,6 +323,8 @@ pub struct Rule {
     pub(crate) max_keys: usize,
     pub(crate) on_key_space_full: KeySpaceFull,
     pub(crate) lockout: Option<Lockout>,
+    #[cfg(feature = "redis")]
+    pub(crate) lease: Option<LeasePolicy>,
     pub(crate) count_if: Option<Arc<CountIfFn>>,
     pub(crate) cost_from_response: Option<Arc<ResponseCostFn>>,
 }
@@ -346,6 +354,8 @@ impl Rule {
             max_keys: DEFAULT_MAX_KEYS,
             on_key_space_full: KeySpaceFull::default(),
             lockout: None,
+            #[cfg(feature = "redis")]
+            lease: None,
             count_if: None,
             cost_from_response: None,
         }
@@ -388,6 +398,44 @@ impl Rule {
     pub fn global(mut self, redis: RedisBackend) -> Self {
         self.scope = Scope::Global(redis);
         self
+    }
+
+    /// Leases the global quota in blocks instead of asking Redis for every
+    /// request: see [`LeasePolicy`] for the sizes and the bound. A request
+    /// spent from a lease costs about what a local rule's does and is
+    /// decided while Redis is down, until the lease ends; then the
+    /// rule's failure mode applies. Only for global rules; not with a
+    /// [`lockout`](Self::lockout), whose denies must all reach Redis.
+    ///
+    /// Under a lease the `RateLimit` headers are an estimate: this
+    /// gateway's lease left plus what Redis had free when it was granted.
+    /// A quota that cannot keep the bound under leases (a calendar quota,
+    /// or a burst smaller than the units one `ttl` brings) is decided
+    /// exactly, per request.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use keyed_rate_limit::{Quota, Rule, backend::redis::RedisBackend, key::KeyExtractor, rule::LeasePolicy};
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let redis = RedisBackend::builder("redis://127.0.0.1:6379").build().await?;
+    /// let rule = Rule::new("api", KeyExtractor::header("x-api-key"), Quota::per_second(1000))
+    ///     .global(redis)
+    ///     .lease(LeasePolicy::new(Duration::from_millis(100)));
+    /// assert!(rule.lease_policy().is_some());
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+    pub fn lease(mut self, lease: LeasePolicy) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// The rule's lease policy, if it leases.
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+    pub fn lease_policy(&self) -> Option<LeasePolicy> {
+        self.lease
     }
 
     /// Computes the quota per request, e.g. from a plan an auth layer put in

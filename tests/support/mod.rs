@@ -1,4 +1,5 @@
 //! Shared helpers for integration tests.
+pub mod admits;
 pub mod gateway;
 pub mod redis_cluster;
 pub mod redis_server;

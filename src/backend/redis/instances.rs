@@ -73,21 +73,25 @@ impl Membership {
             };
         }
         // One id per process: a gateway with several backends on one Redis
-        // and prefix counts once. The pid and the time of the first backend
-        // (a restarted process may reuse its pid).
-        static ID: OnceLock<String> = OnceLock::new();
-        let id = ID.get_or_init(|| {
-            let nanos = SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos());
-            format!("{}-{nanos:x}", std::process::id())
-        });
+        // and prefix counts once.
         Self {
-            id: id.clone(),
+            id: process_id().to_owned(),
             ttl,
             count: Arc::default(),
         }
     }
+}
+
+/// This process's id: the pid and the time it was first asked for (a
+/// restarted process may reuse its pid).
+pub(crate) fn process_id() -> &'static str {
+    static ID: OnceLock<String> = OnceLock::new();
+    ID.get_or_init(|| {
+        let nanos = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        format!("{}-{nanos:x}", std::process::id())
+    })
 }
 
 /// The set every gateway on this prefix announces itself in.

@@ -48,7 +48,8 @@ use redis::cluster_async::ClusterConnection;
 pub use error::RedisBackendError;
 pub(crate) use instances::LiveCount;
 use instances::Membership;
-pub(crate) use script::{ControlScriptOp, Decided, LeaseOp, LeaseReply};
+pub(crate) use instances::process_id;
+pub(crate) use script::{ControlScriptOp, Decided, Grant, LeaseOp, LeaseReply};
 
 use crate::error::BuildError;
 use crate::failure::{FailureMode, FailurePolicy, Liveness};
@@ -502,6 +503,27 @@ impl RedisBackend {
         let invocation = script::rate(algorithm, redis_key, quota, cost, lockout);
         let reply: script::Reply = self.invoke(&invocation).await?;
         Ok(script::decision(quota, reply))
+    }
+
+    /// Leases `need` units of `key`'s quota or none, up to `want`, to
+    /// `holder` for at most `lease`: one `grant.lua` call on the state the
+    /// rate script of `algorithm` keeps (the caller passes the quota the
+    /// lease is counted in).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn grant(
+        &self,
+        rule: &str,
+        key: &Key,
+        algorithm: Algorithm,
+        quota: &Quota,
+        (need, want): (u32, u32),
+        holder: &str,
+        lease: Duration,
+    ) -> Result<Grant, RedisBackendError> {
+        let redis_key = self.state_key(rule, key, algorithm, quota);
+        let invocation = script::grant(algorithm, redis_key, quota, need, want, holder, lease);
+        let reply: script::GrantReply = self.invoke(&invocation).await?;
+        Ok(script::grant_reply(reply))
     }
 
     /// The key a rate script keeps `key`'s state in.

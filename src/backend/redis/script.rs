@@ -9,19 +9,37 @@ use crate::quota::Period;
 use crate::rule::Lockout;
 use crate::{Algorithm, Decision, Quota};
 
-/// A rate script: the algorithm's decision as the body of `decide`, then
-/// `lock.lua` around it (the lock check before, the lockout count after).
+/// An algorithm's decision as the body of `decide(cost)`, which may set
+/// `left_ms`, the time left in its window.
+macro_rules! decide {
+    ($body:literal $(, prelude = $prelude:literal)?) => {
+        concat!(
+            $(include_str!($prelude),)?
+            "local left_ms\nlocal function decide(cost)\n",
+            include_str!($body),
+            "\nend\n",
+        )
+    };
+}
+
+/// A rate script: `decide`, then `lock.lua` around it (the lock check
+/// before, the lockout count after), for one cost or a batch.
 macro_rules! locked {
     ($body:literal, wide = $wide:literal $(, prelude = $prelude:literal)?) => {
         concat!(
-            $(include_str!($prelude),)?
-            "local function decide()\n",
-            include_str!($body),
-            "\nend\nlocal wide = ",
+            decide!($body $(, prelude = $prelude)?),
+            "local wide = ",
             $wide,
             "\n",
             include_str!("lua/lock.lua")
         )
+    };
+}
+
+/// A lease script: `decide`, then `grant.lua`, which calls it.
+macro_rules! granting {
+    ($body:literal) => {
+        concat!(decide!($body), include_str!("lua/grant.lua"))
     };
 }
 
@@ -37,6 +55,10 @@ const CALENDAR_WINDOW_LUA: &str = locked!(
     prelude = "lua/calendar.lua"
 );
 const INSTANCES_LUA: &str = include_str!("lua/instances.lua");
+const GRANT_GCRA_LUA: &str = granting!("lua/gcra.lua");
+const GRANT_TOKEN_BUCKET_LUA: &str = granting!("lua/token_bucket.lua");
+const GRANT_FIXED_WINDOW_LUA: &str = granting!("lua/fixed_window.lua");
+const GRANT_SLIDING_WINDOW_LUA: &str = granting!("lua/sliding_window.lua");
 /// The control handle's operations, for every algorithm.
 const CONTROL_LUA: &str = concat!(
     include_str!("lua/calendar.lua"),
@@ -44,7 +66,11 @@ const CONTROL_LUA: &str = concat!(
 );
 
 /// Every script's source, for loading them all at start-up.
-pub(crate) const SOURCES: [&str; 8] = [
+pub(crate) const SOURCES: [&str; 12] = [
+    GRANT_GCRA_LUA,
+    GRANT_TOKEN_BUCKET_LUA,
+    GRANT_FIXED_WINDOW_LUA,
+    GRANT_SLIDING_WINDOW_LUA,
     GCRA_LUA,
     TOKEN_BUCKET_LUA,
     FIXED_WINDOW_LUA,
@@ -63,6 +89,11 @@ static LEASE: LazyLock<Script> = LazyLock::new(|| Script::new(LEASE_LUA));
 static CALENDAR_WINDOW: LazyLock<Script> = LazyLock::new(|| Script::new(CALENDAR_WINDOW_LUA));
 static CONTROL: LazyLock<Script> = LazyLock::new(|| Script::new(CONTROL_LUA));
 static INSTANCES: LazyLock<Script> = LazyLock::new(|| Script::new(INSTANCES_LUA));
+static GRANT_GCRA: LazyLock<Script> = LazyLock::new(|| Script::new(GRANT_GCRA_LUA));
+static GRANT_TOKEN_BUCKET: LazyLock<Script> = LazyLock::new(|| Script::new(GRANT_TOKEN_BUCKET_LUA));
+static GRANT_FIXED_WINDOW: LazyLock<Script> = LazyLock::new(|| Script::new(GRANT_FIXED_WINDOW_LUA));
+static GRANT_SLIDING_WINDOW: LazyLock<Script> =
+    LazyLock::new(|| Script::new(GRANT_SLIDING_WINDOW_LUA));
 
 /// The invocation of `instances.lua`: announce `id` for `ttl` (or leave),
 /// and count the live gateways.
@@ -107,6 +138,64 @@ pub(crate) fn rate(
         .arg(cost);
     lockout_args(&mut invocation, lockout);
     invocation
+}
+
+/// The invocation of an algorithm's lease script: `need` units or none,
+/// up to `want`, for `holder`, lasting at most `lease`.
+pub(crate) fn grant(
+    algorithm: Algorithm,
+    key: Vec<u8>,
+    quota: &Quota,
+    need: u32,
+    want: u32,
+    holder: &str,
+    lease: Duration,
+) -> redis::ScriptInvocation<'static> {
+    let script: &Script = match algorithm {
+        Algorithm::Gcra => &GRANT_GCRA,
+        Algorithm::TokenBucket => &GRANT_TOKEN_BUCKET,
+        Algorithm::FixedWindow => &GRANT_FIXED_WINDOW,
+        Algorithm::SlidingWindow => &GRANT_SLIDING_WINDOW,
+    };
+    let mut invocation = script.key(key);
+    invocation
+        .arg(quota.limit())
+        .arg(window_us(quota))
+        .arg(quota.burst())
+        .arg(need)
+        .arg(want)
+        .arg(holder)
+        .arg(ms(lease));
+    invocation
+}
+
+/// `grant.lua` returns `{granted, remaining, wait_ms, reset_ms, lease_ms}`.
+pub(crate) type GrantReply = (i64, i64, i64, i64, i64);
+
+/// A lease script's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Grant {
+    /// Units leased; 0 when `need` did not fit.
+    pub(crate) granted: u32,
+    /// Whole units still free in Redis after the grant.
+    pub(crate) remaining: u32,
+    /// On a deny, when `need` fits; on a grant, the wait for one more unit.
+    pub(crate) wait: Duration,
+    pub(crate) reset: Duration,
+    /// How long the lease may be spent (to its window's end at most).
+    pub(crate) lease: Duration,
+}
+
+pub(crate) fn grant_reply((granted, remaining, wait, reset, lease): GrantReply) -> Grant {
+    let n = |v: i64| u32::try_from(v.max(0)).unwrap_or(u32::MAX);
+    let ms = |v: i64| Duration::from_millis(u64::try_from(v).unwrap_or(0));
+    Grant {
+        granted: n(granted),
+        remaining: n(remaining),
+        wait: ms(wait),
+        reset: ms(reset),
+        lease: ms(lease),
+    }
 }
 
 /// `lock.lua`'s `ARGV[5..7]`: denies, period and block, or none.

@@ -1,10 +1,9 @@
 -- A fixed window whose edges are calendar boundaries (calendar.lua comes
 -- first). KEYS[1]: hash {s = window start, e = window end (s), c = units spent}.
--- ARGV: limit, period ('day' | 'month'), utc_offset_s, cost.
+-- ARGV: limit, period ('day' | 'month'), utc_offset_s; `cost` is decide's argument.
 -- Returns {allowed, remaining, wait_ms, reset_ms, window_s}: wait_ms and
 -- reset_ms are both the time to the window's end, when every unit comes back.
 local limit = tonumber(ARGV[1])
-local cost = tonumber(ARGV[4])
 -- Server time only: clients' clocks disagree.
 local t = redis.call('TIME')
 local secs = tonumber(t[1])
@@ -22,6 +21,7 @@ if count + cost > limit then
   return {0, 0, reset_ms, reset_ms, finish - start}
 end
 count = count + cost
+left_ms = reset_ms
 redis.call('HSET', KEYS[1], 's', start, 'e', finish, 'c', count)
 -- A second past the edge: the check above, not the expiry, ends the window.
 redis.call('PEXPIREAT', KEYS[1], finish * 1000 + 1000)

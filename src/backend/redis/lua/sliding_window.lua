@@ -1,12 +1,11 @@
 -- Sliding window counter: two fixed windows aligned on server time.
 -- KEYS[1]: base name; the counters are KEYS[1]..':'..window index (same hash tag).
--- ARGV: limit, window_us, burst (unused), cost.
+-- ARGV: limit, window_us, burst (unused); `cost` is decide's argument.
 -- Returns {allowed, remaining, wait_ms, reset_ms}. On a deny wait_ms is the
 -- retry-after; on an allow, the wait until one unit more than `remaining`
 -- fits (0 when the quota is whole): the draft's `t`.
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
-local cost = tonumber(ARGV[4])
 -- Server time only: clients' clocks disagree.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -48,6 +47,7 @@ if n == cost then
   -- Needed until the next window ends.
   redis.call('PEXPIRE', curr_key, math.ceil((2 * window - elapsed) / 1000))
 end
+left_ms = math.max(1, math.floor((window - elapsed) / 1000))
 local remaining = math.max(0, math.floor(limit - (prev * (1 - elapsed / window) + n) + eps))
 -- After spending, one unit more than `remaining` always waits a little.
 local next_ms = math.max(1, math.ceil(wait_for(remaining + 1, n) / 1000))

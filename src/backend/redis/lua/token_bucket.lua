@@ -1,12 +1,11 @@
 -- Token bucket. KEYS[1]: hash {t = tokens, ts = last update (us)}.
--- ARGV: limit, window_us, burst, cost.
+-- ARGV: limit, window_us, burst; `cost` is decide's argument.
 -- Returns {allowed, remaining, wait_ms, reset_ms}. On a deny wait_ms is the
 -- retry-after; on an allow, the wait until one unit more than `remaining`
 -- fits (0 when the quota is whole): the draft's `t`.
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local burst = tonumber(ARGV[3])
-local cost = tonumber(ARGV[4])
 -- Server time only: clients' clocks disagree.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])

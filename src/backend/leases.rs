@@ -1,0 +1,445 @@
+//! A global rule's leases on this gateway: blocks of units taken from Redis
+//! and spent here (see [`LeasePolicy`]).
+//!
+//! One request per key asks Redis at a time (the flight); the others wait
+//! for its answer and then take from the new lease. A lease's size follows
+//! the rate the key's last lease was spent at.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dashmap::DashMap;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::rule::LeasePolicy;
+use crate::{Decision, Key, Quota};
+
+/// The most a lease grows over the last one: a rate measured over a few
+/// microseconds says little.
+const GROWTH: u32 = 8;
+
+/// The share of the counted quota's capacity one ask needs at least: with
+/// less free, the gateway waits until that many units fit instead of asking
+/// Redis for every unit of a key over its quota.
+const MIN_ASK_DIVISOR: u32 = 32;
+
+pub(crate) struct Leases {
+    map: DashMap<Key, Held>,
+    max_keys: usize,
+    policy: LeasePolicy,
+    /// Unspent units go back to a smooth bucket. A window's would land in
+    /// whichever window is current when they arrive, which may be a later
+    /// one than they were counted in: they are dropped instead.
+    gives_back: bool,
+}
+
+struct Held {
+    /// The quota Redis counted the lease in (request-time quotas differ).
+    counted: Quota,
+    left: u32,
+    granted: u32,
+    asked: Instant,
+    until: Instant,
+    /// When the lease ran out, if it did: the end of its rate's measure.
+    emptied: Option<Instant>,
+    /// Free units in Redis at the grant, and when the bucket was to be
+    /// whole: the headers' estimate.
+    free: u32,
+    reset_at: Instant,
+    /// The next ask's size.
+    want: u32,
+    /// No ask before this: too few units were free.
+    denied: Option<(Instant, Decision)>,
+    /// While one request asks Redis: the requests waiting for it.
+    flight: Option<Vec<oneshot::Sender<Woken>>>,
+}
+
+/// Why a waiting request was woken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Woken {
+    /// The flight ended (a lease, a deny, or its request went away): take again.
+    Retry,
+    /// Redis could not answer it.
+    Failed,
+}
+
+/// What [`Leases::take`] found.
+pub(crate) enum Take {
+    /// Spent from the lease.
+    Spent(Decision),
+    /// Too few units are free until the deny's retry-after.
+    Denied(Decision),
+    /// Another request asks Redis for this key; take again when woken.
+    Wait(oneshot::Receiver<Woken>),
+    /// Ask Redis for a lease, as the flight says (boxed: the ask's
+    /// future is boxed anyway).
+    Ask(Box<Flight>),
+    /// Not leased: the key space is full, so the rule decides exactly.
+    Exact,
+}
+
+/// The one request asking Redis for a key's lease. Dropped unanswered (its
+/// request went away), it wakes the waiters, one of which asks instead.
+pub(crate) struct Flight {
+    leases: Arc<Leases>,
+    key: Key,
+    /// At least this many units, or none.
+    pub(crate) need: u32,
+    /// Up to this many.
+    pub(crate) want: u32,
+    /// A lease that ended with units left: given back to Redis.
+    pub(crate) unspent: Option<(Quota, u32)>,
+    done: bool,
+}
+
+impl Leases {
+    pub(crate) fn new(policy: LeasePolicy, max_keys: usize, gives_back: bool) -> Arc<Self> {
+        Arc::new(Self {
+            map: DashMap::new(),
+            max_keys,
+            policy,
+            gives_back,
+        })
+    }
+
+    pub(crate) fn policy(&self) -> LeasePolicy {
+        self.policy
+    }
+
+    /// Spends `cost` of `key`'s lease, counted in `counted`; `shown` is
+    /// the rule's quota, for the decision.
+    pub(crate) fn take(
+        self: &Arc<Self>,
+        key: &Key,
+        counted: Quota,
+        shown: Quota,
+        cost: u32,
+    ) -> Take {
+        let now = Instant::now();
+        let want = match self.map.get_mut(key) {
+            Some(mut h) => {
+                if let Some(waiters) = &mut h.flight {
+                    let (tx, rx) = oneshot::channel();
+                    waiters.push(tx);
+                    return Take::Wait(rx);
+                }
+                let current = h.counted == counted && now < h.until;
+                if current && h.left >= cost {
+                    h.left -= cost;
+                    if h.left == 0 {
+                        h.emptied = Some(now);
+                    }
+                    return Take::Spent(h.decision(shown, now));
+                }
+                if let Some((until, d)) = h.denied.filter(|_| h.counted == counted)
+                    && now < until
+                {
+                    return Take::Denied(d);
+                }
+                let want = h.next_want(self.policy, now);
+                let left = std::mem::take(&mut h.left);
+                let unspent = (self.gives_back && left > 0).then_some((h.counted, left));
+                h.flight = Some(Vec::new());
+                h.denied = None;
+                (want, unspent)
+            }
+            None if self.map.len() >= self.max_keys => return Take::Exact,
+            None => {
+                self.map.insert(key.clone(), Held::asking(counted, now));
+                (1, None)
+            }
+        };
+        let (want, unspent) = want;
+        let need = cost.max(min_ask(want, counted));
+        Take::Ask(Box::new(Flight {
+            leases: self.clone(),
+            key: key.clone(),
+            need,
+            want: want.max(need),
+            unspent,
+            done: false,
+        }))
+    }
+
+    /// Gives back (`units < 0`) or charges a spend to `key`'s current lease
+    /// in `counted`; nothing when it has ended.
+    pub(crate) fn adjust(&self, key: &Key, counted: Quota, units: i64) {
+        if let Some(mut h) = self.map.get_mut(key)
+            && h.counted == counted
+            && Instant::now() < h.until
+        {
+            let left = i64::from(h.left) - units;
+            h.left = u32::try_from(left.clamp(0, i64::from(h.granted))).unwrap_or(0);
+        }
+    }
+
+    /// Drops `key`'s lease (the control handle changed the key in Redis).
+    pub(crate) fn forget(&self, key: &Key) {
+        self.map.remove_if(key, |_, h| h.flight.is_none());
+    }
+
+    /// Drops ended leases no request asks for, and returns their unspent
+    /// units, for Redis.
+    pub(crate) fn sweep(&self) -> Vec<(Key, Quota, u32)> {
+        let now = Instant::now();
+        let mut back = Vec::new();
+        self.map.retain(|key, h| {
+            let ended = now >= h.until && h.denied.is_none_or(|(until, _)| now >= until);
+            if h.flight.is_some() || !ended {
+                return true;
+            }
+            if self.gives_back && h.left > 0 {
+                back.push((key.clone(), h.counted, h.left));
+            }
+            false
+        });
+        self.map.shrink_to_fit();
+        back
+    }
+
+    /// Every lease's unspent units, for Redis (the rule is dropped).
+    pub(crate) fn drain(&self) -> Vec<(Key, Quota, u32)> {
+        let now = Instant::now();
+        let mut back = Vec::new();
+        if !self.gives_back {
+            return back;
+        }
+        for mut h in self.map.iter_mut() {
+            if now < h.until && h.left > 0 {
+                back.push((h.key().clone(), h.counted, std::mem::take(&mut h.left)));
+            }
+        }
+        back
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+}
+
+/// The least one ask takes: a share of the capacity Redis counts in, so a
+/// key over its quota costs one call per that many units, not per unit.
+fn min_ask(want: u32, counted: Quota) -> u32 {
+    let capacity = if counted.burst() > 0 {
+        counted.burst()
+    } else {
+        counted.limit()
+    };
+    (want / 4).min(capacity / MIN_ASK_DIVISOR).max(1)
+}
+
+impl Held {
+    fn asking(counted: Quota, now: Instant) -> Self {
+        Self {
+            counted,
+            left: 0,
+            granted: 0,
+            asked: now,
+            until: now,
+            emptied: None,
+            free: 0,
+            reset_at: now,
+            want: 1,
+            denied: None,
+            flight: Some(Vec::new()),
+        }
+    }
+
+    /// Enough for one `ttl` at the rate the last lease was spent at.
+    fn next_want(&self, policy: LeasePolicy, now: Instant) -> u32 {
+        if self.granted == 0 {
+            return self.want;
+        }
+        let used = u64::from(self.granted - self.left);
+        let end = self.emptied.unwrap_or(now).min(self.until);
+        let over = end
+            .saturating_duration_since(self.asked)
+            .max(Duration::from_micros(1));
+        let rate_want = u128::from(used) * policy.ttl.as_nanos() / over.as_nanos();
+        let cap = self.granted.saturating_mul(GROWTH).min(policy.max_units);
+        u32::try_from(rate_want)
+            .unwrap_or(u32::MAX)
+            .clamp(1, cap.max(1))
+    }
+
+    fn decision(&self, shown: Quota, now: Instant) -> Decision {
+        let remaining = self.left.saturating_add(self.free).min(shown.burst());
+        Decision::allowed(
+            shown.limit(),
+            shown.window(),
+            remaining,
+            self.reset_at.saturating_duration_since(now),
+        )
+    }
+}
+
+impl Flight {
+    /// Installs a grant of `granted` units asked at `asked`, spends `cost`
+    /// of it, and wakes the waiters.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn granted(
+        mut self,
+        counted: Quota,
+        shown: Quota,
+        cost: u32,
+        asked: Instant,
+        (granted, free): (u32, u32),
+        lease: Duration,
+        reset: Duration,
+    ) -> Decision {
+        self.done = true;
+        let now = Instant::now();
+        let Some(mut h) = self.leases.map.get_mut(&self.key) else {
+            return Decision::allowed(shown.limit(), shown.window(), free, reset);
+        };
+        h.counted = counted;
+        h.granted = granted;
+        h.left = granted.saturating_sub(cost);
+        h.emptied = (h.left == 0).then_some(now);
+        h.asked = asked;
+        // Counted on Redis time after `asked`: ending at `asked + lease`
+        // ends it no later there.
+        h.until = asked + lease;
+        h.free = free;
+        h.reset_at = now + reset;
+        h.want = self.want;
+        let d = h.decision(shown, now);
+        wake(&mut h, Woken::Retry);
+        d
+    }
+
+    /// Too few units were free: no ask for this key until the deny's
+    /// retry-after.
+    pub(crate) fn denied(mut self, counted: Quota, d: Decision) {
+        self.done = true;
+        if let Some(mut h) = self.leases.map.get_mut(&self.key) {
+            let wait = d.retry_after().unwrap_or_default();
+            h.counted = counted;
+            h.denied = Some((Instant::now() + wait, d));
+            wake(&mut h, Woken::Retry);
+        }
+    }
+
+    /// Redis did not answer: the waiters take the failure mode too.
+    pub(crate) fn failed(mut self) {
+        self.done = true;
+        if let Some(mut h) = self.leases.map.get_mut(&self.key) {
+            wake(&mut h, Woken::Failed);
+        }
+    }
+}
+
+impl Drop for Flight {
+    fn drop(&mut self) {
+        if !self.done
+            && let Some(mut h) = self.leases.map.get_mut(&self.key)
+        {
+            wake(&mut h, Woken::Retry);
+        }
+    }
+}
+
+fn wake(h: &mut Held, why: Woken) {
+    for tx in h.flight.take().unwrap_or_default() {
+        let _ = tx.send(why);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TTL: Duration = Duration::from_millis(100);
+
+    fn leases() -> Arc<Leases> {
+        Leases::new(LeasePolicy::new(TTL).with_max_units(1000), 10, true)
+    }
+
+    fn ask(t: Take) -> Flight {
+        match t {
+            Take::Ask(f) => *f,
+            _ => panic!("expected an ask"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_request_asks_the_others_wait_then_spend_the_lease() {
+        let (l, q, k) = (leases(), Quota::per_second(1000), Key::from("k"));
+        let f = ask(l.take(&k, q, q, 1));
+        assert_eq!((f.need, f.want), (1, 1), "a first lease is small");
+        let Take::Wait(rx) = l.take(&k, q, q, 1) else {
+            panic!("a second request waits for the flight")
+        };
+        let d = f.granted(
+            q,
+            q,
+            1,
+            Instant::now(),
+            (10, 500),
+            TTL,
+            Duration::from_millis(400),
+        );
+        assert!(d.is_allowed());
+        assert_eq!(d.remaining(), 509, "lease left plus free in Redis");
+        assert_eq!(rx.await.unwrap(), Woken::Retry);
+        for _ in 0..9 {
+            assert!(matches!(l.take(&k, q, q, 1), Take::Spent(_)));
+        }
+        // Spent ten within a microsecond: the next lease grows, by at most 8x.
+        tokio::time::advance(Duration::from_micros(1)).await;
+        let f = ask(l.take(&k, q, q, 1));
+        assert_eq!(f.want, 80);
+        assert_eq!(f.need, 20, "a quarter of the want, as the capacity allows");
+        assert!(f.unspent.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_ended_lease_gives_back_what_is_left_and_sizes_to_its_rate() {
+        let (l, q, k) = (leases(), Quota::per_second(1000), Key::from("k"));
+        let f = ask(l.take(&k, q, q, 1));
+        f.granted(q, q, 1, Instant::now(), (100, 0), TTL, TTL);
+        for _ in 0..19 {
+            assert!(matches!(l.take(&k, q, q, 1), Take::Spent(_)));
+        }
+        tokio::time::advance(TTL).await;
+        let f = ask(l.take(&k, q, q, 1));
+        assert_eq!(f.unspent, Some((q, 80)));
+        assert_eq!(f.want, 20, "twenty spent in one ttl");
+        drop(f);
+        assert!(
+            matches!(l.take(&k, q, q, 1), Take::Ask(_)),
+            "a dropped flight frees the key"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deny_answers_until_its_retry_after_and_a_failure_wakes_waiters() {
+        let (l, q, k) = (leases(), Quota::per_second(1000), Key::from("k"));
+        let f = ask(l.take(&k, q, q, 1));
+        let Take::Wait(rx) = l.take(&k, q, q, 1) else {
+            panic!("waits")
+        };
+        f.failed();
+        assert_eq!(rx.await.unwrap(), Woken::Failed);
+        let f = ask(l.take(&k, q, q, 1));
+        let deny = Decision::denied(q.limit(), q.window(), Duration::from_millis(5), TTL);
+        f.denied(q, deny);
+        assert!(matches!(l.take(&k, q, q, 1), Take::Denied(_)));
+        tokio::time::advance(Duration::from_millis(5)).await;
+        assert!(matches!(l.take(&k, q, q, 1), Take::Ask(_)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_key_space_decides_exactly_and_sweeps_return_units() {
+        let l = Leases::new(LeasePolicy::new(TTL), 1, true);
+        let q = Quota::per_second(1000);
+        let f = ask(l.take(&Key::from("a"), q, q, 1));
+        assert!(matches!(l.take(&Key::from("b"), q, q, 1), Take::Exact));
+        f.granted(q, q, 1, Instant::now(), (5, 0), TTL, TTL);
+        assert!(l.sweep().is_empty(), "a live lease stays");
+        tokio::time::advance(TTL).await;
+        assert_eq!(l.sweep(), vec![(Key::from("a"), q, 4)]);
+        assert_eq!(l.len(), 0);
+    }
+}
