@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use super::coalesce::{Batch, Join, Leader, Queues};
 use crate::backend::deny_cache::DenyCache;
 use crate::backend::keyspace::{Budget, KeySpaceFull};
 use crate::backend::leases::{Flight, Leases, Take, Woken};
@@ -36,6 +37,8 @@ pub(super) struct Global {
     leases: Option<Arc<Leases>>,
     /// This rule instance's name among a key's lease holders.
     holder: String,
+    /// Requests queued behind a key's call in flight, when the rule coalesces.
+    queues: Option<Arc<Queues<Result<Decided, Cause>>>>,
     /// For giving leases back when dropped.
     rule: (Arc<str>, crate::Algorithm, Duration),
 }
@@ -64,6 +67,9 @@ impl Drop for Global {
     }
 }
 
+/// The most requests one script call decides.
+const MAX_BATCH: usize = 128;
+
 /// What [`Global::decide_now`] leaves to Redis.
 pub(super) enum Pending {
     /// One exact decision.
@@ -88,6 +94,7 @@ impl Global {
                 .lease
                 .map(|l| Leases::new(l, rule.max_keys, rule.algorithm.has_burst())),
             holder: format!("{}.{n}", crate::backend::redis::process_id()),
+            queues: rule.coalesce.then(Queues::new),
             rule: (
                 rule.name.clone(),
                 rule.algorithm,
@@ -328,7 +335,7 @@ impl Global {
 
     /// One exact Redis decision.
     async fn ask_exact(
-        &self,
+        self: &Arc<Self>,
         rule: &Rule,
         locks: &Locks,
         key: &Key,
@@ -336,11 +343,7 @@ impl Global {
         cost: NonZeroU32,
     ) -> (Decision, Source) {
         let name = &rule.name;
-        let lockout = rule.lockout.filter(|_| !rule.shadow);
-        let check = self
-            .redis
-            .check_next(name, key, rule.algorithm, &quota, cost.get(), lockout);
-        match self.guard.call(self.redis.liveness(), check).await {
+        match self.call_exact(rule, key, quota, cost).await {
             Ok(Decided {
                 decision,
                 locked: true,
@@ -375,6 +378,100 @@ impl Global {
             Err(cause) => {
                 self.denies.forget(key);
                 self.fail(locks, key, quota, cost, cause)
+            }
+        }
+    }
+
+    /// One exact decision from Redis, coalesced with the key's other
+    /// requests when the rule coalesces: the first asks alone, those that
+    /// arrive meanwhile are decided together when it returns.
+    async fn call_exact(
+        self: &Arc<Self>,
+        rule: &Rule,
+        key: &Key,
+        quota: Quota,
+        cost: NonZeroU32,
+    ) -> Result<Decided, Cause> {
+        let lockout = rule.lockout.filter(|_| !rule.shadow);
+        let one = || {
+            let check =
+                self.redis
+                    .check_next(&rule.name, key, rule.algorithm, &quota, cost.get(), lockout);
+            self.guard.call(self.redis.liveness(), check)
+        };
+        let Some(queues) = &self.queues else {
+            return one().await;
+        };
+        match queues.join(key, quota, cost.get()) {
+            Join::Alone => one().await,
+            // Closed: the leader went away first.
+            Join::Wait(rx) => match rx.await {
+                Ok(decided) => decided,
+                Err(_) => one().await,
+            },
+            Join::Lead(mut leader) => {
+                let decided = one().await;
+                if let Some(batch) = leader.next() {
+                    let (this, failed) = (self.clone(), decided.is_err());
+                    let drain = this.drain(rule, quota, leader, batch, failed);
+                    match tokio::runtime::Handle::try_current() {
+                        Ok(rt) => drop(rt.spawn(drain)),
+                        Err(_) => drain.await,
+                    }
+                }
+                decided
+            }
+        }
+    }
+
+    /// Decides the requests queued behind a call, a batch per script call,
+    /// until none are left; off the leader's request. After a failed call
+    /// the queue fails too, rather than wait out another timeout.
+    fn drain(
+        self: Arc<Self>,
+        rule: &Rule,
+        quota: Quota,
+        mut leader: Leader<Result<Decided, Cause>>,
+        mut batch: Batch<Result<Decided, Cause>>,
+        mut failed: bool,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        let (name, algorithm) = (rule.name.clone(), rule.algorithm);
+        let lockout = rule.lockout.filter(|_| !rule.shadow);
+        async move {
+            loop {
+                while !batch.is_empty() {
+                    let rest = batch.split_off(batch.len().min(MAX_BATCH));
+                    let now = std::mem::replace(&mut batch, rest);
+                    if failed || matches!(self.guard.admit(), Admit::Skip(_)) {
+                        for (_, tx) in now {
+                            let _ = tx.send(Err(Cause::Waited));
+                        }
+                        continue;
+                    }
+                    let costs: Vec<u32> = now.iter().map(|(c, _)| *c).collect();
+                    let key = leader.key();
+                    let call = self
+                        .redis
+                        .check_batch(&name, key, algorithm, &quota, &costs, lockout);
+                    match self.guard.call(self.redis.liveness(), call).await {
+                        Ok(decided) => {
+                            for ((_, tx), d) in now.into_iter().zip(decided) {
+                                let _ = tx.send(Ok(d));
+                            }
+                        }
+                        Err(cause) => {
+                            self.guard.failed(&cause);
+                            failed = true;
+                            for (_, tx) in now {
+                                let _ = tx.send(Err(Cause::Waited));
+                            }
+                        }
+                    }
+                }
+                match leader.next() {
+                    Some(next) => batch = next,
+                    None => break,
+                }
             }
         }
     }

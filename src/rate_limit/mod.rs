@@ -2,6 +2,8 @@
 //! their [`ResponseFuture`].
 
 pub(crate) mod chain;
+#[cfg(feature = "redis")]
+mod coalesce;
 mod control;
 mod future;
 #[cfg(feature = "redis")]

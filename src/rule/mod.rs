@@ -325,6 +325,8 @@ pub struct Rule {
     pub(crate) lockout: Option<Lockout>,
     #[cfg(feature = "redis")]
     pub(crate) lease: Option<LeasePolicy>,
+    #[cfg(feature = "redis")]
+    pub(crate) coalesce: bool,
     pub(crate) count_if: Option<Arc<CountIfFn>>,
     pub(crate) cost_from_response: Option<Arc<ResponseCostFn>>,
 }
@@ -356,6 +358,8 @@ impl Rule {
             lockout: None,
             #[cfg(feature = "redis")]
             lease: None,
+            #[cfg(feature = "redis")]
+            coalesce: false,
             count_if: None,
             cost_from_response: None,
         }
@@ -429,6 +433,34 @@ impl Rule {
     pub fn lease(mut self, lease: LeasePolicy) -> Self {
         self.lease = Some(lease);
         self
+    }
+
+    /// Coalesces a global rule's concurrent requests for one key: while a
+    /// script call for the key is in flight, later requests wait for it,
+    /// and one call then decides them all, each cost in turn, exactly as
+    /// separate calls would (each gets its own decision and headers). A
+    /// hot key then costs about one Redis call per round trip rather than
+    /// one per request; a request that waits pays up to one extra round
+    /// trip. Requests of different keys never wait for each other.
+    ///
+    /// ```
+    /// use keyed_rate_limit::{Quota, Rule, key::KeyExtractor};
+    /// let rule = Rule::new("api", KeyExtractor::header("x-api-key"), Quota::per_second(100))
+    ///     .coalesce(true);
+    /// assert!(rule.coalesces());
+    /// ```
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+    pub fn coalesce(mut self, on: bool) -> Self {
+        self.coalesce = on;
+        self
+    }
+
+    /// Whether the rule coalesces a key's concurrent requests.
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+    pub fn coalesces(&self) -> bool {
+        self.coalesce
     }
 
     /// The rule's lease policy, if it leases.

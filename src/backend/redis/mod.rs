@@ -496,13 +496,38 @@ impl RedisBackend {
         }
         let redis_key = self.state_key(rule, key, algorithm, quota);
         if let Some(period) = quota.period() {
-            let invocation = script::calendar(redis_key, quota, period, cost, lockout);
+            let invocation = script::calendar(redis_key, quota, period, &[cost], lockout);
             let reply: script::CalendarReply = self.invoke(&invocation).await?;
             return Ok(script::calendar_decision(quota, reply));
         }
-        let invocation = script::rate(algorithm, redis_key, quota, cost, lockout);
+        let invocation = script::rate(algorithm, redis_key, quota, &[cost], lockout);
         let reply: script::Reply = self.invoke(&invocation).await?;
         Ok(script::decision(quota, reply))
+    }
+
+    /// [`check_next`](Self::check_next) for several requests of one key
+    /// in one script call: each cost decided in turn, as if each were its
+    /// own call, in order. Every cost must fit the quota's capacity (the
+    /// chain checks before asking).
+    pub(crate) async fn check_batch(
+        &self,
+        rule: &str,
+        key: &Key,
+        algorithm: Algorithm,
+        quota: &Quota,
+        costs: &[u32],
+        lockout: Option<Lockout>,
+    ) -> Result<Vec<Decided>, RedisBackendError> {
+        let redis_key = self.state_key(rule, key, algorithm, quota);
+        let (invocation, width) = match quota.period() {
+            Some(period) => (
+                script::calendar(redis_key, quota, period, costs, lockout),
+                6,
+            ),
+            None => (script::rate(algorithm, redis_key, quota, costs, lockout), 5),
+        };
+        let flat: Vec<i64> = self.invoke(&invocation).await?;
+        Ok(script::batch_decisions(quota, &flat, width))
     }
 
     /// Leases `need` units of `key`'s quota or none, up to `want`, to

@@ -122,22 +122,36 @@ fn script(algorithm: Algorithm) -> &'static Script {
     }
 }
 
-/// The invocation of an algorithm's script for `cost` units on `key`.
+/// The invocation of an algorithm's script for `costs` on `key`, decided
+/// in turn (one reply each, concatenated).
 pub(crate) fn rate(
     algorithm: Algorithm,
     key: Vec<u8>,
     quota: &Quota,
-    cost: u32,
+    costs: &[u32],
     lockout: Option<Lockout>,
 ) -> redis::ScriptInvocation<'static> {
     let mut invocation = script(algorithm).key(key);
     invocation
         .arg(quota.limit())
         .arg(window_us(quota))
-        .arg(quota.burst())
-        .arg(cost);
-    lockout_args(&mut invocation, lockout);
+        .arg(quota.burst());
+    cost_args(&mut invocation, costs, lockout);
     invocation
+}
+
+/// `lock.lua`'s `ARGV[4..]`: the first cost, the lockout's three, then
+/// the other costs.
+fn cost_args(
+    invocation: &mut redis::ScriptInvocation<'_>,
+    costs: &[u32],
+    lockout: Option<Lockout>,
+) {
+    invocation.arg(costs.first().copied().unwrap_or(1));
+    lockout_args(invocation, lockout);
+    for cost in costs.iter().skip(1) {
+        invocation.arg(*cost);
+    }
 }
 
 /// The invocation of an algorithm's lease script: `need` units or none,
@@ -209,21 +223,21 @@ fn lockout_args(invocation: &mut redis::ScriptInvocation<'_>, lockout: Option<Lo
     };
 }
 
-/// The invocation of `calendar_window.lua` for a calendar quota on `key`.
+/// The invocation of `calendar_window.lua` for a calendar quota on `key`,
+/// for `costs` in turn.
 pub(crate) fn calendar(
     key: Vec<u8>,
     quota: &Quota,
     period: Period,
-    cost: u32,
+    costs: &[u32],
     lockout: Option<Lockout>,
 ) -> redis::ScriptInvocation<'static> {
     let mut invocation = CALENDAR_WINDOW.key(key);
     invocation
         .arg(quota.limit())
         .arg(period.as_str())
-        .arg(quota.utc_offset())
-        .arg(cost);
-    lockout_args(&mut invocation, lockout);
+        .arg(quota.utc_offset());
+    cost_args(&mut invocation, costs, lockout);
     invocation
 }
 
@@ -241,6 +255,20 @@ pub(crate) fn calendar_decision(
         decided.decision = decided.decision.with_window(window);
     }
     decided
+}
+
+/// A batch's replies, one per cost in order: `width` values each (6 for
+/// the calendar, 5 for the others).
+pub(crate) fn batch_decisions(quota: &Quota, flat: &[i64], width: usize) -> Vec<Decided> {
+    flat.chunks_exact(width)
+        .map(|r| {
+            if width == 6 {
+                calendar_decision(quota, (r[0], r[1], r[2], r[3], r[4], r[5]))
+            } else {
+                decision(quota, (r[0], r[1], r[2], r[3], r[4]))
+            }
+        })
+        .collect()
 }
 
 /// A rate script's answer.
