@@ -1,7 +1,7 @@
 //! Redis backend throughput against the same server's pipelined ceiling, and
 //! the deny cache's Redis calls per request for one abusive key.
 //!
-//! `cargo bench --bench redis --features redis` starts a private `redis-server` on a free port
+//! `cargo bench --bench redis --features redis-cluster` starts a private `redis-server` on a free port
 //! (never the shared 6379) and, in one process, measures:
 //!
 //! - the ceiling: one connection sending batches of `PIPELINE` `EVALSHA` of
@@ -19,13 +19,23 @@
 //!   (fresh key each), while `BUSY_TASKS` (default 4) other tasks keep that
 //!   runtime busy, each running 2 ms of CPU between yields.
 //!
+//! - the fleet: four gateways with exact, coalesced and leased global rules
+//!   beside the local rule, on this server and on a 3-master cluster; see
+//!   `benches/support/fleet.rs` (`FLEET_ONLY=1` runs only that section,
+//!   `FLEET_SECS` per run (default 2), `FLEET_ROUNDS` (default 3),
+//!   `FLEET_CLUSTER=0` skips the cluster rows).
+//!
 //! Environment: `REDIS_BENCH_SECS` (default 2) per run, `REDIS_BENCH_ROUNDS`
 //! (default 2, alternating order, medians reported), `DENY_SECS` (default 3),
 //! `BURSTS` (default 5; `BURST_ONLY=1` runs only that section), `BUSY_TASKS` (default 4).
 //! Machines are shared and noisy: read the ratios, not the absolute numbers.
 
+#[path = "support/fleet.rs"]
+mod fleet;
 #[path = "../tests/support/gateway.rs"]
 mod gateway;
+#[path = "../tests/support/redis_cluster.rs"]
+mod redis_cluster;
 #[path = "../tests/support/redis_server.rs"]
 mod redis_server;
 #[path = "support/rounds.rs"]
@@ -356,6 +366,177 @@ impl Run {
     }
 }
 
+/// One fleet case: a mode, a key set, a concurrency, on a target.
+#[derive(Clone, Copy)]
+struct FleetCase {
+    mode: fleet::Mode,
+    keys: fleet::Keys,
+    tasks: usize,
+    cluster: bool,
+    /// Every task on the first gateway.
+    one: bool,
+}
+
+impl FleetCase {
+    fn label(&self) -> String {
+        let keys = match self.keys {
+            fleet::Keys::Hot => "hot key".to_owned(),
+            fleet::Keys::Many(n) => format!("{n} keys"),
+        };
+        let on = if self.cluster { "cluster" } else { "redis" };
+        let spread = if self.one { "1 gw" } else { "4 gw" };
+        format!(
+            "{:<9} {keys:<11} c{:<3} {spread} {on}",
+            self.mode.label(),
+            self.tasks
+        )
+    }
+}
+
+/// The fleet section: cost (req/s, latency, script calls per request) and
+/// accuracy (over- and under-admission); see `support/fleet.rs`.
+fn fleet_section(server: &RedisServer) {
+    use fleet::{Keys, Mode, Target};
+    let dur = secs("FLEET_SECS", 2);
+    let rounds = std::env::var("FLEET_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3usize)
+        .max(1);
+    let with_cluster = std::env::var("FLEET_CLUSTER").as_deref() != Ok("0");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let cluster = with_cluster.then(redis_cluster::RedisCluster::start);
+    rt.block_on(async {
+        let single = Target::Server(server.url());
+        let mut cases = Vec::new();
+        for keys in [Keys::Hot, Keys::Many(10_000)] {
+            for tasks in [1, 64] {
+                for mode in [Mode::Local, Mode::Exact, Mode::Coalesced, Mode::Leased] {
+                    cases.push(FleetCase { mode, keys, tasks, cluster: false, one: false });
+                }
+            }
+        }
+        // The coalescing case: concurrency 64 on one gateway.
+        for mode in [Mode::Exact, Mode::Coalesced] {
+            cases.push(FleetCase { mode, keys: Keys::Hot, tasks: 64, cluster: false, one: true });
+        }
+        if cluster.is_some() {
+            for keys in [Keys::Hot, Keys::Many(10_000)] {
+                for mode in [Mode::Exact, Mode::Coalesced, Mode::Leased] {
+                    cases.push(FleetCase { mode, keys, tasks: 64, cluster: true, one: false });
+                }
+            }
+        }
+        let cluster_target = cluster.as_ref().map(|c| Target::Cluster(c.urls()));
+        let servers = |case: &FleetCase| -> Vec<&RedisServer> {
+            match (case.cluster, &cluster) {
+                (true, Some(c)) => c.nodes.iter().collect(),
+                _ => vec![server],
+            }
+        };
+        let mut layers = Vec::new();
+        for (i, case) in cases.iter().enumerate() {
+            let target = if case.cluster { cluster_target.as_ref().unwrap() } else { &single };
+            let g = fleet::gateways(target, &format!("fleet{i}"), case.mode, huge()).await;
+            // Warm: connections, scripts, the first leases.
+            let pick = move |t: usize| if case.one { 0 } else { t };
+            fleet::run(&g, case.keys, case.tasks, Duration::from_millis(200), pick, false).await;
+            layers.push(g);
+        }
+        println!(
+            "\nfleet: {} gateways, {dur:?} per run, {rounds} rounds in alternating order",
+            fleet::GATEWAYS
+        );
+        let mut results: Vec<Vec<(f64, f64, f64, f64)>> = vec![Vec::new(); cases.len()];
+        for round in 0..rounds {
+            for i in rounds::order(round, cases.len()) {
+                let case = cases[i];
+                let before = fleet::script_calls(&servers(&case));
+                let pick = move |t: usize| if case.one { 0 } else { t };
+                let o = fleet::run(&layers[i], case.keys, case.tasks, dur, pick, false).await;
+                let calls = fleet::script_calls(&servers(&case)) - before;
+                let per = calls as f64 / o.requests.max(1) as f64;
+                println!(
+                    "round {round} {}: {:>8.0} req/s  p50 {:>6.0} us  p99 {:>6.0} us  {:.4} calls/request",
+                    case.label(),
+                    o.rps,
+                    o.p50_us,
+                    o.p99_us,
+                    per
+                );
+                results[i].push((o.rps, o.p50_us, o.p99_us, per));
+            }
+        }
+        // Paired: each run against the same round's local run of its key set
+        // and concurrency (on the cluster or one gateway, the exact run).
+        let partner = |i: usize| {
+            let c = cases[i];
+            let want = if c.cluster || c.one { Mode::Exact } else { Mode::Local };
+            cases.iter().position(|o| {
+                o.mode == want
+                    && o.keys == c.keys
+                    && o.tasks == c.tasks
+                    && o.cluster == c.cluster
+                    && o.one == c.one
+            })
+        };
+        println!("\nfleet medians ({rounds} rounds); paired ratio to local (cluster, one gateway: to exact):");
+        println!(
+            "{:<38} {:>9} {:>7} {:>8} {:>8} {:>12}",
+            "case", "req/s", "paired", "p50 us", "p99 us", "calls/req"
+        );
+        for (i, case) in cases.iter().enumerate() {
+            let col = |f: fn(&(f64, f64, f64, f64)) -> f64| median(results[i].iter().map(f).collect());
+            let paired = partner(i).map_or(f64::NAN, |p| {
+                median(results[i].iter().zip(&results[p]).map(|(a, b)| a.0 / b.0).collect())
+            });
+            println!(
+                "{:<38} {:>9.0} {:>7.2} {:>8.0} {:>8.0} {:>12.4}",
+                case.label(),
+                col(|r| r.0),
+                paired,
+                col(|r| r.1),
+                col(|r| r.2),
+                col(|r| r.3)
+            );
+        }
+
+        // Accuracy: a hot key far over its quota.
+        let q = Quota::per_second(2000).with_burst(400);
+        let acc_dur = secs("FLEET_ACCURACY_SECS", 3);
+        println!(
+            "\nfleet accuracy: hot key, quota {q}, 64 tasks for {acc_dur:?}, lease ttl {:?}",
+            fleet::LEASE_TTL
+        );
+        println!(
+            "{:<10} {:<7} {:>9} {:>9} {:>9} {:>10} {:>11}",
+            "mode", "spread", "offered", "exact", "admitted", "adm/exact", "over units"
+        );
+        for (s, spread) in ["even", "90% one"].into_iter().enumerate() {
+            for mode in [Mode::Exact, Mode::Coalesced, Mode::Leased] {
+                let g = fleet::gateways(&single, &format!("acc{s}-{}", mode.label()), mode, q).await;
+                // 90 % of the tasks on gateway 0, the rest spread.
+                let pick = move |t: usize| if s == 0 { t } else if t % 10 != 9 { 0 } else { 1 + t % 3 };
+                let o = fleet::run(&g, Keys::Hot, 64, acc_dur, pick, true).await;
+                let (exact, _) = fleet::gcra(q, &o.arrivals);
+                let (_, over) = fleet::gcra(q, &o.admitted);
+                println!(
+                    "{:<10} {spread:<7} {:>9} {:>9} {:>9} {:>10.3} {:>11.2}",
+                    mode.label(),
+                    o.arrivals.len(),
+                    exact,
+                    o.admitted.len(),
+                    o.admitted.len() as f64 / exact.max(1) as f64,
+                    over
+                );
+            }
+        }
+    });
+}
+
 fn main() {
     // The harness ignores its arguments (`cargo bench` passes `--bench`).
     let dur = secs("REDIS_BENCH_SECS", 2);
@@ -367,6 +548,10 @@ fn main() {
         .max(1);
     let server = RedisServer::start();
     let url = server.url();
+    if std::env::var_os("FLEET_ONLY").is_some() {
+        fleet_section(&server);
+        return;
+    }
     burst_section(&url);
     if std::env::var_os("BURST_ONLY").is_some() {
         return;

@@ -14,7 +14,11 @@
 //! 5. `layer-redis`: this layer, the same rule made global on a private
 //!    `redis-server` this program starts on a free port (never 6379);
 //! 6. `layer-outer` and `tg-outer`: `layer-local` and `tower_governor`
-//!    wrapped around the whole router instead of added with `Router::layer`.
+//!    wrapped around the whole router instead of added with `Router::layer`;
+//! 7. `layer-leased`: `layer-redis` with
+//!    [`Rule::lease`](keyed_rate_limit::Rule::lease) (100 ms leases);
+//! 8. `layer-coalesced`: `layer-redis` with
+//!    [`Rule::coalesce`](keyed_rate_limit::Rule::coalesce).
 //!
 //! The load generator is `wrk` when it is on `PATH`, otherwise a built-in
 //! keep-alive client (reqwest). Variants run interleaved for several rounds
@@ -24,7 +28,8 @@
 //! Environment: `LOADTEST_SECS` (default 4) per run, `LOADTEST_CONNS` (32),
 //! `LOADTEST_THREADS` (2, wrk only), `LOADTEST_ROUNDS` (2),
 //! `LOADTEST_GEN=rust` to force the built-in generator, `LOADTEST_WRK_CPUS=1`
-//! to pin wrk to CPU 1 (run the harness itself under `taskset -c 0`).
+//! to pin wrk to CPU 1 (run the harness itself under `taskset -c 0`),
+//! `LOADTEST_VARIANTS=bare,layer-local,...` to run some (bare always runs).
 
 #[path = "../tests/support/redis_server.rs"]
 mod redis_server;
@@ -40,6 +45,7 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use keyed_rate_limit::backend::redis::RedisBackend;
+use keyed_rate_limit::rule::LeasePolicy;
 use keyed_rate_limit::{HeaderStyle, RateLimitLayer};
 use support::{KEY, KEY_HEADER, app};
 
@@ -185,17 +191,22 @@ async fn main() {
         .build()
         .await
         .expect("connect to the private redis");
-
-    let global = RateLimitLayer::builder()
-        .rule(
-            support::local_rule("global")
-                .global(backend)
-                // Generous: a timeout would answer from the local fallback
-                // and flatter the Redis numbers.
-                .redis_timeout(Duration::from_secs(1)),
-        )
-        .build()
-        .unwrap();
+    let global_layer = |rule: keyed_rate_limit::Rule| {
+        RateLimitLayer::builder()
+            .rule(
+                rule.global(backend.clone())
+                    // Generous: a timeout would answer from the local fallback
+                    // and flatter the Redis numbers.
+                    .redis_timeout(Duration::from_secs(1)),
+            )
+            .build()
+            .unwrap()
+    };
+    let global = global_layer(support::local_rule("global"));
+    let leased = global_layer(
+        support::local_rule("leased").lease(LeasePolicy::new(Duration::from_millis(100))),
+    );
+    let coalesced = global_layer(support::local_rule("coalesced").coalesce(true));
 
     let variants: Vec<(&str, SocketAddr)> = vec![
         ("bare", serve(app()).await),
@@ -211,7 +222,16 @@ async fn main() {
         ("layer-redis", serve(app().layer(global.clone())).await),
         ("layer-outer", serve_outer(support::Outer::Layer).await),
         ("tg-outer", serve_outer(support::Outer::TowerGovernor).await),
+        ("layer-leased", serve(app().layer(leased.clone())).await),
+        ("layer-coalesced", serve(app().layer(coalesced)).await),
     ];
+    let only = std::env::var("LOADTEST_VARIANTS").ok();
+    let runs = |name: &str| {
+        name == "bare"
+            || only
+                .as_deref()
+                .is_none_or(|o| o.split(',').any(|v| v.trim() == name))
+    };
 
     // One request each: 200, and the rate-limit headers each sends.
     let client = reqwest::Client::new();
@@ -245,6 +265,9 @@ async fn main() {
     for round in 0..rounds {
         for i in rounds::order(round as usize, variants.len()) {
             let (name, addr) = variants[i];
+            if !runs(name) {
+                continue;
+            }
             let s = if use_wrk {
                 run_wrk(addr, secs, conns, threads).await
             } else {
@@ -260,6 +283,17 @@ async fn main() {
 
     let med: Vec<Sample> = samples
         .iter()
+        .map(|v| {
+            if v.is_empty() {
+                vec![Sample {
+                    rps: f64::NAN,
+                    p50_us: f64::NAN,
+                    p99_us: f64::NAN,
+                }]
+            } else {
+                v.clone()
+            }
+        })
         .map(|v| Sample {
             rps: median(v.iter().map(|s| s.rps).collect()),
             p50_us: median(v.iter().map(|s| s.p50_us).collect()),
@@ -276,13 +310,16 @@ async fn main() {
     // of the drift between rounds; the median of those ratios is the
     // steadier estimate.
     let paired = |a: usize, b: usize| {
-        median(
-            samples[a]
-                .iter()
-                .zip(&samples[b])
-                .map(|(x, y)| x.rps / y.rps)
-                .collect(),
-        )
+        let ratios: Vec<f64> = samples[a]
+            .iter()
+            .zip(&samples[b])
+            .map(|(x, y)| x.rps / y.rps)
+            .collect();
+        if ratios.is_empty() {
+            f64::NAN
+        } else {
+            median(ratios)
+        }
     };
     for (i, ((name, _), m)) in variants.iter().zip(&med).enumerate() {
         let paired = paired(i, 0);
@@ -306,5 +343,13 @@ async fn main() {
         paired(5, 6),
         med[4].rps / med[1].rps
     );
+    println!(
+        "layer-leased / layer-local = {:.2}, paired {:.2}; layer-coalesced / layer-redis = {:.2}, paired {:.2}",
+        med[7].rps / med[1].rps,
+        paired(7, 1),
+        med[8].rps / med[4].rps,
+        paired(8, 4)
+    );
     println!("redis breaker after the runs: {:?}", global.breakers());
+    println!("leased breaker after the runs: {:?}", leased.breakers());
 }

@@ -311,3 +311,36 @@ async fn a_lease_spent_late_beside_fresh_units_stays_within_the_bound() {
         let _ = time_us(&mut c).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ended_lease_gives_back_in_the_next_grant() {
+    let server = RedisServer::start();
+    // 10/s with a burst of 600: a 200 ms lease holds back 2.
+    let q = Quota::per_minute(600);
+    let ttl = Duration::from_millis(200);
+    for algorithm in [Algorithm::Gcra, Algorithm::TokenBucket] {
+        let prefix = format!("back-{algorithm}");
+        let lease = |redis| leased(redis, algorithm, q, ttl, FailureMode::FailClosed);
+        let a = lease(server.backend(&prefix).await);
+        let b = lease(server.backend(&prefix).await);
+        for _ in 0..80 {
+            assert!(call(&a).await.0);
+        }
+        let free = || async { b.control().peek("r", "k").await.unwrap().remaining() };
+        let before = free().await;
+        assert!(
+            before < 100,
+            "{algorithm}: a holds most of the bucket: {before} free"
+        );
+        tokio::time::sleep(ttl).await;
+        // The lease has ended: this request's grant gives the rest back.
+        let calls = server.script_calls();
+        assert!(call(&a).await.0);
+        assert_eq!(server.script_calls() - calls, 1, "{algorithm}: one call");
+        let after = free().await;
+        assert!(
+            after >= 500,
+            "{algorithm}: {before} free before, {after} after"
+        );
+    }
+}

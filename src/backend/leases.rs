@@ -6,11 +6,11 @@
 //! the rate the key's last lease was spent at.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
 use tokio::sync::oneshot;
-use tokio::time::Instant;
 
 use crate::rule::LeasePolicy;
 use crate::{Decision, Key, Quota};
@@ -37,12 +37,12 @@ pub(crate) struct Leases {
 struct Held {
     /// The quota Redis counted the lease in (request-time quotas differ).
     counted: Quota,
-    left: u32,
+    /// Spent under the map's read lock: a hot key's requests on several
+    /// threads don't queue for its shard.
+    left: AtomicU32,
     granted: u32,
     asked: Instant,
     until: Instant,
-    /// When the lease ran out, if it did: the end of its rate's measure.
-    emptied: Option<Instant>,
     /// Free units in Redis at the grant, and when the bucket was to be
     /// whole: the headers' estimate.
     free: u32,
@@ -116,7 +116,25 @@ impl Leases {
         shown: Quota,
         cost: u32,
     ) -> Take {
-        let now = Instant::now();
+        self.take_at(key, counted, shown, cost, Instant::now())
+    }
+
+    fn take_at(
+        self: &Arc<Self>,
+        key: &Key,
+        counted: Quota,
+        shown: Quota,
+        cost: u32,
+        now: Instant,
+    ) -> Take {
+        if let Some(h) = self.map.get(key)
+            && h.flight.is_none()
+            && h.counted == counted
+            && now < h.until
+            && h.spend(cost)
+        {
+            return Take::Spent(h.decision(shown, now));
+        }
         let want = match self.map.get_mut(key) {
             Some(mut h) => {
                 if let Some(waiters) = &mut h.flight {
@@ -124,12 +142,7 @@ impl Leases {
                     waiters.push(tx);
                     return Take::Wait(rx);
                 }
-                let current = h.counted == counted && now < h.until;
-                if current && h.left >= cost {
-                    h.left -= cost;
-                    if h.left == 0 {
-                        h.emptied = Some(now);
-                    }
+                if h.counted == counted && now < h.until && h.spend(cost) {
                     return Take::Spent(h.decision(shown, now));
                 }
                 if let Some((until, d)) = h.denied.filter(|_| h.counted == counted)
@@ -138,7 +151,7 @@ impl Leases {
                     return Take::Denied(d);
                 }
                 let want = h.next_want(self.policy, now);
-                let left = std::mem::take(&mut h.left);
+                let left = std::mem::take(h.left.get_mut());
                 let unspent = (self.gives_back && left > 0).then_some((h.counted, left));
                 h.flight = Some(Vec::new());
                 h.denied = None;
@@ -165,12 +178,16 @@ impl Leases {
     /// Gives back (`units < 0`) or charges a spend to `key`'s current lease
     /// in `counted`; nothing when it has ended.
     pub(crate) fn adjust(&self, key: &Key, counted: Quota, units: i64) {
-        if let Some(mut h) = self.map.get_mut(key)
+        if let Some(h) = self.map.get(key)
             && h.counted == counted
             && Instant::now() < h.until
         {
-            let left = i64::from(h.left) - units;
-            h.left = u32::try_from(left.clamp(0, i64::from(h.granted))).unwrap_or(0);
+            let granted = i64::from(h.granted);
+            let _ = h
+                .left
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |l| {
+                    u32::try_from((i64::from(l) - units).clamp(0, granted)).ok()
+                });
         }
     }
 
@@ -182,15 +199,19 @@ impl Leases {
     /// Drops ended leases no request asks for, and returns their unspent
     /// units, for Redis.
     pub(crate) fn sweep(&self) -> Vec<(Key, Quota, u32)> {
-        let now = Instant::now();
+        self.sweep_at(Instant::now())
+    }
+
+    fn sweep_at(&self, now: Instant) -> Vec<(Key, Quota, u32)> {
         let mut back = Vec::new();
         self.map.retain(|key, h| {
             let ended = now >= h.until && h.denied.is_none_or(|(until, _)| now >= until);
             if h.flight.is_some() || !ended {
                 return true;
             }
-            if self.gives_back && h.left > 0 {
-                back.push((key.clone(), h.counted, h.left));
+            let left = *h.left.get_mut();
+            if self.gives_back && left > 0 {
+                back.push((key.clone(), h.counted, left));
             }
             false
         });
@@ -206,8 +227,9 @@ impl Leases {
             return back;
         }
         for mut h in self.map.iter_mut() {
-            if now < h.until && h.left > 0 {
-                back.push((h.key().clone(), h.counted, std::mem::take(&mut h.left)));
+            let left = std::mem::take(h.left.get_mut());
+            if now < h.until && left > 0 {
+                back.push((h.key().clone(), h.counted, left));
             }
         }
         back
@@ -233,11 +255,10 @@ impl Held {
     fn asking(counted: Quota, now: Instant) -> Self {
         Self {
             counted,
-            left: 0,
+            left: AtomicU32::new(0),
             granted: 0,
             asked: now,
             until: now,
-            emptied: None,
             free: 0,
             reset_at: now,
             want: 1,
@@ -246,14 +267,17 @@ impl Held {
         }
     }
 
-    /// Enough for one `ttl` at the rate the last lease was spent at.
+    /// Enough for one `ttl` at the rate the last lease was spent at, from
+    /// its ask to this one: a key seen once a second keeps leases of one.
     fn next_want(&self, policy: LeasePolicy, now: Instant) -> u32 {
         if self.granted == 0 {
             return self.want;
         }
-        let used = u64::from(self.granted - self.left);
-        let end = self.emptied.unwrap_or(now).min(self.until);
-        let over = end
+        let used = u64::from(
+            self.granted
+                .saturating_sub(self.left.load(Ordering::Relaxed)),
+        );
+        let over = now
             .saturating_duration_since(self.asked)
             .max(Duration::from_micros(1));
         let rate_want = u128::from(used) * policy.ttl.as_nanos() / over.as_nanos();
@@ -263,8 +287,18 @@ impl Held {
             .clamp(1, cap.max(1))
     }
 
+    /// Spends `cost` of the lease if it holds that many.
+    fn spend(&self, cost: u32) -> bool {
+        self.left
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |l| {
+                l.checked_sub(cost)
+            })
+            .is_ok()
+    }
+
     fn decision(&self, shown: Quota, now: Instant) -> Decision {
-        let remaining = self.left.saturating_add(self.free).min(shown.burst());
+        let left = self.left.load(Ordering::Relaxed);
+        let remaining = left.saturating_add(self.free).min(shown.burst());
         Decision::allowed(
             shown.limit(),
             shown.window(),
@@ -295,8 +329,7 @@ impl Flight {
         };
         h.counted = counted;
         h.granted = granted;
-        h.left = granted.saturating_sub(cost);
-        h.emptied = (h.left == 0).then_some(now);
+        *h.left.get_mut() = granted.saturating_sub(cost);
         h.asked = asked;
         // Counted on Redis time after `asked`: ending at `asked + lease`
         // ends it no later there.
@@ -351,6 +384,7 @@ mod tests {
     use super::*;
 
     const TTL: Duration = Duration::from_millis(100);
+    const US: Duration = Duration::from_micros(1);
 
     fn leases() -> Arc<Leases> {
         Leases::new(LeasePolicy::new(TTL).with_max_units(1000), 10, true)
@@ -363,83 +397,91 @@ mod tests {
         }
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn one_request_asks_the_others_wait_then_spend_the_lease() {
         let (l, q, k) = (leases(), Quota::per_second(1000), Key::from("k"));
-        let f = ask(l.take(&k, q, q, 1));
+        let t0 = Instant::now();
+        let f = ask(l.take_at(&k, q, q, 1, t0));
         assert_eq!((f.need, f.want), (1, 1), "a first lease is small");
-        let Take::Wait(rx) = l.take(&k, q, q, 1) else {
+        let Take::Wait(rx) = l.take_at(&k, q, q, 1, t0) else {
             panic!("a second request waits for the flight")
         };
-        let d = f.granted(
-            q,
-            q,
-            1,
-            Instant::now(),
-            (10, 500),
-            TTL,
-            Duration::from_millis(400),
-        );
+        let d = f.granted(q, q, 1, t0, (10, 500), TTL, Duration::from_millis(400));
         assert!(d.is_allowed());
         assert_eq!(d.remaining(), 509, "lease left plus free in Redis");
         assert_eq!(rx.await.unwrap(), Woken::Retry);
         for _ in 0..9 {
-            assert!(matches!(l.take(&k, q, q, 1), Take::Spent(_)));
+            assert!(matches!(l.take_at(&k, q, q, 1, t0), Take::Spent(_)));
         }
-        // Spent ten within a microsecond: the next lease grows, by at most 8x.
-        tokio::time::advance(Duration::from_micros(1)).await;
-        let f = ask(l.take(&k, q, q, 1));
+        // Ten spent a microsecond after the ask: the next lease grows, by at most 8x.
+        let f = ask(l.take_at(&k, q, q, 1, t0 + US));
         assert_eq!(f.want, 80);
         assert_eq!(f.need, 20, "a quarter of the want, as the capacity allows");
         assert!(f.unspent.is_none());
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn an_ended_lease_gives_back_what_is_left_and_sizes_to_its_rate() {
         let (l, q, k) = (leases(), Quota::per_second(1000), Key::from("k"));
-        let f = ask(l.take(&k, q, q, 1));
-        f.granted(q, q, 1, Instant::now(), (100, 0), TTL, TTL);
+        let t0 = Instant::now();
+        let f = ask(l.take_at(&k, q, q, 1, t0));
+        f.granted(q, q, 1, t0, (100, 0), TTL, TTL);
         for _ in 0..19 {
-            assert!(matches!(l.take(&k, q, q, 1), Take::Spent(_)));
+            assert!(matches!(l.take_at(&k, q, q, 1, t0), Take::Spent(_)));
         }
-        tokio::time::advance(TTL).await;
-        let f = ask(l.take(&k, q, q, 1));
+        let f = ask(l.take_at(&k, q, q, 1, t0 + TTL));
         assert_eq!(f.unspent, Some((q, 80)));
         assert_eq!(f.want, 20, "twenty spent in one ttl");
         drop(f);
         assert!(
-            matches!(l.take(&k, q, q, 1), Take::Ask(_)),
+            matches!(l.take_at(&k, q, q, 1, t0 + TTL), Take::Ask(_)),
             "a dropped flight frees the key"
         );
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn a_deny_answers_until_its_retry_after_and_a_failure_wakes_waiters() {
         let (l, q, k) = (leases(), Quota::per_second(1000), Key::from("k"));
-        let f = ask(l.take(&k, q, q, 1));
-        let Take::Wait(rx) = l.take(&k, q, q, 1) else {
+        let t0 = Instant::now();
+        let f = ask(l.take_at(&k, q, q, 1, t0));
+        let Take::Wait(rx) = l.take_at(&k, q, q, 1, t0) else {
             panic!("waits")
         };
         f.failed();
         assert_eq!(rx.await.unwrap(), Woken::Failed);
-        let f = ask(l.take(&k, q, q, 1));
-        let deny = Decision::denied(q.limit(), q.window(), Duration::from_millis(5), TTL);
-        f.denied(q, deny);
-        assert!(matches!(l.take(&k, q, q, 1), Take::Denied(_)));
-        tokio::time::advance(Duration::from_millis(5)).await;
-        assert!(matches!(l.take(&k, q, q, 1), Take::Ask(_)));
+        let f = ask(l.take_at(&k, q, q, 1, t0));
+        let wait = Duration::from_secs(5);
+        f.denied(q, Decision::denied(q.limit(), q.window(), wait, TTL));
+        let t1 = Instant::now();
+        assert!(matches!(l.take_at(&k, q, q, 1, t1), Take::Denied(_)));
+        assert!(matches!(l.take_at(&k, q, q, 1, t1 + wait), Take::Ask(_)));
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn a_full_key_space_decides_exactly_and_sweeps_return_units() {
         let l = Leases::new(LeasePolicy::new(TTL), 1, true);
         let q = Quota::per_second(1000);
-        let f = ask(l.take(&Key::from("a"), q, q, 1));
-        assert!(matches!(l.take(&Key::from("b"), q, q, 1), Take::Exact));
-        f.granted(q, q, 1, Instant::now(), (5, 0), TTL, TTL);
-        assert!(l.sweep().is_empty(), "a live lease stays");
-        tokio::time::advance(TTL).await;
-        assert_eq!(l.sweep(), vec![(Key::from("a"), q, 4)]);
+        let t0 = Instant::now();
+        let f = ask(l.take_at(&Key::from("a"), q, q, 1, t0));
+        assert!(matches!(
+            l.take_at(&Key::from("b"), q, q, 1, t0),
+            Take::Exact
+        ));
+        f.granted(q, q, 1, t0, (5, 0), TTL, TTL);
+        assert!(l.sweep_at(t0).is_empty(), "a live lease stays");
+        assert_eq!(l.sweep_at(t0 + TTL), vec![(Key::from("a"), q, 4)]);
         assert_eq!(l.len(), 0);
+    }
+
+    #[test]
+    fn refunds_and_charges_stay_within_the_lease() {
+        let (l, q, k) = (leases(), Quota::per_second(1000), Key::from("k"));
+        let t0 = Instant::now();
+        let f = ask(l.take_at(&k, q, q, 1, t0));
+        f.granted(q, q, 1, t0, (10, 0), TTL, TTL);
+        l.adjust(&k, q, -100);
+        assert_eq!(l.map.get(&k).unwrap().left.load(Ordering::Relaxed), 10);
+        l.adjust(&k, q, 100);
+        assert_eq!(l.map.get(&k).unwrap().left.load(Ordering::Relaxed), 0);
     }
 }

@@ -103,6 +103,23 @@ struct LockoutSpec {
     block_for: DurationSpec,
 }
 
+/// `lease = { ttl = "50ms", max_units = 500 }`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+struct LeaseSpec {
+    ttl: DurationSpec,
+    max_units: Option<u32>,
+}
+
+#[cfg(feature = "redis")]
+impl LeaseSpec {
+    fn policy(self) -> crate::rule::LeasePolicy {
+        let p = crate::rule::LeasePolicy::new(self.ttl.0);
+        self.max_units.map_or(p, |n| p.with_max_units(n))
+    }
+}
+
 /// One rule as written; checked as a whole by [`RuleConfig::try_from`].
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -135,6 +152,9 @@ struct RawRule {
     max_keys: Option<usize>,
     on_key_space_full: Option<KeySpaceFull>,
     lockout: Option<LockoutSpec>,
+    #[serde(default)]
+    coalesce: bool,
+    lease: Option<LeaseSpec>,
 }
 
 impl RawRule {
@@ -191,11 +211,34 @@ impl TryFrom<RawRule> for RuleConfig {
         if raw.cost.is_some() && raw.cost_fn.is_some() {
             return err("set `cost` or `cost_fn`, not both".into());
         }
+        #[cfg(feature = "redis")]
+        if let Some(l) = raw.lease {
+            let policy = l.policy();
+            if let Err(e) = policy.validate() {
+                return err(format!("`lease`: {e}"));
+            }
+            if raw.lockout.is_some() {
+                return err(
+                    "set `lease` or `lockout`, not both: every deny of a lockout must reach Redis"
+                        .into(),
+                );
+            }
+            if raw.quota.is_some() && policy.counted(raw.static_quota(), raw.algorithm).is_none() {
+                return err(format!(
+                    "`lease`: a ttl of {:?} holds back {} units, the whole burst of {} (shorten the ttl or raise the burst; calendar quotas are not leased)",
+                    l.ttl.0,
+                    policy.held_back(&raw.static_quota()),
+                    raw.static_quota().burst()
+                ));
+            }
+        }
         if raw.scope == ScopeSpec::Local {
             for (set, field) in [
                 (raw.failure_mode.is_some(), "failure_mode"),
                 (raw.timeout.is_some(), "timeout"),
                 (raw.breaker.is_some(), "breaker"),
+                (raw.coalesce, "coalesce"),
+                (raw.lease.is_some(), "lease"),
             ] {
                 if set {
                     return err(format!("`{field}` only applies to `scope = \"global\"`"));
@@ -572,6 +615,10 @@ impl RuleConfig {
             }
             if let Some(t) = raw.timeout {
                 rule = rule.redis_timeout(t.0);
+            }
+            rule = rule.coalesce(raw.coalesce);
+            if let Some(l) = raw.lease {
+                rule = rule.lease(l.policy());
             }
             if let Some(b) = raw.breaker {
                 let mut cfg = BreakerConfig::default();

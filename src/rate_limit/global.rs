@@ -12,7 +12,7 @@ use crate::backend::keyspace::{Budget, KeySpaceFull};
 use crate::backend::leases::{Flight, Leases, Take, Woken};
 use crate::backend::local::LocalStore;
 use crate::backend::lock::Locks;
-use crate::backend::redis::{ControlScriptOp, Decided, RedisBackend};
+use crate::backend::redis::{ControlScriptOp, Decided, Grant, RedisBackend};
 use crate::error::ControlError;
 use crate::failure::PATIENCE;
 use crate::failure::{Admit, BreakerStatus, Cause, FailureMode, Guard};
@@ -264,23 +264,45 @@ impl Global {
             flight.failed();
             return self.fail(locks, key, quota, cost, Cause::CircuitOpen);
         }
-        if let Some((q, units)) = flight.unspent {
-            self.give_back(rule, key.clone(), q, units);
-        }
+        // Given back in the grant call, unless counted in another quota.
+        let back = match flight.unspent {
+            Some((q, units)) if q == counted => units,
+            Some((q, units)) => {
+                self.give_back(rule, key.clone(), q, units);
+                0
+            }
+            None => 0,
+        };
         let ttl = self
             .leases
             .as_ref()
             .map_or(Duration::ZERO, |l| l.policy().ttl());
-        let asked = tokio::time::Instant::now();
-        let call = self.redis.grant(
-            &rule.name,
-            key,
-            rule.algorithm,
-            &counted,
-            (flight.need, flight.want),
-            &self.holder,
-            ttl,
-        );
+        let asked = std::time::Instant::now();
+        let sizes = (flight.need, flight.want);
+        let call = async {
+            // A key too slow for more than this request's units: the rate
+            // script, lighter than a grant that keeps the holders.
+            if back == 0 && flight.want <= cost.get() {
+                let d = self
+                    .redis
+                    .check_next(&rule.name, key, rule.algorithm, &counted, cost.get(), None)
+                    .await?
+                    .decision;
+                let granted = if d.is_allowed() { cost.get() } else { 0 };
+                return Ok(Grant {
+                    granted,
+                    remaining: d.remaining(),
+                    wait: d.retry_after().unwrap_or_default(),
+                    reset: d.reset(),
+                    lease: ttl,
+                });
+            }
+            let holder = &self.holder;
+            let (name, algorithm) = (&rule.name, rule.algorithm);
+            self.redis
+                .grant(name, key, algorithm, &counted, sizes, holder, ttl, back)
+                .await
+        };
         match self.guard.call(self.redis.liveness(), call).await {
             Ok(g) if g.granted > 0 => {
                 let d = flight.granted(

@@ -531,9 +531,10 @@ impl RedisBackend {
     }
 
     /// Leases `need` units of `key`'s quota or none, up to `want`, to
-    /// `holder` for at most `lease`: one `grant.lua` call on the state the
-    /// rate script of `algorithm` keeps (the caller passes the quota the
-    /// lease is counted in).
+    /// `holder` for at most `lease`, after giving back `back` units of its
+    /// last lease: one `grant.lua` call on the state the rate script of
+    /// `algorithm` keeps (the caller passes the quota the lease is counted
+    /// in).
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn grant(
         &self,
@@ -541,12 +542,13 @@ impl RedisBackend {
         key: &Key,
         algorithm: Algorithm,
         quota: &Quota,
-        (need, want): (u32, u32),
+        sizes: (u32, u32),
         holder: &str,
         lease: Duration,
+        back: u32,
     ) -> Result<Grant, RedisBackendError> {
         let redis_key = self.state_key(rule, key, algorithm, quota);
-        let invocation = script::grant(algorithm, redis_key, quota, need, want, holder, lease);
+        let invocation = script::grant(algorithm, redis_key, quota, sizes, holder, lease, back);
         let reply: script::GrantReply = self.invoke(&invocation).await?;
         Ok(script::grant_reply(reply))
     }

@@ -155,15 +155,17 @@ fn cost_args(
 }
 
 /// The invocation of an algorithm's lease script: `need` units or none,
-/// up to `want`, for `holder`, lasting at most `lease`.
+/// up to `want`, for `holder`, lasting at most `lease`, after giving back
+/// `back` units of its last lease.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn grant(
     algorithm: Algorithm,
     key: Vec<u8>,
     quota: &Quota,
-    need: u32,
-    want: u32,
+    (need, want): (u32, u32),
     holder: &str,
     lease: Duration,
+    back: u32,
 ) -> redis::ScriptInvocation<'static> {
     let script: &Script = match algorithm {
         Algorithm::Gcra => &GRANT_GCRA,
@@ -179,7 +181,8 @@ pub(crate) fn grant(
         .arg(need)
         .arg(want)
         .arg(holder)
-        .arg(ms(lease));
+        .arg(ms(lease))
+        .arg(back);
     invocation
 }
 

@@ -26,6 +26,9 @@ local new_tat = math.max(tat, now) + cost * interval
 local reset_ms = math.ceil((new_tat - now) / 1000)
 if reset_ms > 0 then
   redis.call('SET', KEYS[1], string.format('%.17g', new_tat), 'PX', reset_ms)
+else
+  -- Only a negative cost (units given back, grant.lua) gets here: whole.
+  redis.call('DEL', KEYS[1])
 end
 -- Single cells still allowed now: those with new_tat + j*interval - tolerance <= now.
 local room = now + tolerance - new_tat

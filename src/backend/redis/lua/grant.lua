@@ -1,7 +1,8 @@
 -- Leases quota to one gateway (the script before this one is the body of
 -- `decide(cost)`, which may set `left_ms` to the time left in its window).
 -- ARGV: limit, window_us, burst (as the algorithm takes them), need, want,
--- holder, lease_ms.
+-- holder, lease_ms, back: units of this holder's last lease it did not
+-- spend, given back first (smooth buckets only: `decide` of a negative cost).
 -- Grants `need` units or none, and up to `want`, but never more than an
 -- even share of what is left among the gateways holding leases on the key
 -- (`need` excepted): a few gateways cannot strand the quota.
@@ -15,6 +16,8 @@ local holders = string.match(KEYS[1], '^(.*})') .. ':holders'
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', holders, '-inf', now_ms)
+local back = tonumber(ARGV[8])
+if back > 0 then decide(-back) end
 
 local r = decide(need)
 if r[1] == 0 then return {0, 0, r[3], r[4], 0} end

@@ -30,7 +30,8 @@ if tokens + eps < cost then
   return {0, 0, math.max(1, wait), reset}
 end
 
-tokens = tokens - cost
+-- A negative cost gives units back (grant.lua), up to a whole bucket.
+tokens = math.min(burst, tokens - cost)
 local full_ms = math.ceil((burst - tokens) * window / limit / 1000)
 redis.call('HSET', KEYS[1], 't', tokens, 'ts', now)
 redis.call('PEXPIRE', KEYS[1], math.max(1, full_ms))
