@@ -19,9 +19,15 @@
 //!
 //! Environment: `INSTR_REQUESTS` (`N`, default 2000), `INSTR_CONNS` (1: one
 //! request per wake-up, the same for every variant), `INSTR_VARIANTS`
-//! (a comma-separated subset, printed without ratios).
+//! (a comma-separated subset, printed without ratios). With `--features
+//! redis`, `INSTR_VARIANTS` may also name `layer-leased`: `layer-local`'s
+//! rule made global on a private `redis-server` with 100 ms leases
+//! (`Rule::lease`), its grants counted with the rest.
 //! Needs `valgrind` (`apt-get install -y valgrind`).
 
+#[cfg(feature = "redis")]
+#[path = "../tests/support/redis_server.rs"]
+mod redis_server;
 #[path = "support/app.rs"]
 mod support;
 
@@ -68,6 +74,32 @@ fn router(variant: &str) -> Router {
 
 static SERVED: AtomicU64 = AtomicU64::new(0);
 
+/// The private Redis the leased variant's child connects to.
+static REDIS_URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// `layer-local`'s rule, global with leases, on `INSTR_REDIS_URL`.
+#[cfg(feature = "redis")]
+async fn leased() -> Router {
+    use keyed_rate_limit::backend::redis::RedisBackend;
+    use keyed_rate_limit::rule::LeasePolicy;
+    use std::time::Duration;
+    let url = std::env::var("INSTR_REDIS_URL").expect("INSTR_REDIS_URL");
+    let redis = RedisBackend::builder(url)
+        .prefix("instr")
+        .build()
+        .await
+        .unwrap();
+    let rule = support::local_rule("leased")
+        .global(redis)
+        .redis_timeout(Duration::from_secs(1))
+        .lease(LeasePolicy::new(Duration::from_millis(100)));
+    let layer = keyed_rate_limit::RateLimitLayer::builder()
+        .rule(rule)
+        .build()
+        .unwrap();
+    support::app().layer(layer)
+}
+
 /// The child: serve `variant` until `n` requests are done, then exit at the
 /// first byte of the next one.
 fn serve(variant: &str, n: u64) {
@@ -81,7 +113,12 @@ fn serve(variant: &str, n: u64) {
         } else {
             variant
         };
-        let app = router(routed).layer(axum::middleware::from_fn(
+        let base = match routed {
+            #[cfg(feature = "redis")]
+            "layer-leased" => leased().await,
+            other => router(other),
+        };
+        let app = base.layer(axum::middleware::from_fn(
             move |req, next: axum::middleware::Next| async move {
                 if SERVED.fetch_add(1, Ordering::Relaxed) == n {
                     std::process::exit(0);
@@ -138,6 +175,7 @@ async fn count(variant: &str, n: u64, conns: u64) -> u64 {
         ])
         .arg(exe)
         .args(["--serve", variant, &n.to_string()])
+        .envs(REDIS_URL.get().map(|u| ("INSTR_REDIS_URL", u.clone())))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -171,6 +209,12 @@ fn main() {
         "instructions per request (callgrind, server on a current-thread runtime, {conns} keep-alive connections, (I(3N) - I(N)) / 2N with N = {n})"
     );
     // `INSTR_VARIANTS=layer-local,count-if` measures those alone (no ratios).
+    #[cfg(feature = "redis")]
+    let _redis = {
+        let server = redis_server::RedisServer::start();
+        let _ = REDIS_URL.set(server.url());
+        server
+    };
     if let Ok(only) = std::env::var("INSTR_VARIANTS") {
         for variant in only.split(',') {
             let (small, large) = rt.block_on(async {

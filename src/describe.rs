@@ -42,7 +42,10 @@ pub struct DescribedRule {
     pub quota: String,
     /// `gcra`, `token_bucket`, `fixed_window` or `sliding_window`.
     pub algorithm: String,
-    /// `local` or `global`.
+    /// `local`, or `global` with its consistency: `global, exact`,
+    /// `global, coalesced`, or `global, leased 50ms: Redis burst 4750` (the
+    /// burst Redis counts leases in, which bounds what the fleet admits to
+    /// the quota's `burst + rate × t`; for a window, `: ends with its window`).
     pub scope: String,
     /// A global rule's failure mode and Redis timeout, e.g. `fail_closed, 20ms timeout`.
     pub failure_mode: Option<String>,
@@ -99,7 +102,7 @@ impl DescribedRule {
                 Some(_) => "calendar window".to_owned(),
                 None => rule.algorithm.as_str().to_owned(),
             },
-            scope: rule.scope.as_str().to_owned(),
+            scope: scope(rule),
             failure_mode: rule.scope.is_global().then(|| {
                 format!(
                     "{}, {} timeout",
@@ -155,6 +158,33 @@ fn window(d: Duration) -> String {
 }
 
 /// `20ms`, `1.5s`: what `Debug` prints, which is also what config files accept.
+/// The scope, and for a global rule its consistency.
+fn scope(rule: &Rule) -> String {
+    if !rule.scope.is_global() {
+        return rule.scope.as_str().to_owned();
+    }
+    #[cfg(feature = "redis")]
+    if let Some(lease) = rule.lease {
+        let mut s = format!("global, leased {}", duration(lease.ttl()));
+        if let Some(counted) = rule
+            .static_quota()
+            .and_then(|q| lease.counted(q, rule.algorithm))
+        {
+            if rule.algorithm.has_burst() {
+                let _ = write!(s, ": Redis burst {}", counted.burst());
+            } else {
+                s.push_str(": ends with its window");
+            }
+        }
+        return s;
+    }
+    #[cfg(feature = "redis")]
+    if rule.coalesce {
+        return "global, coalesced".to_owned();
+    }
+    "global, exact".to_owned()
+}
+
 fn duration(d: Duration) -> String {
     format!("{d:?}")
 }

@@ -183,6 +183,39 @@ fn a_lockout_from_the_file_reaches_the_rule_and_describe() {
     );
 }
 
+#[tokio::test]
+async fn lease_and_coalesce_from_the_file_reach_the_rules_and_describe() {
+    let server = RedisServer::start();
+    let redis = server.backend("cfg-lease").await;
+    let config = RulesConfig::from_toml_str(
+        "[[rules]]\nname = \"tenant\"\nkey = \"header:x-tenant\"\nquota = \"5000/s\"\nscope = \"global\"\nlease = { ttl = \"50ms\", max_units = 500 }\n\n\
+         [[rules]]\nname = \"ip\"\nkey = \"header:x-ip\"\nquota = \"50/s\"\nscope = \"global\"\ncoalesce = true\n\n\
+         [[rules]]\nname = \"window\"\nkey = \"header:x-ip\"\nquota = \"50/s\"\nalgorithm = \"fixed_window\"\nscope = \"global\"\nlease = { ttl = \"1s\" }\n",
+    )
+    .unwrap();
+    let layer = config.into_layer(&Registry::new().redis(redis)).unwrap();
+    let lease = layer.rules()[0].lease_policy().unwrap();
+    assert_eq!(
+        (lease.ttl(), lease.max_units()),
+        (Duration::from_millis(50), 500)
+    );
+    assert!(layer.rules()[1].coalesces() && layer.rules()[1].lease_policy().is_none());
+    let scopes: Vec<String> = layer
+        .describe()
+        .rules()
+        .iter()
+        .map(|r| r.scope.clone())
+        .collect();
+    assert_eq!(
+        scopes,
+        [
+            "global, leased 50ms: Redis burst 4750",
+            "global, coalesced",
+            "global, leased 1s: ends with its window"
+        ]
+    );
+}
+
 #[test]
 fn invalid_configs_point_at_the_field() {
     let toml_cases = [
@@ -227,6 +260,30 @@ fn invalid_configs_point_at_the_field() {
             "unknown field `block`",
             5,
             39,
+        ),
+        (
+            "[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"1/s\"\nlease = { ttl = \"50ms\", size = 3 }\n",
+            "unknown field `size`",
+            5,
+            25,
+        ),
+        (
+            "[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"1/s\"\ncoalesce = true\n",
+            "`coalesce` only applies to `scope = \"global\"`",
+            1,
+            1,
+        ),
+        (
+            "[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"1/s\"\nscope = \"global\"\nlease = { ttl = \"2m\" }\n",
+            "`lease`: invalid setting: a lease's ttl must be between 1 ms and 60 s",
+            1,
+            1,
+        ),
+        (
+            "[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"10/s\"\nscope = \"global\"\nlease = { ttl = \"1s\" }\n",
+            "`lease`: a ttl of 1s holds back 10 units, the whole burst of 10",
+            1,
+            1,
         ),
         ("bogus = 1\n", "unknown field `bogus`", 1, 1),
     ];

@@ -344,3 +344,49 @@ async fn an_ended_lease_gives_back_in_the_next_grant() {
         );
     }
 }
+
+#[tokio::test]
+async fn lease_settings_are_checked_at_build() {
+    let server = RedisServer::start();
+    let redis = server.backend("checks").await;
+    let ttl = Duration::from_millis(100);
+    let build = |rule: Rule| RateLimitLayer::builder().rule(rule).build().err();
+    let rule = || Rule::new("r", KeyExtractor::header("x-key"), Quota::per_second(100));
+    let cases = [
+        (
+            rule().lease(LeasePolicy::new(ttl)),
+            "a lease needs a global rule",
+        ),
+        (
+            rule()
+                .global(redis.clone())
+                .lease(LeasePolicy::new(ttl))
+                .lockout(keyed_rate_limit::rule::Lockout::new(3, ttl, ttl)),
+            "a lease and a lockout",
+        ),
+        (
+            rule()
+                .global(redis.clone())
+                .lease(LeasePolicy::new(Duration::from_secs(1))),
+            "cannot be leased",
+        ),
+        (
+            rule()
+                .global(redis.clone())
+                .lease(LeasePolicy::new(ttl))
+                .cost(95),
+            "above what Redis counts leases in",
+        ),
+        (
+            rule()
+                .global(redis.clone())
+                .lease(LeasePolicy::new(ttl).with_max_units(0)),
+            "max_units of at least 1",
+        ),
+    ];
+    for (rule, want) in cases {
+        let err = build(rule).expect(want).to_string();
+        assert!(err.contains(want), "{want:?} in {err}");
+    }
+    assert!(build(rule().global(redis).lease(LeasePolicy::new(ttl))).is_none());
+}
