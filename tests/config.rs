@@ -189,7 +189,7 @@ async fn lease_and_coalesce_from_the_file_reach_the_rules_and_describe() {
     let redis = server.backend("cfg-lease").await;
     let config = RulesConfig::from_toml_str(
         "[[rules]]\nname = \"tenant\"\nkey = \"header:x-tenant\"\nquota = \"5000/s\"\nscope = \"global\"\nlease = { ttl = \"50ms\", max_units = 500 }\n\n\
-         [[rules]]\nname = \"ip\"\nkey = \"header:x-ip\"\nquota = \"50/s\"\nscope = \"global\"\ncoalesce = true\n\n\
+         [[rules]]\nname = \"ip\"\nkey = \"header:x-ip\"\nquota = \"50/s\"\nscope = \"global\"\ncoalesce = false\n\n\
          [[rules]]\nname = \"window\"\nkey = \"header:x-ip\"\nquota = \"50/s\"\nalgorithm = \"fixed_window\"\nscope = \"global\"\nlease = { ttl = \"1s\" }\n",
     )
     .unwrap();
@@ -199,7 +199,7 @@ async fn lease_and_coalesce_from_the_file_reach_the_rules_and_describe() {
         (lease.ttl(), lease.max_units()),
         (Duration::from_millis(50), 500)
     );
-    assert!(layer.rules()[1].coalesces() && layer.rules()[1].lease_policy().is_none());
+    assert!(!layer.rules()[1].coalesces() && layer.rules()[1].lease_policy().is_none());
     let scopes: Vec<String> = layer
         .describe()
         .rules()
@@ -210,7 +210,7 @@ async fn lease_and_coalesce_from_the_file_reach_the_rules_and_describe() {
         scopes,
         [
             "global, leased 50ms: Redis burst 4750",
-            "global, coalesced",
+            "global, exact",
             "global, leased 1s: ends with its window"
         ]
     );

@@ -8,6 +8,7 @@ use std::collections::{HashMap, HashSet};
 use axum::{Router, routing::get};
 use common::{client, serve, statuses};
 use keyed_rate_limit::backend::redis::RedisBackend;
+use keyed_rate_limit::rule::LeasePolicy;
 use keyed_rate_limit::{Algorithm, Key, Quota, RateLimitLayer, Rule, key::KeyExtractor};
 use support::redis_cluster::RedisCluster;
 
@@ -160,6 +161,52 @@ async fn the_layer_runs_global_rules_on_the_cluster() {
     }
     // Keys without the header skip the rule.
     assert_eq!(statuses(&c, &url, 2).await, [200, 200]);
+
+    // A crowd of 200 concurrent HTTP requests for one key, over four
+    // gateways each: coalesced (the default) admits the quota exactly,
+    // leased never more.
+    for (lease, prefix) in [(false, "crowd-coalesced"), (true, "crowd-leased")] {
+        let mut urls = Vec::new();
+        for _ in 0..4 {
+            let rule = Rule::new(
+                "crowd",
+                KeyExtractor::header("x-api-key"),
+                Quota::per_hour(30),
+            )
+            .global(backend(&cluster, prefix).await)
+            .redis_timeout(std::time::Duration::from_secs(2));
+            let rule = if lease {
+                rule.lease(LeasePolicy::new(std::time::Duration::from_millis(200)))
+            } else {
+                rule
+            };
+            let layer = RateLimitLayer::builder().rule(rule).build().unwrap();
+            urls.push(
+                serve(
+                    Router::new()
+                        .route("/", get(|| async { "ok" }))
+                        .layer(layer),
+                )
+                .await,
+            );
+        }
+        let sends = (0..200).map(|i| {
+            let (c, url) = (c.clone(), urls[i % 4].clone());
+            async move {
+                let res = c.get(&url).header("x-api-key", "hot").send().await.unwrap();
+                res.status().as_u16()
+            }
+        });
+        let got = futures_util::future::join_all(sends).await;
+        let admitted = got.iter().filter(|s| **s == 200).count();
+        assert_eq!(admitted + got.iter().filter(|s| **s == 429).count(), 200);
+        if lease {
+            // One unit of the burst is held back for the lease's ttl.
+            assert!((20..=29).contains(&admitted), "leased: {admitted} of 30");
+        } else {
+            assert_eq!(admitted, 30, "coalesced");
+        }
+    }
 }
 
 #[tokio::test]

@@ -25,6 +25,7 @@ fn coalescing(redis: RedisBackend, algorithm: Algorithm, q: Quota) -> RateLimitL
             Rule::new("r", KeyExtractor::header("x-key"), q)
                 .global(redis)
                 .algorithm(algorithm)
+                // The default, said for the reader.
                 .coalesce(true)
                 .on_redis_failure(FailureMode::FailClosed)
                 // A loaded CI machine must not fail the crowd's calls.

@@ -152,8 +152,7 @@ struct RawRule {
     max_keys: Option<usize>,
     on_key_space_full: Option<KeySpaceFull>,
     lockout: Option<LockoutSpec>,
-    #[serde(default)]
-    coalesce: bool,
+    coalesce: Option<bool>,
     lease: Option<LeaseSpec>,
 }
 
@@ -237,7 +236,7 @@ impl TryFrom<RawRule> for RuleConfig {
                 (raw.failure_mode.is_some(), "failure_mode"),
                 (raw.timeout.is_some(), "timeout"),
                 (raw.breaker.is_some(), "breaker"),
-                (raw.coalesce, "coalesce"),
+                (raw.coalesce.is_some(), "coalesce"),
                 (raw.lease.is_some(), "lease"),
             ] {
                 if set {
@@ -616,7 +615,9 @@ impl RuleConfig {
             if let Some(t) = raw.timeout {
                 rule = rule.redis_timeout(t.0);
             }
-            rule = rule.coalesce(raw.coalesce);
+            if let Some(on) = raw.coalesce {
+                rule = rule.coalesce(on);
+            }
             if let Some(l) = raw.lease {
                 rule = rule.lease(l.policy());
             }

@@ -37,6 +37,8 @@ pub(super) struct Global {
     leases: Option<Arc<Leases>>,
     /// This rule instance's name among a key's lease holders.
     holder: String,
+    /// A static quota, and the quota its leases are counted in.
+    counted: Option<(Quota, Quota)>,
     /// Requests queued behind a key's call in flight, when the rule coalesces.
     queues: Option<Arc<Queues<Result<Decided, Cause>>>>,
     /// For giving leases back when dropped.
@@ -94,6 +96,10 @@ impl Global {
                 .lease
                 .map(|l| Leases::new(l, rule.max_keys, rule.algorithm.has_burst())),
             holder: format!("{}.{n}", crate::backend::redis::process_id()),
+            counted: rule.lease.and_then(|l| {
+                let q = rule.static_quota()?;
+                Some((q, l.counted(q, rule.algorithm)?))
+            }),
             queues: rule.coalesce.then(Queues::new),
             rule: (
                 rule.name.clone(),
@@ -112,7 +118,10 @@ impl Global {
         cost: NonZeroU32,
     ) -> Option<(&Arc<Leases>, Quota)> {
         let leases = self.leases.as_ref()?;
-        let counted = leases.policy().counted(quota, rule.algorithm)?;
+        let counted = match self.counted {
+            Some((q, counted)) if q == quota => counted,
+            _ => leases.policy().counted(quota, rule.algorithm)?,
+        };
         (cost.get() <= rule.algorithm.capacity(&counted)).then_some((leases, counted))
     }
 

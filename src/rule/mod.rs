@@ -359,7 +359,7 @@ impl Rule {
             #[cfg(feature = "redis")]
             lease: None,
             #[cfg(feature = "redis")]
-            coalesce: false,
+            coalesce: true,
             count_if: None,
             cost_from_response: None,
         }
@@ -435,19 +435,20 @@ impl Rule {
         self
     }
 
-    /// Coalesces a global rule's concurrent requests for one key: while a
-    /// script call for the key is in flight, later requests wait for it,
-    /// and one call then decides them all, each cost in turn, exactly as
-    /// separate calls would (each gets its own decision and headers). A
-    /// hot key then costs about one Redis call per round trip rather than
-    /// one per request; a request that waits pays up to one extra round
-    /// trip. Requests of different keys never wait for each other.
+    /// Coalesces a global rule's concurrent requests for one key (on by
+    /// default): while a script call for the key is in flight, later
+    /// requests wait for it, and one call then decides them all, each cost
+    /// in turn, exactly as separate calls would (each gets its own decision
+    /// and headers). A hot key then costs about one Redis call per round
+    /// trip rather than one per request; a request that waits pays up to
+    /// one extra round trip. Requests of different keys never wait for
+    /// each other. `coalesce(false)` makes one call per request.
     ///
     /// ```
     /// use keyed_rate_limit::{Quota, Rule, key::KeyExtractor};
-    /// let rule = Rule::new("api", KeyExtractor::header("x-api-key"), Quota::per_second(100))
-    ///     .coalesce(true);
+    /// let rule = Rule::new("api", KeyExtractor::header("x-api-key"), Quota::per_second(100));
     /// assert!(rule.coalesces());
+    /// assert!(!rule.coalesce(false).coalesces());
     /// ```
     #[cfg(feature = "redis")]
     #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
