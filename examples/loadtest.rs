@@ -18,7 +18,12 @@
 //! 7. `layer-leased`: `layer-redis` with
 //!    [`Rule::lease`](keyed_rate_limit::Rule::lease) (100 ms leases);
 //! 8. `layer-coalesced`: `layer-redis` with
-//!    [`Rule::coalesce`](keyed_rate_limit::Rule::coalesce).
+//!    [`Rule::coalesce`](keyed_rate_limit::Rule::coalesce) (the default;
+//!    `layer-redis` turns it off);
+//! 9. `fleet-exact`, `fleet-coalesced`, `fleet-leased`: four gateways (four
+//!    servers, each with its own backend on the same private Redis), loaded
+//!    by four generators at once with a quarter of the connections each;
+//!    req/s is their sum, p50/p99 the worst of the four.
 //!
 //! The load generator is `wrk` when it is on `PATH`, otherwise a built-in
 //! keep-alive client (reqwest). Variants run interleaved for several rounds
@@ -140,6 +145,26 @@ async fn run_wrk(addr: SocketAddr, secs: u64, conns: u64, threads: u64) -> Sampl
     }
 }
 
+/// One generator per address at once, `conns` split among them: req/s
+/// summed, latencies the worst.
+async fn run_all(addrs: &[SocketAddr], wrk: bool, secs: u64, conns: u64, threads: u64) -> Sample {
+    let n = addrs.len() as u64;
+    let (conns, threads) = ((conns / n).max(1), (threads / n).max(1));
+    let runs = addrs.iter().map(|&addr| async move {
+        if wrk {
+            run_wrk(addr, secs, conns, threads).await
+        } else {
+            run_rust(addr, secs, conns).await
+        }
+    });
+    let samples = futures_util::future::join_all(runs).await;
+    Sample {
+        rps: samples.iter().map(|s| s.rps).sum(),
+        p50_us: samples.iter().map(|s| s.p50_us).fold(0.0, f64::max),
+        p99_us: samples.iter().map(|s| s.p99_us).fold(0.0, f64::max),
+    }
+}
+
 /// Keep-alive load from `conns` tasks, each with its own connection.
 async fn run_rust(addr: SocketAddr, secs: u64, conns: u64) -> Sample {
     let url = format!("http://{addr}/");
@@ -202,28 +227,67 @@ async fn main() {
             .build()
             .unwrap()
     };
-    let global = global_layer(support::local_rule("global"));
+    let global = global_layer(support::local_rule("global").coalesce(false));
     let leased = global_layer(
         support::local_rule("leased").lease(LeasePolicy::new(Duration::from_millis(100))),
     );
     let coalesced = global_layer(support::local_rule("coalesced").coalesce(true));
 
-    let variants: Vec<(&str, SocketAddr)> = vec![
-        ("bare", serve(app()).await),
+    // Four gateways, each with its own connection to the same Redis.
+    let mut fleets: Vec<Vec<SocketAddr>> = Vec::new();
+    for (i, name) in ["fleet-exact", "fleet-coalesced", "fleet-leased"]
+        .iter()
+        .enumerate()
+    {
+        let mut addrs = Vec::new();
+        for _ in 0..4 {
+            let redis = RedisBackend::builder(redis.url())
+                .prefix(format!("loadtest-fleet{i}"))
+                .build()
+                .await
+                .expect("connect to the private redis");
+            let rule = support::local_rule(name)
+                .global(redis)
+                .redis_timeout(Duration::from_secs(1));
+            let rule = match i {
+                0 => rule.coalesce(false),
+                1 => rule,
+                _ => rule.lease(LeasePolicy::new(Duration::from_millis(100))),
+            };
+            let layer = RateLimitLayer::builder().rule(rule).build().unwrap();
+            addrs.push(serve(app().layer(layer)).await);
+        }
+        fleets.push(addrs);
+    }
+    let one = |a: SocketAddr| vec![a];
+    let variants: Vec<(&str, Vec<SocketAddr>)> = vec![
+        ("bare", one(serve(app()).await)),
         (
             "layer-local",
-            serve(support::layer_local(true, HeaderStyle::Draft)).await,
+            one(serve(support::layer_local(true, HeaderStyle::Draft)).await),
         ),
         (
             "local-noext",
-            serve(support::layer_local(false, HeaderStyle::Draft)).await,
+            one(serve(support::layer_local(false, HeaderStyle::Draft)).await),
         ),
-        ("tower_governor", serve(support::tower_governor()).await),
-        ("layer-redis", serve(app().layer(global.clone())).await),
-        ("layer-outer", serve_outer(support::Outer::Layer).await),
-        ("tg-outer", serve_outer(support::Outer::TowerGovernor).await),
-        ("layer-leased", serve(app().layer(leased.clone())).await),
-        ("layer-coalesced", serve(app().layer(coalesced)).await),
+        (
+            "tower_governor",
+            one(serve(support::tower_governor()).await),
+        ),
+        ("layer-redis", one(serve(app().layer(global.clone())).await)),
+        ("layer-outer", one(serve_outer(support::Outer::Layer).await)),
+        (
+            "tg-outer",
+            one(serve_outer(support::Outer::TowerGovernor).await),
+        ),
+        (
+            "layer-leased",
+            one(serve(app().layer(leased.clone())).await),
+        ),
+        ("layer-coalesced", one(serve(app().layer(coalesced)).await)),
+        ("fleet-exact", fleets[0].clone()),
+        ("fleet-coalesced", fleets[1].clone()),
+        ("fleet-leased", fleets[2].clone()),
     ];
     let only = std::env::var("LOADTEST_VARIANTS").ok();
     let runs = |name: &str| {
@@ -235,7 +299,8 @@ async fn main() {
 
     // One request each: 200, and the rate-limit headers each sends.
     let client = reqwest::Client::new();
-    for (name, addr) in &variants {
+    for (name, addrs) in &variants {
+        let addr = addrs[0];
         let res = client
             .get(format!("http://{addr}/"))
             .header(KEY_HEADER, KEY)
@@ -264,15 +329,11 @@ async fn main() {
     let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); variants.len()];
     for round in 0..rounds {
         for i in rounds::order(round as usize, variants.len()) {
-            let (name, addr) = variants[i];
+            let (name, addrs) = &variants[i];
             if !runs(name) {
                 continue;
             }
-            let s = if use_wrk {
-                run_wrk(addr, secs, conns, threads).await
-            } else {
-                run_rust(addr, secs, conns).await
-            };
+            let s = run_all(addrs, use_wrk, secs, conns, threads).await;
             println!(
                 "round {round} {name:>15}: {:>9.0} req/s  p50 {:>7.0} us  p99 {:>7.0} us",
                 s.rps, s.p50_us, s.p99_us
@@ -343,12 +404,17 @@ async fn main() {
         paired(5, 6),
         med[4].rps / med[1].rps
     );
+    let ratio =
+        |a: usize, b: usize| format!("{:.2}, paired {:.2}", med[a].rps / med[b].rps, paired(a, b));
     println!(
-        "layer-leased / layer-local = {:.2}, paired {:.2}; layer-coalesced / layer-redis = {:.2}, paired {:.2}",
-        med[7].rps / med[1].rps,
-        paired(7, 1),
-        med[8].rps / med[4].rps,
-        paired(8, 4)
+        "layer-leased / layer-local = {}; layer-coalesced / layer-redis = {}",
+        ratio(7, 1),
+        ratio(8, 4)
+    );
+    println!(
+        "four gateways: fleet-leased / layer-local = {}; fleet-coalesced / fleet-exact = {}",
+        ratio(11, 1),
+        ratio(10, 9)
     );
     println!("redis breaker after the runs: {:?}", global.breakers());
     println!("leased breaker after the runs: {:?}", leased.breakers());

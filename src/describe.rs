@@ -157,7 +157,6 @@ fn window(d: Duration) -> String {
     duration(d)
 }
 
-/// `20ms`, `1.5s`: what `Debug` prints, which is also what config files accept.
 /// The scope, and for a global rule its consistency.
 fn scope(rule: &Rule) -> String {
     if !rule.scope.is_global() {
@@ -185,6 +184,7 @@ fn scope(rule: &Rule) -> String {
     "global, exact".to_owned()
 }
 
+/// `20ms`, `1.5s`: what `Debug` prints, which is also what config files accept.
 fn duration(d: Duration) -> String {
     format!("{d:?}")
 }

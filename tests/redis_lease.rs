@@ -390,3 +390,34 @@ async fn lease_settings_are_checked_at_build() {
     }
     assert!(build(rule().global(redis).lease(LeasePolicy::new(ttl))).is_none());
 }
+
+/// A lease's unspent units go back only while the bucket has not refilled
+/// them itself: given back after a pause, they would free the same units
+/// twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn units_the_bucket_refilled_meanwhile_are_not_given_back() {
+    let server = RedisServer::start();
+    // 100/s with a burst of 100: a 100 ms lease holds back 10.
+    let (q, ttl) = (Quota::per_second(100), Duration::from_millis(100));
+    let lease = |redis| leased(redis, Algorithm::Gcra, q, ttl, FailureMode::FailClosed);
+    let a = lease(server.backend("refilled").await);
+    let b = lease(server.backend("refilled").await);
+    // a leases 1, 8, then most of the bucket, and spends ten.
+    for _ in 0..10 {
+        assert!(call(&a).await.0);
+    }
+    // The bucket refills whole; b takes all of it.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut taken = 0;
+    while call(&b).await.0 {
+        taken += 1;
+        assert!(taken <= 200, "b never runs dry");
+    }
+    // a's next grant must not hand back what the refill already restored.
+    call(&a).await;
+    let free = b.control().peek("r", "k").await.unwrap().remaining();
+    assert!(
+        free <= 5,
+        "{free} units freed after b took the bucket ({taken})"
+    );
+}

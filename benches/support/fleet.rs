@@ -94,9 +94,10 @@ pub async fn gateways(
                 .on_redis_failure(FailureMode::FailClosed),
         };
         let rule = match mode {
+            Mode::Exact => rule.coalesce(false),
             Mode::Coalesced => rule.coalesce(true),
             Mode::Leased => rule.lease(LeasePolicy::new(LEASE_TTL)),
-            _ => rule,
+            Mode::Local => rule,
         };
         out.push(RateLimitLayer::builder().rule(rule).build().unwrap());
     }

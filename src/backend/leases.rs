@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
+use dashmap::mapref::entry::Entry;
 use tokio::sync::oneshot;
 
 use crate::rule::LeasePolicy;
@@ -116,27 +117,34 @@ impl Leases {
         shown: Quota,
         cost: u32,
     ) -> Take {
-        self.take_at(key, counted, shown, cost, Instant::now())
+        self.take_at(key, counted, shown, cost, Instant::now)
     }
 
+    /// [`take`](Self::take), reading `clock` once the key's entry is held:
+    /// a request that waited for the shard (a sweep) must not spend with
+    /// the time from before.
     fn take_at(
         self: &Arc<Self>,
         key: &Key,
         counted: Quota,
         shown: Quota,
         cost: u32,
-        now: Instant,
+        clock: impl Fn() -> Instant,
     ) -> Take {
         if let Some(h) = self.map.get(key)
             && h.flight.is_none()
             && h.counted == counted
-            && now < h.until
-            && h.spend(cost)
         {
-            return Take::Spent(h.decision(shown, now));
+            let now = clock();
+            if now < h.until && h.spend(cost) {
+                return Take::Spent(h.decision(shown, now));
+            }
         }
-        let want = match self.map.get_mut(key) {
-            Some(mut h) => {
+        let full = self.map.len() >= self.max_keys;
+        let want = match self.map.entry(key.clone()) {
+            Entry::Occupied(mut e) => {
+                let now = clock();
+                let h = e.get_mut();
                 if let Some(waiters) = &mut h.flight {
                     let (tx, rx) = oneshot::channel();
                     waiters.push(tx);
@@ -148,18 +156,21 @@ impl Leases {
                 if let Some((until, d)) = h.denied.filter(|_| h.counted == counted)
                     && now < until
                 {
-                    return Take::Denied(d);
+                    // The time left, not the time the deny was first told.
+                    let wait = (until - now).max(Duration::from_millis(1));
+                    return Take::Denied(Decision::denied(d.limit(), d.window(), wait, d.reset()));
                 }
                 let want = h.next_want(self.policy, now);
                 let left = std::mem::take(h.left.get_mut());
-                let unspent = (self.gives_back && left > 0).then_some((h.counted, left));
+                let back = self.returnable(h, left, now);
+                let unspent = (back > 0).then_some((h.counted, back));
                 h.flight = Some(Vec::new());
                 h.denied = None;
                 (want, unspent)
             }
-            None if self.map.len() >= self.max_keys => return Take::Exact,
-            None => {
-                self.map.insert(key.clone(), Held::asking(counted, now));
+            Entry::Vacant(_) if full => return Take::Exact,
+            Entry::Vacant(e) => {
+                e.insert(Held::asking(counted, clock()));
                 (1, None)
             }
         };
@@ -175,20 +186,43 @@ impl Leases {
         }))
     }
 
-    /// Gives back (`units < 0`) or charges a spend to `key`'s current lease
-    /// in `counted`; nothing when it has ended.
-    pub(crate) fn adjust(&self, key: &Key, counted: Quota, units: i64) {
-        if let Some(h) = self.map.get(key)
-            && h.counted == counted
-            && Instant::now() < h.until
-        {
-            let granted = i64::from(h.granted);
-            let _ = h
-                .left
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |l| {
-                    u32::try_from((i64::from(l) - units).clamp(0, granted)).ok()
-                });
+    /// Of `left` units of a lease asked for at `asked`, those Redis may
+    /// take back without admitting more than the exact rule: less what
+    /// flowed into the bucket since (that much of the lease, unspent, is
+    /// already back). None for a window, whose units would land in a later
+    /// window.
+    fn returnable(&self, h: &Held, left: u32, now: Instant) -> u32 {
+        if !self.gives_back {
+            return 0;
         }
+        let elapsed = now.saturating_duration_since(h.asked).as_nanos();
+        let window = h.counted.window().as_nanos().max(1);
+        let flowed = (u128::from(h.counted.limit()) * elapsed).div_ceil(window);
+        u32::try_from(u128::from(left).saturating_sub(flowed)).unwrap_or(0)
+    }
+
+    /// Gives back (`units < 0`) or charges a spend to `key`'s current lease
+    /// in `counted`. Returns the part of a charge the lease could not take
+    /// (it has ended, or holds less), for Redis; a refund to an ended lease
+    /// is dropped.
+    pub(crate) fn adjust(&self, key: &Key, counted: Quota, units: i64) -> i64 {
+        let Some(h) = self
+            .map
+            .get(key)
+            .filter(|h| h.counted == counted && Instant::now() < h.until)
+        else {
+            return units.max(0);
+        };
+        let granted = i64::from(h.granted);
+        let mut rest = 0;
+        let _ = h
+            .left
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |l| {
+                let after = i64::from(l) - units;
+                rest = (-after).max(0);
+                u32::try_from(after.clamp(0, granted)).ok()
+            });
+        rest
     }
 
     /// Drops `key`'s lease (the control handle changed the key in Redis).
@@ -210,7 +244,8 @@ impl Leases {
                 return true;
             }
             let left = *h.left.get_mut();
-            if self.gives_back && left > 0 {
+            let left = self.returnable(h, left, now);
+            if left > 0 {
                 back.push((key.clone(), h.counted, left));
             }
             false
@@ -228,7 +263,8 @@ impl Leases {
         }
         for mut h in self.map.iter_mut() {
             let left = std::mem::take(h.left.get_mut());
-            if now < h.until && left > 0 {
+            let left = self.returnable(&h, left, now);
+            if left > 0 {
                 back.push((h.key().clone(), h.counted, left));
             }
         }
@@ -401,9 +437,9 @@ mod tests {
     async fn one_request_asks_the_others_wait_then_spend_the_lease() {
         let (l, q, k) = (leases(), Quota::per_second(1000), Key::from("k"));
         let t0 = Instant::now();
-        let f = ask(l.take_at(&k, q, q, 1, t0));
+        let f = ask(l.take_at(&k, q, q, 1, || t0));
         assert_eq!((f.need, f.want), (1, 1), "a first lease is small");
-        let Take::Wait(rx) = l.take_at(&k, q, q, 1, t0) else {
+        let Take::Wait(rx) = l.take_at(&k, q, q, 1, || t0) else {
             panic!("a second request waits for the flight")
         };
         let d = f.granted(q, q, 1, t0, (10, 500), TTL, Duration::from_millis(400));
@@ -411,30 +447,31 @@ mod tests {
         assert_eq!(d.remaining(), 509, "lease left plus free in Redis");
         assert_eq!(rx.await.unwrap(), Woken::Retry);
         for _ in 0..9 {
-            assert!(matches!(l.take_at(&k, q, q, 1, t0), Take::Spent(_)));
+            assert!(matches!(l.take_at(&k, q, q, 1, || t0), Take::Spent(_)));
         }
         // Ten spent a microsecond after the ask: the next lease grows, by at most 8x.
-        let f = ask(l.take_at(&k, q, q, 1, t0 + US));
+        let f = ask(l.take_at(&k, q, q, 1, || t0 + US));
         assert_eq!(f.want, 80);
         assert_eq!(f.need, 20, "a quarter of the want, as the capacity allows");
         assert!(f.unspent.is_none());
     }
 
     #[tokio::test]
-    async fn an_ended_lease_gives_back_what_is_left_and_sizes_to_its_rate() {
-        let (l, q, k) = (leases(), Quota::per_second(1000), Key::from("k"));
+    async fn an_ended_lease_gives_back_what_has_not_flowed_in_and_sizes_to_its_rate() {
+        let (l, q, k) = (leases(), Quota::per_second(100), Key::from("k"));
         let t0 = Instant::now();
-        let f = ask(l.take_at(&k, q, q, 1, t0));
+        let f = ask(l.take_at(&k, q, q, 1, || t0));
         f.granted(q, q, 1, t0, (100, 0), TTL, TTL);
         for _ in 0..19 {
-            assert!(matches!(l.take_at(&k, q, q, 1, t0), Take::Spent(_)));
+            assert!(matches!(l.take_at(&k, q, q, 1, || t0), Take::Spent(_)));
         }
-        let f = ask(l.take_at(&k, q, q, 1, t0 + TTL));
-        assert_eq!(f.unspent, Some((q, 80)));
+        let f = ask(l.take_at(&k, q, q, 1, || t0 + TTL));
+        // 80 left, but 10 flowed into the bucket meanwhile.
+        assert_eq!(f.unspent, Some((q, 70)));
         assert_eq!(f.want, 20, "twenty spent in one ttl");
         drop(f);
         assert!(
-            matches!(l.take_at(&k, q, q, 1, t0 + TTL), Take::Ask(_)),
+            matches!(l.take_at(&k, q, q, 1, || t0 + TTL), Take::Ask(_)),
             "a dropped flight frees the key"
         );
     }
@@ -443,33 +480,34 @@ mod tests {
     async fn a_deny_answers_until_its_retry_after_and_a_failure_wakes_waiters() {
         let (l, q, k) = (leases(), Quota::per_second(1000), Key::from("k"));
         let t0 = Instant::now();
-        let f = ask(l.take_at(&k, q, q, 1, t0));
-        let Take::Wait(rx) = l.take_at(&k, q, q, 1, t0) else {
+        let f = ask(l.take_at(&k, q, q, 1, || t0));
+        let Take::Wait(rx) = l.take_at(&k, q, q, 1, || t0) else {
             panic!("waits")
         };
         f.failed();
         assert_eq!(rx.await.unwrap(), Woken::Failed);
-        let f = ask(l.take_at(&k, q, q, 1, t0));
+        let f = ask(l.take_at(&k, q, q, 1, || t0));
         let wait = Duration::from_secs(5);
         f.denied(q, Decision::denied(q.limit(), q.window(), wait, TTL));
         let t1 = Instant::now();
-        assert!(matches!(l.take_at(&k, q, q, 1, t1), Take::Denied(_)));
-        assert!(matches!(l.take_at(&k, q, q, 1, t1 + wait), Take::Ask(_)));
+        assert!(matches!(l.take_at(&k, q, q, 1, || t1), Take::Denied(_)));
+        assert!(matches!(l.take_at(&k, q, q, 1, || t1 + wait), Take::Ask(_)));
     }
 
     #[tokio::test]
     async fn a_full_key_space_decides_exactly_and_sweeps_return_units() {
         let l = Leases::new(LeasePolicy::new(TTL), 1, true);
-        let q = Quota::per_second(1000);
+        let q = Quota::per_second(10);
         let t0 = Instant::now();
-        let f = ask(l.take_at(&Key::from("a"), q, q, 1, t0));
+        let f = ask(l.take_at(&Key::from("a"), q, q, 1, || t0));
         assert!(matches!(
-            l.take_at(&Key::from("b"), q, q, 1, t0),
+            l.take_at(&Key::from("b"), q, q, 1, || t0),
             Take::Exact
         ));
         f.granted(q, q, 1, t0, (5, 0), TTL, TTL);
         assert!(l.sweep_at(t0).is_empty(), "a live lease stays");
-        assert_eq!(l.sweep_at(t0 + TTL), vec![(Key::from("a"), q, 4)]);
+        // Four left, one flowed in during the ttl.
+        assert_eq!(l.sweep_at(t0 + TTL), vec![(Key::from("a"), q, 3)]);
         assert_eq!(l.len(), 0);
     }
 
@@ -477,11 +515,11 @@ mod tests {
     fn refunds_and_charges_stay_within_the_lease() {
         let (l, q, k) = (leases(), Quota::per_second(1000), Key::from("k"));
         let t0 = Instant::now();
-        let f = ask(l.take_at(&k, q, q, 1, t0));
+        let f = ask(l.take_at(&k, q, q, 1, || t0));
         f.granted(q, q, 1, t0, (10, 0), TTL, TTL);
-        l.adjust(&k, q, -100);
+        assert_eq!(l.adjust(&k, q, -100), 0);
         assert_eq!(l.map.get(&k).unwrap().left.load(Ordering::Relaxed), 10);
-        l.adjust(&k, q, 100);
+        assert_eq!(l.adjust(&k, q, 15), 5, "the part the lease cannot take");
         assert_eq!(l.map.get(&k).unwrap().left.load(Ordering::Relaxed), 0);
     }
 }

@@ -74,8 +74,8 @@ const MAX_BATCH: usize = 128;
 
 /// What [`Global::decide_now`] leaves to Redis.
 pub(super) enum Pending {
-    /// One exact decision.
-    Exact,
+    /// One exact decision, in this quota.
+    Exact(Quota),
     /// A lease, for a request counted in the quota (boxed: it moves into
     /// a boxed future anyway).
     Lease(Box<(Take, Quota)>),
@@ -109,20 +109,19 @@ impl Global {
         }
     }
 
-    /// The quota a request is leased in, when this rule leases and the
-    /// request can be.
-    fn leasable(
-        &self,
-        rule: &Rule,
-        quota: Quota,
-        cost: NonZeroU32,
-    ) -> Option<(&Arc<Leases>, Quota)> {
+    /// The quota Redis counts `quota` in when this rule leases it.
+    fn counted(&self, rule: &Rule, quota: Quota) -> Option<Quota> {
         let leases = self.leases.as_ref()?;
-        let counted = match self.counted {
-            Some((q, counted)) if q == quota => counted,
-            _ => leases.policy().counted(quota, rule.algorithm)?,
-        };
-        (cost.get() <= rule.algorithm.capacity(&counted)).then_some((leases, counted))
+        match self.counted {
+            Some((q, counted)) if q == quota => Some(counted),
+            _ => leases.policy().counted(quota, rule.algorithm),
+        }
+    }
+
+    /// The quota Redis decides `quota` in: the leases' for a leasing rule,
+    /// so that an exact decision beside leases keeps their bound.
+    fn counting(&self, rule: &Rule, quota: Quota) -> Quota {
+        self.counted(rule, quota).unwrap_or(quota)
     }
 
     /// Decides without Redis when it can: from a lease, a cached deny, or
@@ -135,14 +134,35 @@ impl Global {
         quota: Quota,
         cost: NonZeroU32,
     ) -> Result<(Decision, Source), Pending> {
-        if let Some((leases, counted)) = self.leasable(rule, quota, cost) {
+        if let Some(leases) = &self.leases
+            && let Some(counted) = self.counted(rule, quota)
+        {
+            // Beside leases, Redis counts in their quota, whose burst is
+            // held back: a cost above it never fits.
+            if cost.get() > rule.algorithm.capacity(&counted) {
+                let d = Decision::never(quota.limit(), quota.window());
+                return Ok((d, Source::Global));
+            }
             match leases.take(key, counted, quota, cost.get()) {
                 Take::Spent(d) => return Ok((d, Source::Leased)),
                 Take::Denied(d) => return Ok((d, Source::Global)),
-                Take::Exact => {}
+                Take::Exact => return self.exact_now(rule, locks, key, counted, cost),
                 take => return Err(Pending::Lease(Box::new((take, counted)))),
             }
         }
+        self.exact_now(rule, locks, key, quota, cost)
+    }
+
+    /// An exact decision without Redis when one can be made: a cached
+    /// deny, or an open breaker's failure mode.
+    fn exact_now(
+        &self,
+        rule: &Rule,
+        locks: &Locks,
+        key: &Key,
+        quota: Quota,
+        cost: NonZeroU32,
+    ) -> Result<(Decision, Source), Pending> {
         let smooth = rule.algorithm.has_burst() && quota.period().is_none();
         if let Some(d) = self
             .denies
@@ -154,7 +174,7 @@ impl Global {
         if let Admit::Skip(_) = self.guard.admit() {
             return Ok(self.fail(locks, key, quota, cost, Cause::CircuitOpen));
         }
-        Err(Pending::Exact)
+        Err(Pending::Exact(quota))
     }
 
     pub(super) fn breaker_status(&self) -> BreakerStatus {
@@ -234,7 +254,7 @@ impl Global {
         pending: Pending,
     ) -> (Decision, Source) {
         let (mut take, counted) = match pending {
-            Pending::Exact => return self.ask_exact(rule, locks, key, quota, cost).await,
+            Pending::Exact(quota) => return self.ask_exact(rule, locks, key, quota, cost).await,
             Pending::Lease(lease) => *lease,
         };
         let Some(leases) = &self.leases else {
@@ -244,7 +264,12 @@ impl Global {
             take = match take {
                 Take::Spent(d) => return (d, Source::Leased),
                 Take::Denied(d) => return (d, Source::Global),
-                Take::Exact => return self.ask_exact(rule, locks, key, quota, cost).await,
+                Take::Exact => {
+                    return match self.exact_now(rule, locks, key, counted, cost) {
+                        Ok(decided) => decided,
+                        Err(_) => self.ask_exact(rule, locks, key, counted, cost).await,
+                    };
+                }
                 Take::Ask(flight) => {
                     return self
                         .grant(rule, locks, key, (quota, counted, cost), flight)
@@ -356,11 +381,17 @@ impl Global {
 
     /// Units a leased request spent: given back to (or charged on) its
     /// lease while it lasts.
-    pub(super) fn adjust_lease(&self, rule: &Rule, key: &Key, quota: Quota, units: i64) {
-        if let Some(leases) = &self.leases
-            && let Some(counted) = leases.policy().counted(quota, rule.algorithm)
+    /// What the lease cannot take of a charge (it has ended) goes to Redis.
+    pub(super) fn adjust_lease(self: &Arc<Self>, rule: &Rule, key: &Key, quota: Quota, units: i64) {
+        let (Some(leases), Some(counted)) = (&self.leases, self.counted(rule, quota)) else {
+            return;
+        };
+        let rest = leases.adjust(key, counted, units);
+        if rest > 0
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
         {
-            leases.adjust(key, counted, units);
+            let (this, rule, key) = (self.clone(), rule.clone(), key.clone());
+            rt.spawn(async move { this.adjust_redis(&rule, &key, quota, rest).await });
         }
     }
 
@@ -473,9 +504,15 @@ impl Global {
                 while !batch.is_empty() {
                     let rest = batch.split_off(batch.len().min(MAX_BATCH));
                     let now = std::mem::replace(&mut batch, rest);
-                    if failed || matches!(self.guard.admit(), Admit::Skip(_)) {
+                    let skip = matches!(self.guard.admit(), Admit::Skip(_));
+                    if failed || skip {
                         for (_, tx) in now {
-                            let _ = tx.send(Err(Cause::Waited));
+                            let cause = if failed {
+                                Cause::Waited
+                            } else {
+                                Cause::CircuitOpen
+                            };
+                            let _ = tx.send(Err(cause));
                         }
                         continue;
                     }
@@ -557,6 +594,7 @@ impl Global {
     /// counted (`outcome="settle_failed"`); a charge then lands in this
     /// instance's share under `LocalFallback`, and is dropped otherwise.
     pub(super) async fn adjust_redis(&self, rule: &Rule, key: &Key, quota: Quota, units: i64) {
+        let quota = self.counting(rule, quota);
         if units < 0 {
             // A cached deny may no longer hold.
             self.denies.forget(key);

@@ -415,7 +415,9 @@ impl Rule {
     /// gateway's lease left plus what Redis had free when it was granted.
     /// A quota that cannot keep the bound under leases (a calendar quota,
     /// or a burst smaller than the units one `ttl` brings) is decided
-    /// exactly, per request.
+    /// exactly, per request. The [`Control`](crate::Control) handle acts on
+    /// Redis and drops this gateway's lease of the key; other gateways
+    /// spend what they hold until their leases end (at most `ttl`).
     ///
     /// ```no_run
     /// use std::time::Duration;
