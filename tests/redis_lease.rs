@@ -421,3 +421,32 @@ async fn units_the_bucket_refilled_meanwhile_are_not_given_back() {
         "{free} units freed after b took the bucket ({taken})"
     );
 }
+
+/// A block through the control handle reaches leasing gateways: the one
+/// that blocks drops its lease at once, the others when theirs ends; no
+/// gateway gets a new lease while the key is blocked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocked_key_gets_no_new_lease() {
+    let server = RedisServer::start();
+    let (q, ttl) = (Quota::per_second(1000), Duration::from_millis(100));
+    let lease = |redis| leased(redis, Algorithm::Gcra, q, ttl, FailureMode::FailClosed);
+    let a = lease(server.backend("blocked").await);
+    let b = lease(server.backend("blocked").await);
+    for _ in 0..20 {
+        assert!(call(&a).await.0 && call(&b).await.0);
+    }
+    a.control()
+        .block("r", "k", Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(!call(&a).await.0, "the blocking gateway stops at once");
+    tokio::time::sleep(ttl).await;
+    for (name, layer) in [("a", &a), ("b", &b)] {
+        for _ in 0..5 {
+            assert!(
+                !call(layer).await.0,
+                "{name} is denied once its lease ended"
+            );
+        }
+    }
+}

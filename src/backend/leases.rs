@@ -90,7 +90,7 @@ pub(crate) struct Flight {
     /// Up to this many.
     pub(crate) want: u32,
     /// A lease that ended with units left: given back to Redis.
-    pub(crate) unspent: Option<(Quota, u32)>,
+    pub(crate) unspent: Option<Unspent>,
     done: bool,
 }
 
@@ -162,8 +162,7 @@ impl Leases {
                 }
                 let want = h.next_want(self.policy, now);
                 let left = std::mem::take(h.left.get_mut());
-                let back = self.returnable(h, left, now);
-                let unspent = (back > 0).then_some((h.counted, back));
+                let unspent = (self.gives_back && left > 0).then(|| h.unspent(key, left));
                 h.flight = Some(Vec::new());
                 h.denied = None;
                 (want, unspent)
@@ -184,21 +183,6 @@ impl Leases {
             unspent,
             done: false,
         }))
-    }
-
-    /// Of `left` units of a lease asked for at `asked`, those Redis may
-    /// take back without admitting more than the exact rule: less what
-    /// flowed into the bucket since (that much of the lease, unspent, is
-    /// already back). None for a window, whose units would land in a later
-    /// window.
-    fn returnable(&self, h: &Held, left: u32, now: Instant) -> u32 {
-        if !self.gives_back {
-            return 0;
-        }
-        let elapsed = now.saturating_duration_since(h.asked).as_nanos();
-        let window = h.counted.window().as_nanos().max(1);
-        let flowed = (u128::from(h.counted.limit()) * elapsed).div_ceil(window);
-        u32::try_from(u128::from(left).saturating_sub(flowed)).unwrap_or(0)
     }
 
     /// Gives back (`units < 0`) or charges a spend to `key`'s current lease
@@ -232,11 +216,11 @@ impl Leases {
 
     /// Drops ended leases no request asks for, and returns their unspent
     /// units, for Redis.
-    pub(crate) fn sweep(&self) -> Vec<(Key, Quota, u32)> {
+    pub(crate) fn sweep(&self) -> Vec<Unspent> {
         self.sweep_at(Instant::now())
     }
 
-    fn sweep_at(&self, now: Instant) -> Vec<(Key, Quota, u32)> {
+    fn sweep_at(&self, now: Instant) -> Vec<Unspent> {
         let mut back = Vec::new();
         self.map.retain(|key, h| {
             let ended = now >= h.until && h.denied.is_none_or(|(until, _)| now >= until);
@@ -244,9 +228,8 @@ impl Leases {
                 return true;
             }
             let left = *h.left.get_mut();
-            let left = self.returnable(h, left, now);
-            if left > 0 {
-                back.push((key.clone(), h.counted, left));
+            if self.gives_back && left > 0 {
+                back.push(h.unspent(key, left));
             }
             false
         });
@@ -255,17 +238,15 @@ impl Leases {
     }
 
     /// Every lease's unspent units, for Redis (the rule is dropped).
-    pub(crate) fn drain(&self) -> Vec<(Key, Quota, u32)> {
-        let now = Instant::now();
+    pub(crate) fn drain(&self) -> Vec<Unspent> {
         let mut back = Vec::new();
         if !self.gives_back {
             return back;
         }
         for mut h in self.map.iter_mut() {
             let left = std::mem::take(h.left.get_mut());
-            let left = self.returnable(&h, left, now);
             if left > 0 {
-                back.push((h.key().clone(), h.counted, left));
+                back.push(h.unspent(h.key(), left));
             }
         }
         back
@@ -287,7 +268,43 @@ fn min_ask(want: u32, counted: Quota) -> u32 {
     (want / 4).min(capacity / MIN_ASK_DIVISOR).max(1)
 }
 
+/// Unspent units of a smooth bucket's lease, on their way back to Redis.
+/// How many may go back is worked out as they are sent: the bucket refills
+/// meanwhile, and units it has refilled must not be freed twice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Unspent {
+    pub(crate) key: Key,
+    pub(crate) counted: Quota,
+    left: u32,
+    asked: Instant,
+}
+
+impl Unspent {
+    /// What may go back now.
+    pub(crate) fn units(&self) -> u32 {
+        self.units_at(Instant::now())
+    }
+
+    /// `left` less what has flowed into the bucket since the lease was
+    /// asked for: that much of it is back already.
+    fn units_at(&self, now: Instant) -> u32 {
+        let elapsed = now.saturating_duration_since(self.asked).as_nanos();
+        let window = self.counted.window().as_nanos().max(1);
+        let flowed = (u128::from(self.counted.limit()) * elapsed).div_ceil(window);
+        u32::try_from(u128::from(self.left).saturating_sub(flowed)).unwrap_or(0)
+    }
+}
+
 impl Held {
+    fn unspent(&self, key: &Key, left: u32) -> Unspent {
+        Unspent {
+            key: key.clone(),
+            counted: self.counted,
+            left,
+            asked: self.asked,
+        }
+    }
+
     fn asking(counted: Quota, now: Instant) -> Self {
         Self {
             counted,
@@ -467,7 +484,8 @@ mod tests {
         }
         let f = ask(l.take_at(&k, q, q, 1, || t0 + TTL));
         // 80 left, but 10 flowed into the bucket meanwhile.
-        assert_eq!(f.unspent, Some((q, 70)));
+        let back = f.unspent.clone().unwrap();
+        assert_eq!((back.counted, back.units_at(t0 + TTL)), (q, 70));
         assert_eq!(f.want, 20, "twenty spent in one ttl");
         drop(f);
         assert!(
@@ -507,7 +525,12 @@ mod tests {
         f.granted(q, q, 1, t0, (5, 0), TTL, TTL);
         assert!(l.sweep_at(t0).is_empty(), "a live lease stays");
         // Four left, one flowed in during the ttl.
-        assert_eq!(l.sweep_at(t0 + TTL), vec![(Key::from("a"), q, 3)]);
+        let back = l.sweep_at(t0 + TTL);
+        assert_eq!(back.len(), 1);
+        assert_eq!(
+            (&back[0].key, back[0].units_at(t0 + TTL)),
+            (&Key::from("a"), 3)
+        );
         assert_eq!(l.len(), 0);
     }
 

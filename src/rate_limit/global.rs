@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::coalesce::{Batch, Join, Leader, Queues};
 use crate::backend::deny_cache::DenyCache;
 use crate::backend::keyspace::{Budget, KeySpaceFull};
-use crate::backend::leases::{Flight, Leases, Take, Woken};
+use crate::backend::leases::{Flight, Leases, Take, Unspent, Woken};
 use crate::backend::local::LocalStore;
 use crate::backend::lock::Locks;
 use crate::backend::redis::{ControlScriptOp, Decided, Grant, RedisBackend};
@@ -58,9 +58,14 @@ impl Drop for Global {
         }
         let (redis, (name, algorithm, patience)) = (self.redis.clone(), self.rule.clone());
         rt.spawn(async move {
-            for (key, counted, units) in back {
+            for unspent in back {
+                let units = unspent.units();
+                if units == 0 {
+                    continue;
+                }
                 let op = ControlScriptOp::Adjust(-i64::from(units));
-                let call = redis.control(&name, &key, algorithm, &counted, op);
+                let (key, counted) = (&unspent.key, &unspent.counted);
+                let call = redis.control(&name, key, algorithm, counted, op);
                 if tokio::time::timeout(patience, call).await.is_err() {
                     break;
                 }
@@ -146,21 +151,23 @@ impl Global {
             match leases.take(key, counted, quota, cost.get()) {
                 Take::Spent(d) => return Ok((d, Source::Leased)),
                 Take::Denied(d) => return Ok((d, Source::Global)),
-                Take::Exact => return self.exact_now(rule, locks, key, counted, cost),
+                Take::Exact => return self.exact_now(rule, locks, key, (quota, counted), cost),
                 take => return Err(Pending::Lease(Box::new((take, counted)))),
             }
         }
-        self.exact_now(rule, locks, key, quota, cost)
+        self.exact_now(rule, locks, key, (quota, quota), cost)
     }
 
     /// An exact decision without Redis when one can be made: a cached
     /// deny, or an open breaker's failure mode.
+    /// `shown` is the rule's quota (the failure mode's), `quota` the one
+    /// Redis decides in.
     fn exact_now(
         &self,
         rule: &Rule,
         locks: &Locks,
         key: &Key,
-        quota: Quota,
+        (shown, quota): (Quota, Quota),
         cost: NonZeroU32,
     ) -> Result<(Decision, Source), Pending> {
         let smooth = rule.algorithm.has_burst() && quota.period().is_none();
@@ -172,7 +179,7 @@ impl Global {
             return Ok((d, Source::Global));
         }
         if let Admit::Skip(_) = self.guard.admit() {
-            return Ok(self.fail(locks, key, quota, cost, Cause::CircuitOpen));
+            return Ok(self.fail(locks, key, shown, cost, Cause::CircuitOpen));
         }
         Err(Pending::Exact(quota))
     }
@@ -190,8 +197,8 @@ impl Global {
         self.fallback.cleanup();
         self.denies.cleanup();
         if let Some(leases) = &self.leases {
-            for (key, counted, units) in leases.sweep() {
-                self.give_back(rule, key, counted, units);
+            for unspent in leases.sweep() {
+                self.give_back(rule, unspent);
             }
         }
     }
@@ -254,20 +261,27 @@ impl Global {
         pending: Pending,
     ) -> (Decision, Source) {
         let (mut take, counted) = match pending {
-            Pending::Exact(quota) => return self.ask_exact(rule, locks, key, quota, cost).await,
+            Pending::Exact(counted) => {
+                return self
+                    .ask_exact(rule, locks, key, (quota, counted), cost)
+                    .await;
+            }
             Pending::Lease(lease) => *lease,
         };
         let Some(leases) = &self.leases else {
-            return self.ask_exact(rule, locks, key, quota, cost).await;
+            return self
+                .ask_exact(rule, locks, key, (quota, counted), cost)
+                .await;
         };
         loop {
             take = match take {
                 Take::Spent(d) => return (d, Source::Leased),
                 Take::Denied(d) => return (d, Source::Global),
                 Take::Exact => {
-                    return match self.exact_now(rule, locks, key, counted, cost) {
+                    let quotas = (quota, counted);
+                    return match self.exact_now(rule, locks, key, quotas, cost) {
                         Ok(decided) => decided,
-                        Err(_) => self.ask_exact(rule, locks, key, counted, cost).await,
+                        Err(_) => self.ask_exact(rule, locks, key, quotas, cost).await,
                     };
                 }
                 Take::Ask(flight) => {
@@ -292,17 +306,17 @@ impl Global {
         locks: &Locks,
         key: &Key,
         (quota, counted, cost): (Quota, Quota, NonZeroU32),
-        flight: Box<Flight>,
+        mut flight: Box<Flight>,
     ) -> (Decision, Source) {
         if let Admit::Skip(_) = self.guard.admit() {
             flight.failed();
             return self.fail(locks, key, quota, cost, Cause::CircuitOpen);
         }
         // Given back in the grant call, unless counted in another quota.
-        let back = match flight.unspent {
-            Some((q, units)) if q == counted => units,
-            Some((q, units)) => {
-                self.give_back(rule, key.clone(), q, units);
+        let back = match flight.unspent.take() {
+            Some(unspent) if unspent.counted == counted => unspent.units(),
+            Some(unspent) => {
+                self.give_back(rule, unspent);
                 0
             }
             None => 0,
@@ -365,14 +379,19 @@ impl Global {
 
     /// Returns a lease's unspent units to Redis, off the request path; a
     /// failure only leaves them unused.
-    fn give_back(self: &Arc<Self>, rule: &Rule, key: Key, counted: Quota, units: u32) {
+    fn give_back(self: &Arc<Self>, rule: &Rule, unspent: Unspent) {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
         let (this, name, algorithm) = (self.clone(), rule.name.clone(), rule.algorithm);
         rt.spawn(async move {
+            let units = unspent.units();
+            if units == 0 {
+                return;
+            }
             let op = ControlScriptOp::Adjust(-i64::from(units));
-            let call = this.redis.control(&name, &key, algorithm, &counted, op);
+            let (key, counted) = (&unspent.key, &unspent.counted);
+            let call = this.redis.control(&name, key, algorithm, counted, op);
             if let Err(cause) = this.guard.call(this.redis.liveness(), call).await {
                 tracing::debug!(target: observe::TARGET, rule = %name, %cause, units, "could not give back a lease's unspent units");
             }
@@ -395,13 +414,14 @@ impl Global {
         }
     }
 
-    /// One exact Redis decision.
+    /// One exact Redis decision in `quota`; `shown` is the rule's (the
+    /// failure mode's).
     async fn ask_exact(
         self: &Arc<Self>,
         rule: &Rule,
         locks: &Locks,
         key: &Key,
-        quota: Quota,
+        (shown, quota): (Quota, Quota),
         cost: NonZeroU32,
     ) -> (Decision, Source) {
         let name = &rule.name;
@@ -439,7 +459,7 @@ impl Global {
             }
             Err(cause) => {
                 self.denies.forget(key);
-                self.fail(locks, key, quota, cost, cause)
+                self.fail(locks, key, shown, cost, cause)
             }
         }
     }
@@ -594,7 +614,7 @@ impl Global {
     /// counted (`outcome="settle_failed"`); a charge then lands in this
     /// instance's share under `LocalFallback`, and is dropped otherwise.
     pub(super) async fn adjust_redis(&self, rule: &Rule, key: &Key, quota: Quota, units: i64) {
-        let quota = self.counting(rule, quota);
+        let counted = self.counting(rule, quota);
         if units < 0 {
             // A cached deny may no longer hold.
             self.denies.forget(key);
@@ -605,7 +625,7 @@ impl Global {
                 let op = ControlScriptOp::Adjust(units);
                 let call = self
                     .redis
-                    .control(&rule.name, key, rule.algorithm, &quota, op);
+                    .control(&rule.name, key, rule.algorithm, &counted, op);
                 match self.guard.call(self.redis.liveness(), call).await {
                     Ok(_) => return,
                     Err(cause) => cause,

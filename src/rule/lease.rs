@@ -9,8 +9,11 @@ use crate::{Algorithm, Quota};
 /// How a global rule leases quota: see [`Rule::lease`](crate::Rule::lease).
 ///
 /// A gateway takes a block of units from the shared bucket in one Redis
-/// call and spends it locally, at local cost, for at most `ttl`; what is
-/// left when a lease ends goes back to Redis. Block sizes follow the key's
+/// call and spends it locally, at local cost, for at most `ttl`. For GCRA
+/// and the token bucket, what is left when a lease ends goes back to Redis,
+/// less what has flowed into the bucket since the lease was taken (that
+/// much is back already); a window's leftovers are dropped, as they would
+/// land in a later window. Block sizes follow the key's
 /// observed rate on this gateway (enough for one `ttl`, at most
 /// [`max_units`](Self::max_units)), and never exceed an even share of what
 /// is left among the gateways holding leases on the key.
@@ -23,9 +26,8 @@ use crate::{Algorithm, Quota};
 /// the exact rule's. For the window algorithms a lease ends with the window
 /// its units were counted in, so each window admits at most its limit. The
 /// price is under-admission: that smaller burst, and units a gateway
-/// leased but did not spend before its lease ended (they return to Redis,
-/// but a busy window may not see them again). README's Performance section
-/// measures it.
+/// leased but did not spend before its lease ended. README's Performance
+/// section measures it.
 ///
 /// ```
 /// use std::time::Duration;

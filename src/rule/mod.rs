@@ -413,11 +413,16 @@ impl Rule {
     ///
     /// Under a lease the `RateLimit` headers are an estimate: this
     /// gateway's lease left plus what Redis had free when it was granted.
-    /// A quota that cannot keep the bound under leases (a calendar quota,
-    /// or a burst smaller than the units one `ttl` brings) is decided
-    /// exactly, per request. The [`Control`](crate::Control) handle acts on
-    /// Redis and drops this gateway's lease of the key; other gateways
-    /// spend what they hold until their leases end (at most `ttl`).
+    /// A static quota that cannot keep the bound under leases (a calendar
+    /// quota, or a burst no larger than the units one `ttl` brings) is a
+    /// build error; such a quota from [`quota_fn`](Self::quota_fn) is
+    /// decided exactly, per request. Beside leases, Redis decides in the
+    /// leases' quota (the burst held back), so a request cost above that
+    /// burst is refused without `Retry-After`. The
+    /// [`Control`](crate::Control) handle acts on Redis and drops this
+    /// gateway's lease of the key; other gateways spend what they hold
+    /// until their leases end (at most `ttl`), and a blocked key gets no
+    /// new lease.
     ///
     /// ```no_run
     /// use std::time::Duration;

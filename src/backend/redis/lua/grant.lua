@@ -12,7 +12,11 @@ local need = tonumber(ARGV[4])
 local want = tonumber(ARGV[5])
 local holder = ARGV[6]
 local lease_ms = tonumber(ARGV[7])
-local holders = string.match(KEYS[1], '^(.*})') .. ':holders'
+local tag = string.match(KEYS[1], '^(.*})')
+-- A key blocked through the control handle gets no lease.
+local locked = redis.call('PTTL', tag .. ':lock')
+if locked > 0 then return {0, 0, locked, locked, 0} end
+local holders = tag .. ':holders'
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', holders, '-inf', now_ms)
