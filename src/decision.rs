@@ -165,7 +165,7 @@ pub enum Source {
     /// without asking the algorithm.
     Locked,
     /// Spent from this gateway's lease of the shared quota
-    /// ([`Rule::lease`](crate::Rule::lease)), without a Redis call.
+    /// (`Rule::lease`, feature `redis`), without a Redis call.
     Leased,
 }
 
