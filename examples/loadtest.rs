@@ -34,7 +34,9 @@
 //! `LOADTEST_THREADS` (2, wrk only), `LOADTEST_ROUNDS` (2),
 //! `LOADTEST_GEN=rust` to force the built-in generator, `LOADTEST_WRK_CPUS=1`
 //! to pin wrk to CPU 1 (run the harness itself under `taskset -c 0`),
-//! `LOADTEST_VARIANTS=bare,layer-local,...` to run some (bare always runs).
+//! `LOADTEST_VARIANTS=bare,layer-local,...` to run some (bare always runs),
+//! `LOADTEST_KEYS=10000` to spread wrk's requests over that many keys
+//! (wrk only; the default is one hot key).
 
 #[path = "../tests/support/redis_server.rs"]
 mod redis_server;
@@ -112,12 +114,29 @@ async fn run_wrk(addr: SocketAddr, secs: u64, conns: u64, threads: u64) -> Sampl
         }
         Err(_) => tokio::process::Command::new("wrk"),
     };
-    let out = cmd
-        .arg(format!("-t{}", threads.min(conns).max(1)))
+    cmd.arg(format!("-t{}", threads.min(conns).max(1)))
         .arg(format!("-c{conns}"))
         .arg(format!("-d{secs}s"))
-        .arg("--latency")
-        .args(["-H", &format!("{KEY_HEADER}: {KEY}")])
+        .arg("--latency");
+    // LOADTEST_KEYS=n: each request a random one of n keys (a wrk script).
+    match std::env::var("LOADTEST_KEYS")
+        .ok()
+        .and_then(|n| n.parse::<u32>().ok())
+    {
+        Some(n) => {
+            let script = std::env::temp_dir().join(format!("krl-loadtest-keys-{n}.lua"));
+            std::fs::write(
+                &script,
+                format!(
+                    "request = function()\n  return wrk.format(nil, nil, {{[\"{KEY_HEADER}\"] = \"k\" .. math.random({n})}})\nend\n"
+                ),
+            )
+            .expect("write the wrk script");
+            cmd.arg("-s").arg(script)
+        }
+        None => cmd.args(["-H", &format!("{KEY_HEADER}: {KEY}")]),
+    };
+    let out = cmd
         .arg(format!("http://{addr}/"))
         .output()
         .await
