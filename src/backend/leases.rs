@@ -13,7 +13,7 @@ use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
 use tokio::sync::oneshot;
 
-use crate::rule::LeasePolicy;
+use crate::rule::{LeasePolicy, flow};
 use crate::{Decision, Key, Quota};
 
 /// The most a lease grows over the last one: a rate measured over a few
@@ -288,10 +288,8 @@ impl Unspent {
     /// `left` less what has flowed into the bucket since the lease was
     /// asked for: that much of it is back already.
     fn units_at(&self, now: Instant) -> u32 {
-        let elapsed = now.saturating_duration_since(self.asked).as_nanos();
-        let window = self.counted.window().as_nanos().max(1);
-        let flowed = (u128::from(self.counted.limit()) * elapsed).div_ceil(window);
-        u32::try_from(u128::from(self.left).saturating_sub(flowed)).unwrap_or(0)
+        let flowed = flow(&self.counted, now.saturating_duration_since(self.asked));
+        u32::try_from(u64::from(self.left).saturating_sub(flowed)).unwrap_or(0)
     }
 }
 

@@ -59,19 +59,33 @@ impl Drop for Global {
         let (redis, (name, algorithm, patience)) = (self.redis.clone(), self.rule.clone());
         rt.spawn(async move {
             for unspent in back {
-                let units = unspent.units();
-                if units == 0 {
-                    continue;
-                }
-                let op = ControlScriptOp::Adjust(-i64::from(units));
-                let (key, counted) = (&unspent.key, &unspent.counted);
-                let call = redis.control(&name, key, algorithm, counted, op);
+                let call = return_unspent(&redis, &name, algorithm, &unspent);
                 if tokio::time::timeout(patience, call).await.is_err() {
                     break;
                 }
             }
         });
     }
+}
+
+/// Gives `unspent` back to Redis: what of it the bucket has not refilled,
+/// counted as it is sent.
+async fn return_unspent(
+    redis: &RedisBackend,
+    name: &str,
+    algorithm: crate::Algorithm,
+    unspent: &Unspent,
+) -> Result<(), crate::backend::redis::RedisBackendError> {
+    let units = unspent.units();
+    if units == 0 {
+        return Ok(());
+    }
+    let op = ControlScriptOp::Adjust(-i64::from(units));
+    let (key, counted) = (&unspent.key, &unspent.counted);
+    redis
+        .control(name, key, algorithm, counted, op)
+        .await
+        .map(drop)
 }
 
 /// The most requests one script call decides.
@@ -385,22 +399,16 @@ impl Global {
         };
         let (this, name, algorithm) = (self.clone(), rule.name.clone(), rule.algorithm);
         rt.spawn(async move {
-            let units = unspent.units();
-            if units == 0 {
-                return;
-            }
-            let op = ControlScriptOp::Adjust(-i64::from(units));
-            let (key, counted) = (&unspent.key, &unspent.counted);
-            let call = this.redis.control(&name, key, algorithm, counted, op);
+            let call = return_unspent(&this.redis, &name, algorithm, &unspent);
             if let Err(cause) = this.guard.call(this.redis.liveness(), call).await {
-                tracing::debug!(target: observe::TARGET, rule = %name, %cause, units, "could not give back a lease's unspent units");
+                tracing::debug!(target: observe::TARGET, rule = %name, %cause, "could not give back a lease's unspent units");
             }
         });
     }
 
     /// Units a leased request spent: given back to (or charged on) its
-    /// lease while it lasts.
-    /// What the lease cannot take of a charge (it has ended) goes to Redis.
+    /// lease while it lasts; what the lease cannot take of a charge goes
+    /// to Redis.
     pub(super) fn adjust_lease(self: &Arc<Self>, rule: &Rule, key: &Key, quota: Quota, units: i64) {
         let (Some(leases), Some(counted)) = (&self.leases, self.counted(rule, quota)) else {
             return;

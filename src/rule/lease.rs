@@ -84,10 +84,7 @@ impl LeasePolicy {
     /// The units that flow into a smooth bucket during one `ttl`: what Redis
     /// holds back from the burst.
     pub(crate) fn held_back(&self, quota: &Quota) -> u64 {
-        let ttl = self.ttl.as_nanos();
-        let window = quota.window().as_nanos().max(1);
-        let units = (u128::from(quota.limit()) * ttl).div_ceil(window);
-        u64::try_from(units).unwrap_or(u64::MAX)
+        flow(quota, self.ttl)
     }
 
     /// The quota Redis counts leases in: `quota` with the burst held back
@@ -105,6 +102,13 @@ impl LeasePolicy {
         let burst = u32::try_from(burst).ok().filter(|b| *b >= 1)?;
         Some(quota.with_burst(burst))
     }
+}
+
+/// The units that flow into `quota`'s bucket over `d`, rounded up.
+pub(crate) fn flow(quota: &Quota, d: Duration) -> u64 {
+    let window = quota.window().as_nanos().max(1);
+    let units = (u128::from(quota.limit()) * d.as_nanos()).div_ceil(window);
+    u64::try_from(units).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

@@ -11,6 +11,8 @@ mod lease;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use lease::LeasePolicy;
+#[cfg(feature = "redis")]
+pub(crate) use lease::flow;
 
 use http::StatusCode;
 use http::request::Parts;
