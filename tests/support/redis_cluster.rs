@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use super::redis_server::{RedisServer, free_port};
+use super::redis_server::{FREE_PORT, RedisServer, free_port};
 
 pub struct RedisCluster {
     pub nodes: Vec<RedisServer>,
@@ -29,15 +29,16 @@ impl RedisCluster {
         let nodes: Vec<RedisServer> = (0..3 * (1 + replicas))
             .map(|i| {
                 let conf = dir.join(format!("nodes-{i}.conf"));
-                // An explicit bus port: the default (port + 10000) may not be free.
-                let bus = free_port().to_string();
+                // An explicit bus port: the default (port + 10000) may not
+                // be free. A fresh one per try: another test's server may
+                // take it between `free_port` and the bind.
                 RedisServer::start_with(&[
                     "--cluster-enabled",
                     "yes",
                     "--cluster-config-file",
                     conf.to_str().unwrap(),
                     "--cluster-port",
-                    &bus,
+                    FREE_PORT,
                     "--dir",
                     dir.to_str().unwrap(),
                     // Fail over within about a second of a master dying.

@@ -5,6 +5,9 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// An argument of [`RedisServer::start_with`] replaced by a free port.
+pub const FREE_PORT: &str = "{free port}";
+
 /// A `redis-server` child process, killed on drop.
 pub struct RedisServer {
     port: u16,
@@ -39,13 +42,26 @@ impl RedisServer {
 
     /// Starts the process; when it exits at once (another socket took the
     /// free port between `free_port` and its bind), tries a fresh port,
-    /// a few times. `restart` keeps the port: nothing else holds it then.
+    /// a few times. An extra argument [`FREE_PORT`] is a port too, fresh
+    /// for each try (a cluster bus port), and kept once the server is up.
+    /// `restart` keeps the ports: nothing else holds them then.
     fn spawn(&mut self) {
+        let template = self.extra.clone();
         for attempt in 0..5 {
             if attempt > 0 {
                 self.port = free_port();
             }
             assert_ne!(self.port, 6379, "never touch the shared redis");
+            self.extra = template
+                .iter()
+                .map(|a| {
+                    if a == FREE_PORT {
+                        free_port().to_string()
+                    } else {
+                        a.clone()
+                    }
+                })
+                .collect();
             let child = Command::new("redis-server")
                 .args(["--port", &self.port.to_string()])
                 .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
