@@ -425,12 +425,7 @@ mod redis {
             let control = layer.control();
             let url = serve(accounting_app(layer)).await;
             let c = client();
-            let spend = |n: &'static str| {
-                c.get(format!("{url}/tokens"))
-                    .header("x-user", "u")
-                    .header("x-spend", n)
-                    .send()
-            };
+            let spend = |n| spend_tokens(&c, &url, n);
             assert_eq!(spend("40").await.unwrap().status(), 200, "{what}");
             until_left(&control, "tokens", "u", 60).await;
             assert_eq!(spend("0").await.unwrap().status(), 200, "{what}");
@@ -543,6 +538,19 @@ mod redis {
 
 /// `POST /login` answers 401 unless `x-pass` is `right`; `/tokens` reports
 /// the tokens its answer cost in `x-tokens-used`.
+/// One request of [`accounting_app`]'s `/tokens` for user `u` that
+/// reports `n` tokens used.
+fn spend_tokens(
+    c: &reqwest::Client,
+    url: &str,
+    n: &str,
+) -> impl Future<Output = reqwest::Result<reqwest::Response>> {
+    c.get(format!("{url}/tokens"))
+        .header("x-user", "u")
+        .header("x-spend", n)
+        .send()
+}
+
 fn accounting_app(layer: RateLimitLayer) -> Router {
     Router::new()
         .route(
@@ -636,12 +644,7 @@ async fn cost_from_response_charges_what_the_handler_reports() {
     let control = layer.control();
     let url = serve(accounting_app(layer)).await;
     let c = client();
-    let spend = |n: &'static str| {
-        c.get(format!("{url}/tokens"))
-            .header("x-user", "u")
-            .header("x-spend", n)
-            .send()
-    };
+    let spend = |n| spend_tokens(&c, &url, n);
     let res = spend("40").await.unwrap();
     assert_eq!(res.status(), 200);
     assert_eq!(res.text().await.unwrap(), "done", "the body is untouched");
