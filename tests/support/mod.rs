@@ -1,6 +1,95 @@
-//! Shared helpers for integration tests.
+//! The helpers every test binary shares (each includes this tree as
+//! `mod support`): real axum servers on ephemeral ports, header parsing,
+//! captured events and metrics. The `redis-server` launchers are in the
+//! `keyed-rate-limit-testing` workspace crate.
+#![allow(dead_code)]
+
+#[cfg(feature = "redis")]
 pub mod admits;
-pub mod gateway;
-pub mod redis_cluster;
-pub mod redis_server;
+pub mod events;
+pub mod metrics;
+pub mod sf;
+#[cfg(feature = "redis")]
 pub mod soak;
+
+use std::net::SocketAddr;
+
+use axum::Router;
+use axum::routing::get;
+use keyed_rate_limit::{Algorithm, RateLimitLayer};
+
+/// Every algorithm, for tests that run each on Redis.
+pub const ALGORITHMS: [Algorithm; 4] = [
+    Algorithm::Gcra,
+    Algorithm::TokenBucket,
+    Algorithm::FixedWindow,
+    Algorithm::SlidingWindow,
+];
+
+/// `GET /` answering `ok` behind `layer`.
+pub fn ok_app(layer: RateLimitLayer) -> Router {
+    Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer)
+}
+
+/// Serves `app` on 127.0.0.1:0 with `ConnectInfo`, returning its base URL.
+pub async fn serve(app: Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .unwrap();
+    });
+    format!("http://{addr}")
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder().no_proxy().build().unwrap()
+}
+
+pub fn header(res: &reqwest::Response, name: &str) -> Option<String> {
+    res.headers()
+        .get(name)
+        .map(|v| v.to_str().unwrap().to_owned())
+}
+
+/// Sends `n` GETs and returns their status codes.
+pub async fn statuses(client: &reqwest::Client, url: &str, n: usize) -> Vec<u16> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push(client.get(url).send().await.unwrap().status().as_u16());
+    }
+    out
+}
+
+/// Seconds from now to the end of calendar quota `q`'s current window
+/// (rounded up), and the window's length.
+pub fn calendar_window_now(q: &keyed_rate_limit::Quota) -> (u64, u64) {
+    let now = std::time::SystemTime::now();
+    let (start, end) = q.calendar_window(now).unwrap();
+    let left = end.duration_since(now).unwrap().as_secs_f64().ceil() as u64;
+    (left, end.duration_since(start).unwrap().as_secs())
+}
+
+/// A backend on a private server under its own key prefix.
+#[cfg(feature = "redis")]
+pub trait Backend {
+    /// Connects a [`RedisBackend`](keyed_rate_limit::backend::redis::RedisBackend) with this key prefix.
+    async fn backend(&self, prefix: &str) -> keyed_rate_limit::backend::redis::RedisBackend;
+}
+
+#[cfg(feature = "redis")]
+impl Backend for keyed_rate_limit_testing::RedisServer {
+    async fn backend(&self, prefix: &str) -> keyed_rate_limit::backend::redis::RedisBackend {
+        keyed_rate_limit::backend::redis::RedisBackend::builder(self.url())
+            .prefix(prefix)
+            .build()
+            .await
+            .expect("connect to the private redis")
+    }
+}

@@ -17,8 +17,8 @@ use keyed_rate_limit::backend::redis::RedisBackend;
 use keyed_rate_limit::{Quota, RateLimitDecision, RateLimitLayer, Rule, key::KeyExtractor};
 
 #[cfg(feature = "redis-cluster")]
-use super::redis_cluster::RedisCluster;
-use super::redis_server::RedisServer;
+use keyed_rate_limit_testing::RedisCluster;
+use keyed_rate_limit_testing::RedisServer;
 
 pub struct Config {
     pub duration: Duration,

@@ -1,0 +1,79 @@
+//! Multiplexed connection vs bb8 pool under concurrency, against a private
+//! `redis-server` this example starts (never the shared one on 6379).
+//!
+//! `cargo run -p keyed-rate-limit-bench --release --bin redis_conn_bench --features redis [decisions] [concurrency]`
+
+use keyed_rate_limit_testing as redis_server;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use keyed_rate_limit::backend::redis::{ConnectionMode, RedisBackend};
+use keyed_rate_limit::{Algorithm, Key, Quota};
+use redis_server::RedisServer;
+
+async fn run(backend: &RedisBackend, decisions: usize, concurrency: usize) -> f64 {
+    let next = Arc::new(AtomicUsize::new(0));
+    let quota = Quota::per_hour(1_000_000);
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|_| {
+            let (b, next) = (backend.clone(), next.clone());
+            tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= decisions {
+                        break;
+                    }
+                    let key = Key::from((i % 1000) as u64);
+                    b.check("bench", &key, Algorithm::Gcra, &quota, 1)
+                        .await
+                        .expect("check");
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("task");
+    }
+    decisions as f64 / start.elapsed().as_secs_f64()
+}
+
+#[tokio::main]
+async fn main() {
+    let mut args = std::env::args().skip(1);
+    let decisions: usize = args
+        .next()
+        .map_or(10_000, |a| a.parse().expect("decisions"));
+    let concurrency: usize = args.next().map_or(64, |a| a.parse().expect("concurrency"));
+    let server = RedisServer::start();
+    let modes = [
+        ("multiplexed", ConnectionMode::Multiplexed),
+        ("pool(16)", ConnectionMode::Pool { max_size: 16 }),
+        ("pool(64)", ConnectionMode::Pool { max_size: 64 }),
+    ];
+    let mut best = vec![0f64; modes.len()];
+    for round in 0..3 {
+        for (i, (name, mode)) in modes.iter().enumerate() {
+            let b = RedisBackend::builder(server.url())
+                .prefix(format!("bench{round}{i}"))
+                .connection(*mode)
+                .build()
+                .await
+                .expect("build");
+            run(&b, 1_000, concurrency).await; // warm up connections and the script
+            let rate = run(&b, decisions, concurrency).await;
+            best[i] = best[i].max(rate);
+            println!("round {round} {name:>12}: {rate:>9.0} decisions/s");
+        }
+    }
+    println!("best of 3, {decisions} decisions at concurrency {concurrency}:");
+    for (i, (name, _)) in modes.iter().enumerate() {
+        println!(
+            "{name:>12}: {:>9.0} decisions/s ({:.2}x multiplexed)",
+            best[i],
+            best[i] / best[0]
+        );
+    }
+}

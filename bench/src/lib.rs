@@ -1,0 +1,11 @@
+//! What the measurement programs (`src/bin`) and benches of
+//! `keyed-rate-limit` share, so that every figure in BENCHMARKS.md compares
+//! the same setups. Unpublished.
+#![allow(missing_docs)]
+
+pub mod app;
+pub mod criterion_ratios;
+#[cfg(feature = "redis-cluster")]
+pub mod fleet;
+#[cfg(feature = "redis")]
+pub mod gateway;

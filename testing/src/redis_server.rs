@@ -1,0 +1,270 @@
+//! A private `redis-server` per test, on a free port; never the shared 6379.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::tls::Certificates;
+
+/// An argument of [`RedisServer::start_with`] replaced by a free port.
+pub const FREE_PORT: &str = "{free port}";
+
+/// A `redis-server` child process, killed on drop.
+pub struct RedisServer {
+    port: u16,
+    extra: Vec<String>,
+    password: Option<String>,
+    tls: Option<Certificates>,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// Starts a server with no persistence on a free port.
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with extra `redis-server` arguments, e.g. `["--requirepass", "pw"]`.
+    pub fn start_with(extra: &[&str]) -> Self {
+        Self::launch(extra, None)
+    }
+
+    /// Starts a TLS-only server (no plain port) that requires client
+    /// certificates, with a private CA and a leaf certificate for
+    /// `127.0.0.1` made by `openssl`; see [`RedisServer::pem`].
+    pub fn start_tls() -> Self {
+        Self::launch(&[], Some(Certificates::make()))
+    }
+
+    fn launch(extra: &[&str], tls: Option<Certificates>) -> Self {
+        let port = free_port();
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let password = extra
+            .iter()
+            .position(|a| a == "--requirepass")
+            .and_then(|i| extra.get(i + 1).cloned());
+        let mut server = Self {
+            port,
+            extra,
+            password,
+            tls,
+            child: None,
+        };
+        server.spawn();
+        server
+    }
+
+    /// Starts the process; when it exits at once (another socket took the
+    /// free port between `free_port` and its bind), tries a fresh port,
+    /// a few times. An extra argument [`FREE_PORT`] is a port too, fresh
+    /// for each try (a cluster bus port), and kept once the server is up.
+    /// `restart` keeps the ports: nothing else holds them then.
+    fn spawn(&mut self) {
+        let template = self.extra.clone();
+        for attempt in 0..5 {
+            if attempt > 0 {
+                self.port = free_port();
+            }
+            assert_ne!(self.port, 6379, "never touch the shared redis");
+            self.extra = template
+                .iter()
+                .map(|a| {
+                    if a == FREE_PORT {
+                        free_port().to_string()
+                    } else {
+                        a.clone()
+                    }
+                })
+                .collect();
+            let port = self.port.to_string();
+            let listen = match &self.tls {
+                None => vec!["--port".to_owned(), port],
+                Some(certs) => {
+                    let mut args = vec!["--port".into(), "0".into(), "--tls-port".into(), port];
+                    args.extend(certs.server_args());
+                    args
+                }
+            };
+            let child = Command::new("redis-server")
+                .args(&listen)
+                .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                .args(&self.extra)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server must be installed");
+            self.child = Some(child);
+            if self.wait_ready() {
+                return;
+            }
+            self.kill();
+        }
+        panic!("redis-server did not start on five ports");
+    }
+
+    /// Waits for a PONG (a TLS server: an accepted TCP connection); false
+    /// when the process exited first.
+    fn wait_ready(&mut self) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let ok = if self.tls.is_some() {
+                std::net::TcpStream::connect(("127.0.0.1", self.port))
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            } else {
+                self.connection()
+                    .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            };
+            if ok.is_ok() {
+                return true;
+            }
+            if let Some(child) = self.child.as_mut()
+                && child.try_wait().ok().flatten().is_some()
+            {
+                return false;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not start: {ok:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Whether the process is up (not killed).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// The port the server listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://[:password@]127.0.0.1:port` (`rediss://` for a TLS server).
+    pub fn url(&self) -> String {
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        match &self.password {
+            Some(pw) => format!("{scheme}://:{pw}@127.0.0.1:{}", self.port),
+            None => format!("{scheme}://127.0.0.1:{}", self.port),
+        }
+    }
+
+    /// A PEM file of a TLS server: `ca.pem`, `cert.pem` or `key.pem` (the
+    /// leaf certificate serves as the client's too).
+    ///
+    /// # Panics
+    /// On a server started without TLS.
+    pub fn pem(&self, name: &str) -> Vec<u8> {
+        let certs = self.tls.as_ref().expect("a TLS server");
+        std::fs::read(certs.dir().join(name)).expect("read a PEM file")
+    }
+
+    /// A fresh blocking connection, for test setup and assertions.
+    pub fn connection(&self) -> redis::RedisResult<redis::Connection> {
+        redis::Client::open(self.url())?.get_connection_with_timeout(Duration::from_secs(1))
+    }
+
+    /// Kills the server (SIGKILL) and waits for it to exit.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = self.signal("-CONT");
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills and starts the server again on the same port: data and scripts are gone.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// Stops the process (SIGSTOP): connections stay open but nothing answers.
+    pub fn pause(&self) {
+        self.signal("-STOP").expect("kill -STOP");
+    }
+
+    /// Resumes a paused server (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT").expect("kill -CONT");
+    }
+
+    fn signal(&self, sig: &str) -> std::io::Result<()> {
+        let pid = self.child.as_ref().map(|c| c.id()).ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::NotFound, "redis-server not running")
+        })?;
+        let status = Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(std::io::Error::other(format!("kill {sig} failed")))
+        }
+    }
+
+    /// `CONFIG SET key value`.
+    pub fn set_config(&self, key: &str, value: &str) {
+        let mut c = self.connection().expect("connect");
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(key)
+            .arg(value)
+            .query::<()>(&mut c)
+            .expect("CONFIG SET");
+    }
+
+    /// `SCRIPT FLUSH`: forgets every loaded script, as a restart does.
+    pub fn flush_scripts(&self) {
+        let mut c = self.connection().expect("connect");
+        redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query::<()>(&mut c)
+            .expect("SCRIPT FLUSH");
+    }
+
+    /// How many `EVALSHA` and `EVAL` calls the server has run (`INFO commandstats`).
+    pub fn script_calls(&self) -> u64 {
+        let mut c = self.connection().expect("connect");
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut c)
+            .expect("INFO");
+        info.lines()
+            .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+            .filter_map(|l| {
+                l.split("calls=")
+                    .nth(1)?
+                    .split(',')
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum()
+    }
+
+    /// The keys matching a pattern (binary-safe).
+    pub fn keys(&self, pattern: &str) -> Vec<Vec<u8>> {
+        let mut c = self.connection().expect("connect");
+        redis::cmd("KEYS").arg(pattern).query(&mut c).expect("KEYS")
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Binds port 0 and releases it; the kernel does not hand it out again soon.
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("local_addr").port()
+}

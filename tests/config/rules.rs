@@ -1,0 +1,366 @@
+//! Rules from TOML and YAML files, driven over real HTTP, and the errors
+//! bad files give.
+
+use std::time::Duration;
+
+#[cfg(feature = "redis")]
+use crate::support::Backend as _;
+use crate::support::{client, header, serve};
+use axum::{Router, routing::get};
+use keyed_rate_limit::backend::redis::RedisBackend;
+use keyed_rate_limit::config::{Registry, RulesConfig};
+use keyed_rate_limit::{Key, Quota, RateLimitLayer, key::KeyExtractor};
+use keyed_rate_limit_testing::RedisServer;
+
+fn app(layer: RateLimitLayer) -> Router {
+    Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer)
+}
+
+async fn get_with(c: &reqwest::Client, url: &str, headers: &[(&str, &str)]) -> reqwest::Response {
+    let mut req = c.get(url);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    req.send().await.unwrap()
+}
+
+async fn statuses(c: &reqwest::Client, url: &str, headers: &[(&str, &str)], n: usize) -> Vec<u16> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        out.push(get_with(c, url, headers).await.status().as_u16());
+    }
+    out
+}
+
+const TOML: &str = r#"
+headers = "both"
+instances = 1
+max_key_len = 64
+
+[[rules]]
+name = "dark-launch"
+key = "global"
+quota = "1/min"
+shadow = true
+
+[[rules]]
+name = "per-key"
+key = "header:x-api-key|peer_ip"
+quota = "3/min"
+burst = 3
+algorithm = "gcra"
+
+[[rules]]
+name = "per-tenant"
+key = "extension:tenant"
+quota_fn = "plan"
+cost_fn = "weight"
+algorithm = "fixed_window"
+scope = "global"
+failure_mode = "fail_closed"
+timeout = "500ms"
+breaker = { failure_threshold = 3, open_for = "2s" }
+on_missing_key = "reject:401"
+"#;
+
+#[tokio::test]
+async fn toml_file_makes_a_working_layer() {
+    let server = RedisServer::start();
+    let redis = RedisBackend::builder(server.url())
+        .prefix("cfg-toml")
+        .build()
+        .await
+        .unwrap();
+    let registry = Registry::new()
+        .redis(redis)
+        .key(
+            "tenant",
+            KeyExtractor::new("tenant", |p| {
+                p.headers
+                    .get("x-tenant")
+                    .map(|v| Key::new(v.as_bytes().to_vec()))
+            }),
+        )
+        .quota_fn("plan", |_| Quota::per_minute(5))
+        .cost_fn("weight", |_| 1);
+    let layer = RulesConfig::from_toml_str(TOML)
+        .unwrap()
+        .into_layer(&registry)
+        .unwrap();
+    assert_eq!(
+        layer
+            .rules()
+            .iter()
+            .map(|r| r.key().name())
+            .collect::<Vec<_>>(),
+        ["global", "header:x-api-key|peer_ip", "tenant"]
+    );
+    let url = serve(app(layer)).await;
+    let c = client();
+
+    // No tenant: the global rule rejects with the configured status.
+    let res = get_with(&c, &url, &[("x-api-key", "z")]).await;
+    assert_eq!(res.status().as_u16(), 401);
+
+    // Key "a": three allowed by per-key, then per-key denies (the shadow rule never does).
+    let a = [("x-api-key", "a"), ("x-tenant", "t")];
+    let res = get_with(&c, &url, &a).await;
+    assert_eq!(res.status().as_u16(), 200);
+    assert_eq!(header(&res, "x-ratelimit-limit").as_deref(), Some("3"));
+    assert!(
+        header(&res, "ratelimit-policy")
+            .unwrap()
+            .contains("\"per-tenant\";q=5;w=60")
+    );
+    assert_eq!(statuses(&c, &url, &a, 3).await, [200, 200, 429]);
+
+    // Key "b", same tenant: the tenant's 5 per minute (3 spent) run out in Redis.
+    let b = [("x-api-key", "b"), ("x-tenant", "t")];
+    assert_eq!(statuses(&c, &url, &b, 3).await, [200, 200, 429]);
+    let res = get_with(&c, &url, &b).await;
+    assert_eq!(res.status().as_u16(), 429);
+    assert!(res.headers().contains_key("retry-after"));
+}
+
+const YAML: &str = r#"
+headers: legacy
+rules:
+  - name: per-client
+    key: client_ip
+    trusted_proxies: ["127.0.0.1"]
+    quota: 2/10s
+    algorithm: token_bucket
+    on_missing_key: fallback:peer_ip
+  - name: everyone
+    key: global
+    quota: 6/min
+    cost: 2
+"#;
+
+#[tokio::test]
+async fn yaml_file_makes_a_working_layer() {
+    let layer = RulesConfig::from_yaml_str(YAML)
+        .unwrap()
+        .into_layer(&Registry::new())
+        .unwrap();
+    let url = serve(app(layer)).await;
+    let c = client();
+
+    // Clients behind the trusted proxy (the test's own 127.0.0.1) count apart.
+    let one = [("x-forwarded-for", "198.51.100.1")];
+    let res = get_with(&c, &url, &one).await;
+    assert_eq!(header(&res, "x-ratelimit-limit").as_deref(), Some("2"));
+    assert!(
+        !res.headers().contains_key("ratelimit-policy"),
+        "legacy only"
+    );
+    assert_eq!(statuses(&c, &url, &one, 2).await, [200, 429]);
+
+    // A second client has its own 2, but "everyone" (6 units at cost 2) has 1 request left.
+    let two = [("x-forwarded-for", "198.51.100.2")];
+    assert_eq!(statuses(&c, &url, &two, 2).await, [200, 429]);
+}
+
+/// Each bad file: the message, and where it points.
+#[test]
+fn a_lockout_from_the_file_reaches_the_rule_and_describe() {
+    let config = RulesConfig::from_toml_str(
+        "[[rules]]\nname = \"login\"\nkey = \"header:x-user\"\nquota = \"5/min\"\nlockout = { after = 5, within = \"1m\", block_for = \"15m\" }\n",
+    )
+    .unwrap();
+    let layer = config.into_layer(&Registry::new()).unwrap();
+    let lockout = layer.rules()[0].lockout_policy().unwrap();
+    assert_eq!(
+        (lockout.after(), lockout.within(), lockout.block_for()),
+        (5, Duration::from_secs(60), Duration::from_secs(900))
+    );
+    assert_eq!(
+        layer.describe().rules()[0].on_deny,
+        "429 + Retry-After, lockout: 5 denies/min -> 15min"
+    );
+}
+
+#[tokio::test]
+async fn lease_and_coalesce_from_the_file_reach_the_rules_and_describe() {
+    let server = RedisServer::start();
+    let redis = server.backend("cfg-lease").await;
+    let config = RulesConfig::from_toml_str(
+        "[[rules]]\nname = \"tenant\"\nkey = \"header:x-tenant\"\nquota = \"5000/s\"\nscope = \"global\"\nlease = { ttl = \"50ms\", max_units = 500 }\n\n\
+         [[rules]]\nname = \"ip\"\nkey = \"header:x-ip\"\nquota = \"50/s\"\nscope = \"global\"\ncoalesce = false\n\n\
+         [[rules]]\nname = \"window\"\nkey = \"header:x-ip\"\nquota = \"50/s\"\nalgorithm = \"fixed_window\"\nscope = \"global\"\nlease = { ttl = \"1s\" }\n",
+    )
+    .unwrap();
+    let layer = config.into_layer(&Registry::new().redis(redis)).unwrap();
+    let lease = layer.rules()[0].lease_policy().unwrap();
+    assert_eq!(
+        (lease.ttl(), lease.max_units()),
+        (Duration::from_millis(50), 500)
+    );
+    assert!(!layer.rules()[1].coalesces() && layer.rules()[1].lease_policy().is_none());
+    let scopes: Vec<String> = layer
+        .describe()
+        .rules()
+        .iter()
+        .map(|r| r.scope.clone())
+        .collect();
+    assert_eq!(
+        scopes,
+        [
+            "global, leased 50ms: Redis burst 4750",
+            "global, exact",
+            "global, leased 1s: ends with its window"
+        ]
+    );
+}
+
+#[test]
+fn invalid_configs_point_at_the_field() {
+    let toml_cases = [
+        (
+            "[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"100/fortnight\"\n",
+            "invalid quota \"100/fortnight\"",
+            4,
+            9,
+        ),
+        (
+            "[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"1/s\"\nburts = 2\n",
+            "unknown field `burts`",
+            5,
+            1,
+        ),
+        (
+            "[[rules]]\nname = \"a\"\nkey = \"header:x-api-key\"\nquota = \"1/s\"\ntimeout = \"20\"\nscope = \"global\"\n",
+            "invalid duration \"20\"",
+            5,
+            11,
+        ),
+        (
+            "[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"1/s\"\nalgorithm = \"leaky\"\n",
+            "unknown variant `leaky`",
+            5,
+            13,
+        ),
+        (
+            "[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"1/s\"\non_missing_key = \"reject:500\"\n",
+            "reject needs a 4xx status",
+            5,
+            18,
+        ),
+        (
+            "[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"1/s\"\nlockout = { after = 0, within = \"1m\", block_for = \"15m\" }\n",
+            "`lockout`: invalid setting: a lockout needs at least one deny",
+            1,
+            1,
+        ),
+        (
+            "[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"1/s\"\nlockout = { after = 5, within = \"1m\", block = \"15m\" }\n",
+            "unknown field `block`",
+            5,
+            39,
+        ),
+        (
+            "[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"1/s\"\nlease = { ttl = \"50ms\", size = 3 }\n",
+            "unknown field `size`",
+            5,
+            25,
+        ),
+        (
+            "[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"1/s\"\ncoalesce = true\n",
+            "`coalesce` only applies to `scope = \"global\"`",
+            1,
+            1,
+        ),
+        (
+            "[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"1/s\"\nscope = \"global\"\nlease = { ttl = \"2m\" }\n",
+            "`lease`: invalid setting: a lease's ttl must be between 1 ms and 60 s",
+            1,
+            1,
+        ),
+        (
+            "[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"10/s\"\nscope = \"global\"\nlease = { ttl = \"1s\" }\n",
+            "`lease`: a ttl of 1s holds back 10 units, the whole burst of 10",
+            1,
+            1,
+        ),
+        ("bogus = 1\n", "unknown field `bogus`", 1, 1),
+    ];
+    for (src, want, line, column) in toml_cases {
+        let err = RulesConfig::from_toml_str(src).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains(want), "{want:?} in {text}");
+        assert_eq!(
+            (err.line(), err.column()),
+            (Some(line), Some(column)),
+            "{text}"
+        );
+        assert!(
+            text.starts_with(&format!("line {line}, column {column}: ")),
+            "{text}"
+        );
+    }
+
+    let yaml_cases = [
+        (
+            "rules:\n  - name: a\n    key: global\n    quota: 10/5 weeks\n",
+            "rules[0].quota: invalid quota \"10/5 weeks\"",
+            4,
+            12,
+        ),
+        (
+            "rules:\n  - name: a\n    key: globl\n    quota: 1/s\n",
+            "rules[0].key: unknown key source \"globl\"",
+            3,
+            10,
+        ),
+        (
+            "rules:\n  - name: a\n    key: global\n    quota: 1/s\n    scope: everywhere\n",
+            "rules[0].scope: unknown variant `everywhere`",
+            5,
+            12,
+        ),
+        (
+            "rules:\n  - name: a\n    key: global\n    quota: 1/s\n    shadow: true\n    colour: red\n",
+            "unknown field `colour`",
+            6,
+            5,
+        ),
+    ];
+    for (src, want, line, column) in yaml_cases {
+        let err = RulesConfig::from_yaml_str(src).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains(want), "{want:?} in {text}");
+        assert_eq!(
+            (err.line(), err.column()),
+            (Some(line), Some(column)),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn files_by_extension() {
+    let dir = std::env::temp_dir().join(format!("krl-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (toml, yaml) = (dir.join("limits.toml"), dir.join("limits.yaml"));
+    std::fs::write(&toml, TOML).unwrap();
+    std::fs::write(&yaml, YAML).unwrap();
+    let names = |p| {
+        RulesConfig::from_path(p)
+            .unwrap()
+            .rule_names()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(names(&toml), ["dark-launch", "per-key", "per-tenant"]);
+    assert_eq!(names(&yaml), ["per-client", "everyone"]);
+    std::fs::write(&yaml, "rules: []\nextra: 1\n").unwrap();
+    let err = RulesConfig::from_path(&yaml).unwrap_err();
+    assert!(
+        err.message()
+            .starts_with(&format!("{}: unknown field `extra`", yaml.display())),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

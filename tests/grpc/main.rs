@@ -1,0 +1,264 @@
+//! The rate-limit layer in front of a real tonic server, called by a real
+//! tonic client over TCP.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+use std::net::SocketAddr;
+
+use http::StatusCode;
+use keyed_rate_limit::rule::OnMissingKey;
+use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use tonic::Code;
+use tonic::transport::server::TcpIncoming;
+use tonic::transport::{Channel, Server};
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+
+const QUOTA: u32 = 3;
+
+/// Serves the health service behind `$layer` on an ephemeral port; a macro
+/// because the rate and concurrency layers give tonic different body types.
+macro_rules! serve {
+    ($layer:expr) => {{
+        let layer = $layer;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr: SocketAddr = listener.local_addr().unwrap();
+        let (_reporter, health) = tonic_health::server::health_reporter();
+        tokio::spawn(async move {
+            Server::builder()
+                .layer(layer)
+                .add_service(health)
+                .serve_with_incoming(TcpIncoming::from(listener))
+                .await
+                .unwrap();
+        });
+        addr
+    }};
+}
+
+async fn client(addr: SocketAddr) -> HealthClient<Channel> {
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    HealthClient::new(channel)
+}
+
+/// Keyed on the peer IP from tonic's `TcpConnectInfo`; a missing key would be
+/// rejected, so a deny after exactly the quota proves the key was found.
+fn per_peer_ip() -> RateLimitLayer {
+    RateLimitLayer::builder()
+        .rule(
+            Rule::new(
+                "grpc-per-ip",
+                KeyExtractor::peer_ip(),
+                Quota::per_minute(QUOTA),
+            )
+            .on_missing_key(OnMissingKey::Reject(StatusCode::UNAUTHORIZED)),
+        )
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn health_checks_are_limited_per_peer_ip_with_resource_exhausted() {
+    let addr = serve!(per_peer_ip());
+    let mut client = client(addr).await;
+
+    let mut allowed = 0;
+    let status = loop {
+        match client.check(HealthCheckRequest::default()).await {
+            Ok(res) => {
+                allowed += 1;
+                let policy = res.metadata().get("ratelimit-policy").unwrap();
+                assert_eq!(policy, "\"grpc-per-ip\";q=3;w=60");
+                let state = res.metadata().get("ratelimit").unwrap().to_str().unwrap();
+                assert!(
+                    state.starts_with(&format!("\"grpc-per-ip\";r={};", QUOTA - allowed)),
+                    "{state}"
+                );
+                assert_eq!(res.into_inner().status(), ServingStatus::Serving);
+            }
+            Err(status) => break status,
+        }
+        assert!(allowed <= QUOTA, "the quota was not enforced");
+    };
+
+    assert_eq!(allowed, QUOTA);
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    assert_eq!(status.message(), "rate limit \"grpc-per-ip\" exceeded");
+    let pushback: u64 = status
+        .metadata()
+        .get("grpc-retry-pushback-ms")
+        .expect("grpc-retry-pushback-ms")
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // One call is earned back every 20 s.
+    assert!(pushback > 0 && pushback <= 20_000, "{pushback}");
+    let retry_after: u64 = status
+        .metadata()
+        .get("retry-after")
+        .expect("retry-after")
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(retry_after, pushback.div_ceil(1000));
+
+    // The refusal did not break the connection: the next call is refused the same way.
+    let again = client
+        .check(HealthCheckRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(again.code(), Code::ResourceExhausted);
+}
+
+#[tokio::test]
+async fn grpc_missing_key_is_rejected_with_the_mapped_code() {
+    let layer = RateLimitLayer::builder()
+        .rule(
+            Rule::new(
+                "tenant",
+                KeyExtractor::header("x-tenant"),
+                Quota::per_minute(5),
+            )
+            .on_missing_key(OnMissingKey::Reject(StatusCode::UNAUTHORIZED)),
+        )
+        .build()
+        .unwrap();
+    let addr = serve!(layer);
+    let mut client = client(addr).await;
+
+    let status = client
+        .check(HealthCheckRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unauthenticated);
+    assert_eq!(status.message(), "no rate-limit key for rule \"tenant\"");
+
+    let mut req = tonic::Request::new(HealthCheckRequest::default());
+    req.metadata_mut()
+        .insert("x-tenant", "acme".parse().unwrap());
+    let res = client.check(req).await.unwrap();
+    assert_eq!(res.into_inner().status(), ServingStatus::Serving);
+}
+
+#[tokio::test]
+async fn a_streaming_watch_holds_its_concurrency_slot_until_dropped() {
+    use keyed_rate_limit::ConcurrencyLimitLayer;
+    let layer = ConcurrencyLimitLayer::builder("grpc-streams", KeyExtractor::peer_ip(), 1)
+        .build()
+        .unwrap();
+    let addr = serve!(layer);
+    let mut client = client(addr).await;
+
+    // `watch` answers with a stream that stays open: the slot stays taken.
+    let mut stream = client
+        .watch(HealthCheckRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let first = stream.message().await.unwrap().unwrap();
+    assert_eq!(first.status(), ServingStatus::Serving);
+
+    let refused = client
+        .check(HealthCheckRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted);
+    let pushback: u64 = refused
+        .metadata()
+        .get("grpc-retry-pushback-ms")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(pushback > 0);
+
+    // Dropping the stream ends the body and frees the slot.
+    drop(stream);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        match client.check(HealthCheckRequest::default()).await {
+            Ok(res) => {
+                assert_eq!(res.into_inner().status(), ServingStatus::Serving);
+                break;
+            }
+            Err(s) => {
+                assert_eq!(s.code(), Code::ResourceExhausted);
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the slot was never freed"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+    }
+}
+
+/// `OnDeny::Wait` holds a gRPC call for its unit instead of refusing it.
+#[tokio::test]
+async fn grpc_calls_over_the_quota_wait_for_their_unit() {
+    use keyed_rate_limit::OnDeny;
+    let layer = RateLimitLayer::builder()
+        .rule(
+            Rule::new(
+                "grpc-wait",
+                KeyExtractor::peer_ip(),
+                Quota::new(5, std::time::Duration::from_secs(1)).with_burst(1),
+            )
+            .on_deny(OnDeny::Wait {
+                max: std::time::Duration::from_secs(5),
+                queue: 10,
+            }),
+        )
+        .build()
+        .unwrap();
+    let addr = serve!(layer);
+    let client = client(addr).await;
+    let calls: Vec<_> = (0..3)
+        .map(|_| {
+            let mut c = client.clone();
+            tokio::spawn(async move { c.check(HealthCheckRequest::default()).await })
+        })
+        .collect();
+    for call in calls {
+        let res = call.await.unwrap().expect("waited, not refused");
+        assert_eq!(res.into_inner().status(), ServingStatus::Serving);
+    }
+}
+
+/// `count_if` on gRPC: an error before any message is a trailers-only
+/// response, so its `grpc-status` is in the head the closure sees. Only
+/// failed checks (unknown services) count.
+#[tokio::test]
+async fn count_if_sees_a_trailers_only_grpc_status() {
+    let layer = RateLimitLayer::builder()
+        .rule(
+            Rule::new("failed-checks", KeyExtractor::global(), Quota::per_hour(2))
+                .count_if(|res| res.headers.get("grpc-status").is_some_and(|s| s != "0")),
+        )
+        .build()
+        .unwrap();
+    let addr = serve!(layer);
+    let mut client = client(addr).await;
+    let check = |service: &str| HealthCheckRequest {
+        service: service.to_owned(),
+    };
+    for _ in 0..5 {
+        let ok = client.check(check("")).await.unwrap();
+        assert_eq!(ok.into_inner().status(), ServingStatus::Serving);
+    }
+    for _ in 0..2 {
+        let err = client.check(check("nope")).await.unwrap_err();
+        assert_eq!(err.code(), Code::NotFound, "counted, not refused");
+    }
+    let err = client.check(check("")).await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "two failures spent it");
+}

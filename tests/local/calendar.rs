@@ -1,0 +1,84 @@
+//! Calendar quotas on local rules, over HTTP: the window is the calendar's,
+//! and the headers say how long it is and when it ends.
+
+use std::time::Duration;
+
+use crate::support::{calendar_window_now, client, header, ok_app, serve, sf};
+
+use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+
+#[tokio::test]
+async fn day_and_month_quotas_reset_at_their_boundaries() {
+    for (name, q) in [
+        ("daily", Quota::per_day(2)),
+        ("monthly", Quota::per_month(2).with_utc_offset(-8 * 3600)),
+    ] {
+        let layer = RateLimitLayer::builder()
+            .rule(Rule::new(name, KeyExtractor::global(), q))
+            .build()
+            .unwrap();
+        let url = serve(ok_app(layer)).await;
+        let c = client();
+        let (left, window) = calendar_window_now(&q);
+        for remaining in [1, 0] {
+            let res = c.get(&url).send().await.unwrap();
+            assert_eq!(res.status(), 200, "{name}");
+            let policy = sf::member(&res, "ratelimit-policy", name);
+            assert_eq!(policy.int("w"), Some(window as i64), "{name}");
+            assert_eq!(policy.int("q"), Some(2), "{name}");
+            let rl = sf::member(&res, "ratelimit", name);
+            assert_eq!(rl.int("r"), Some(remaining), "{name}");
+            // Every unit comes back at the boundary.
+            let t = rl.int("t").unwrap() as u64;
+            assert!(t.abs_diff(left) <= 2, "{name}: t={t}, boundary in {left}s");
+        }
+        let res = c.get(&url).send().await.unwrap();
+        assert_eq!(res.status(), 429, "{name}");
+        let retry: u64 = header(&res, "retry-after").unwrap().parse().unwrap();
+        assert!(
+            retry.abs_diff(left) <= 2,
+            "{name}: Retry-After {retry}, boundary in {left}s"
+        );
+        assert!((28 * 86_400..=31 * 86_400).contains(&window) || window == 86_400);
+    }
+}
+
+#[test]
+fn a_bad_calendar_quota_is_a_build_error() {
+    for (q, why) in [
+        (
+            Quota::per_day(10).with_burst(5),
+            "a calendar quota has no burst",
+        ),
+        (
+            Quota::per_month(10).with_utc_offset(86_400),
+            "the UTC offset is a day or more",
+        ),
+        (
+            Quota::per_minute(10).with_utc_offset(3600),
+            "a UTC offset needs a calendar quota",
+        ),
+    ] {
+        let err = RateLimitLayer::builder()
+            .rule(Rule::new("r", KeyExtractor::global(), q))
+            .build()
+            .unwrap_err();
+        assert!(err.to_string().contains(why), "{err}");
+    }
+    let described = RateLimitLayer::builder()
+        .rule(Rule::new(
+            "m",
+            KeyExtractor::global(),
+            Quota::per_month(9).with_utc_offset(19_800),
+        ))
+        .build()
+        .unwrap()
+        .describe();
+    let rule = &described.rules()[0];
+    assert_eq!(rule.quota, "9/calendar_month, utc_offset +05:30");
+    assert_eq!(rule.algorithm, "calendar window");
+    assert_eq!(
+        Duration::from_secs(31 * 86_400),
+        Quota::per_month(1).window()
+    );
+}

@@ -1,0 +1,20 @@
+//! Global limits on private `redis-server` processes: algorithms, layers,
+//! coalescing, leases, failure modes, TLS, stress and the chaos soak.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod algorithms;
+mod calendar;
+mod coalesce;
+mod concurrency;
+mod describe;
+mod invariants;
+#[cfg(feature = "metrics")]
+mod layer;
+mod lease;
+mod soak;
+mod stress;
+#[cfg(all(feature = "redis-tls", feature = "redis-cluster"))]
+mod tls;
+mod warnings;

@@ -1,0 +1,101 @@
+//! What the crate tells operators through `tracing`: build-time warnings
+//! that name the rule, and failure-mode events with a stable `cause`.
+
+use std::time::Duration;
+
+use crate::support::Backend as _;
+use crate::support::events::{capture, with_message};
+use crate::support::{client, ok_app, serve};
+use keyed_rate_limit::concurrency::ConcurrencyLimitLayer;
+use keyed_rate_limit::failure::FailureMode;
+use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit_testing::RedisServer;
+
+const UNSPLIT: &str = "local_fallback without instances(n)";
+const EVICTS: &str = "may evict this rule's keys";
+
+#[tokio::test]
+async fn build_warns_by_rule_name_about_settings_that_let_a_fleet_over_admit() {
+    let evicting = RedisServer::start_with(&["--maxmemory-policy", "allkeys-lru"]);
+    let safe = RedisServer::start();
+    let evicting = evicting.backend("w").await;
+    let safe = safe.backend("w").await;
+    let (events, _guard) = capture();
+
+    let rule = |name: &str, redis| {
+        Rule::new(name, KeyExtractor::global(), Quota::per_minute(10)).global(redis)
+    };
+    let _ = RateLimitLayer::builder()
+        .rule(rule("unsplit", safe.clone()))
+        .build()
+        .unwrap();
+    let _ = RateLimitLayer::builder()
+        .rule(rule("evicted", evicting.clone()))
+        .instances(3)
+        .build()
+        .unwrap();
+    let _ = ConcurrencyLimitLayer::builder("exports", KeyExtractor::global(), 2)
+        .global(safe.clone())
+        .build()
+        .unwrap();
+    // Quiet: an instance count, a fail mode that doesn't divide, noeviction.
+    let _ = RateLimitLayer::builder()
+        .rule(rule("split", safe.clone()))
+        .instances(1)
+        .build()
+        .unwrap();
+    let _ = RateLimitLayer::builder()
+        .rule(rule("open", safe.clone()).on_redis_failure(FailureMode::FailOpen))
+        .build()
+        .unwrap();
+
+    let named = |text| -> Vec<String> {
+        with_message(&events, text)
+            .iter()
+            .map(|e| e["rule"].clone())
+            .collect()
+    };
+    assert_eq!(named(UNSPLIT), ["unsplit", "exports"]);
+    assert_eq!(named(EVICTS), ["evicted"]);
+    assert_eq!(
+        with_message(&events, EVICTS)[0]["maxmemory_policy"],
+        "allkeys-lru"
+    );
+}
+
+#[tokio::test]
+async fn failure_mode_events_carry_a_stable_cause() {
+    let mut server = RedisServer::start();
+    let layer = RateLimitLayer::builder()
+        .rule(
+            Rule::new("causes", KeyExtractor::global(), Quota::per_minute(10))
+                .global(server.backend("causes").await)
+                .on_redis_failure(FailureMode::FailOpen)
+                .redis_timeout(Duration::from_millis(500)),
+        )
+        .build()
+        .unwrap();
+    let url = serve(ok_app(layer)).await;
+    let (events, _guard) = capture();
+    server.kill();
+    for _ in 0..3 {
+        assert_eq!(client().get(&url).send().await.unwrap().status(), 200);
+    }
+    let failures = with_message(&events, "decided by its failure mode");
+    assert_eq!(failures.len(), 3, "{events:?}");
+    for e in &failures {
+        assert_eq!(e["rule"], "causes");
+        assert_eq!(e["mode"], "fail_open");
+        assert!(
+            ["error", "circuit_open"].contains(&e["cause"].as_str()),
+            "{e:?}"
+        );
+        assert!(!e["detail"].is_empty());
+    }
+    // The lost connection opened the breaker: the later requests skipped Redis.
+    assert_eq!(failures.last().unwrap()["cause"], "circuit_open");
+    assert_eq!(
+        with_message(&events, "circuit breaker opened")[0]["rule"],
+        "causes"
+    );
+}
