@@ -1,5 +1,4 @@
-//! The rule chain as documentation: a Markdown table and a Mermaid
-//! flowchart, rendered from the layer itself so they can't drift from it.
+#![doc = include_str!("../docs/describe.md")]
 
 use std::fmt::Write;
 use std::time::Duration;

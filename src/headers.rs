@@ -1,4 +1,4 @@
-//! The RateLimit response headers.
+#![doc = include_str!("../docs/headers.md")]
 
 use std::time::Duration;
 

@@ -1,11 +1,140 @@
-// The README's examples include a global rule: it is the crate's front page
-// wherever the `redis` feature is on (docs.rs builds with all features).
-#![cfg_attr(feature = "redis", doc = include_str!("../README.md"))]
+//! A keyed rate-limiting [tower] `Layer` for [axum] routers and [tonic]
+//! services: local limits on [governor], and global limits shared by a fleet
+//! of gateways on Redis (feature `redis`).
+//!
+//! For each request the layer extracts a **key** (an API key, the
+//! authenticated user, the client IP, the matched route, or any closure),
+//! evaluates an ordered list of **rules** (quota, cost, algorithm, scope) and
+//! either refuses the request with `429 Too Many Requests` and `Retry-After`
+//! (gRPC: `RESOURCE_EXHAUSTED` and `grpc-retry-pushback-ms`) or calls the
+//! inner service and adds the `RateLimit-Policy` / `RateLimit` headers.
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Duration;
+//!
+//! use axum::{Router, http::StatusCode, routing::get};
+//! use keyed_rate_limit::{KeyExtractor, OnMissingKey, Quota, RateLimitLayer, Rule};
+//!
+//! let limit = RateLimitLayer::builder()
+//!     // Evaluated in order; the first rule that refuses answers the request.
+//!     .rule(
+//!         Rule::new("per-key", KeyExtractor::header("x-api-key"), Quota::per_minute(100).with_burst(20))
+//!             .on_missing_key(OnMissingKey::Reject(StatusCode::UNAUTHORIZED)),
+//!     )
+//!     .rule(Rule::new("per-route", KeyExtractor::matched_route(), Quota::new(10_000, Duration::from_secs(60))))
+//!     .build()?; // every static quota, cost and name is checked here
+//!
+//! let app: Router = Router::new().route("/", get(|| async { "hi" })).layer(limit);
+//! # let _ = app;
+//! # Ok::<(), keyed_rate_limit::BuildError>(())
+//! ```
+//!
+//! `cargo run --example quickstart` serves a limited `GET /` on
+//! `127.0.0.1:3000` and prints its rules.
+//!
+//! # How a request is decided
+//!
+//! 1. **Key.** Each rule's [`KeyExtractor`] reads the request head. When it
+//!    finds no key, the rule's [`OnMissingKey`] skips the rule (the
+//!    default), rejects the request (e.g. 401), or counts it against a
+//!    fallback key.
+//! 2. **Rules.** The rules run in the order they were added. Each spends the
+//!    request's cost from the key's bucket under its [`Quota`], in this
+//!    process or, for a global rule, in Redis. The first rule that refuses
+//!    ends the evaluation, and the units the rules before it spent are
+//!    given back ([refunds](crate::RateLimitBuilder::refunds)).
+//! 3. **Answer.** A refusal is a 429 with `Retry-After` and an RFC 9457
+//!    problem body (gRPC: a trailers-only `RESOURCE_EXHAUSTED`); the inner
+//!    service is not called. An allowed request goes on with its
+//!    [`RateLimitDecision`] in the request extensions, and its response gets
+//!    the rate-limit headers of the rules that applied, except shadow and
+//!    hidden ones ([`headers`]).
+//!
+//! A rule in shadow mode only records what it would have refused; a rule
+//! with [`OnDeny::Wait`] holds a request until its unit is back instead of
+//! refusing it. [`ConcurrencyLimitLayer`] is the companion limit on requests
+//! *in flight* per key.
+//!
+//! # Features
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `metrics` | yes | counters, a gauge and a histogram through the [`metrics`](https://docs.rs/metrics) facade ([`observe`]); `tracing` events are always on |
+//! | `redis` | | global rate rules and global concurrency limits on Redis (`backend::redis`, `Rule::global`, `ConcurrencyLimitBuilder::global`), on redis-rs and bb8 |
+//! | `redis-cluster` | | `RedisBackend::cluster_builder`: Redis Cluster (implies `redis`) |
+//! | `redis-tls` | | `rediss://` URLs with rustls (ring), `tls_root_cert`, `tls_client_cert` (implies `redis`) |
+//! | `tonic` | | tonic's body type for refusals, and `peer_ip()` from tonic's `TcpConnectInfo` |
+//! | `config` | | rules from TOML or YAML files (`config::RulesConfig`), reloaded on change with `notify` (`RulesConfig::watch`) |
+//!
+//! Only `metrics` is on by default. gRPC refusals need no feature: they are
+//! only headers, so the `tonic` feature is needed only for tonic's body type
+//! and its `TcpConnectInfo`.
+//!
+//! # Where to start
+//!
+//! | to | read |
+//! |---|---|
+//! | write rules: quotas, costs, algorithms, shadow mode, waiting, lockouts, the control handle, counting by the response, refunds, reload | [`rate_limit`] |
+//! | choose a key: headers, IPs behind proxies, extensions set by auth, composing the limiter with auth | [`key`] |
+//! | read the headers and the 429 a client gets, or replace its body | [`headers`] |
+//! | watch the limiter: `tracing` events, metrics, the decision extension | [`observe`] |
+//! | share limits across gateways on Redis, Redis Cluster, TLS, coalescing and leases | [`backend::redis`][redis] (feature `redis`) |
+//! | decide what a global rule does while Redis fails | [`failure`] |
+//! | limit requests in flight per key | [`concurrency`] |
+//! | load rules from a TOML or YAML file, and reload them on change | [`config`][config] (feature `config`) |
+//! | render the rules as a Markdown table or a Mermaid flowchart | [`describe`] |
+//!
+//! The types most programs use are re-exported here: [`RateLimitLayer`],
+//! [`RateLimitBuilder`], [`Rule`], [`Quota`], [`KeyExtractor`], [`Key`],
+//! [`Algorithm`], [`OnMissingKey`], [`OnDeny`], [`FailureMode`],
+//! [`BreakerConfig`], [`HeaderStyle`], [`RateLimitDecision`], [`Control`]
+//! and [`BuildError`].
+//!
+//! # A global rule
+//!
+//! With the `redis` feature, [`Rule::global`](https://docs.rs/keyed-rate-limit/latest/keyed_rate_limit/struct.Rule.html#method.global)
+//! moves a rule's counters to Redis, so every gateway shares them:
+//!
+//! ```no_run
+//! # #[cfg(not(feature = "redis"))] fn main() {}
+//! # #[cfg(feature = "redis")]
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//!
+//! use keyed_rate_limit::backend::redis::RedisBackend;
+//! use keyed_rate_limit::{FailureMode, KeyExtractor, Quota, RateLimitLayer, Rule};
+//!
+//! let redis = RedisBackend::builder("redis://127.0.0.1:6379").prefix("api-rl").build().await?;
+//! let limit = RateLimitLayer::builder()
+//!     .rule(
+//!         Rule::new("per-key", KeyExtractor::header("x-api-key"), Quota::per_minute(600))
+//!             .global(redis)
+//!             .on_redis_failure(FailureMode::LocalFallback)
+//!             .redis_timeout(Duration::from_millis(20)),
+//!     )
+//!     .instances(4) // while Redis is down, each gateway enforces 600 / 4
+//!     .build()?;
+//! # let _ = limit;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! [tower]: https://docs.rs/tower
+//! [axum]: https://docs.rs/axum
+//! [tonic]: https://docs.rs/tonic
+//! [governor]: https://docs.rs/governor
+#![cfg_attr(feature = "redis", doc = "[redis]: crate::backend::redis")]
 #![cfg_attr(
     not(feature = "redis"),
-    doc = "A keyed rate-limiting tower `Layer` for axum routers and tonic services: \
-           see [`RateLimitLayer`], [`ConcurrencyLimitLayer`], and README.md for the \
-           guide (its examples use the `redis` feature)."
+    doc = "[redis]: https://docs.rs/keyed-rate-limit/latest/keyed_rate_limit/backend/redis/index.html"
+)]
+#![cfg_attr(feature = "config", doc = "[config]: crate::config")]
+#![cfg_attr(
+    not(feature = "config"),
+    doc = "[config]: https://docs.rs/keyed-rate-limit/latest/keyed_rate_limit/config/index.html"
 )]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
@@ -42,3 +171,8 @@ pub use key::{Key, KeyExtractor, TrustedProxies};
 pub use quota::Quota;
 pub use rate_limit::{Control, RateLimitBuilder, RateLimitLayer, RateLimitService};
 pub use rule::{OnDeny, OnMissingKey, Rule};
+
+/// The README's code blocks, compiled as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -1,11 +1,4 @@
-//! What the crate tells operators: every `tracing` event (target
-//! `keyed_rate_limit`) and metric it emits, written once here.
-//!
-//! A leaf: callers hand it names and key fingerprints, so every other
-//! module may use it.
-//!
-//! Metrics go through the [`metrics`](https://docs.rs/metrics) facade when the `metrics` feature is
-//! on (the default); without it only the `tracing` events remain.
+#![doc = include_str!("../docs/observe.md")]
 
 use std::sync::Arc;
 

@@ -1,29 +1,4 @@
-//! Per-key concurrency limits: at most N requests in flight per key, e.g.
-//! two concurrent exports per account (Stripe's "concurrent requests
-//! limiter", next to the rate limiter).
-//!
-//! A request holds its slot from admission until its response body ends or
-//! is dropped (client gone, connection reset), not merely until the headers
-//! are sent, so a long download counts as in flight. A refusal is a 429 with
-//! `Retry-After` (gRPC: `RESOURCE_EXHAUSTED` with `grpc-retry-pushback-ms`),
-//! the same shape as the rate limiter's, and `RateLimit-Policy` carries
-//! `qu="concurrent-requests"`.
-//!
-//! Counts live in this process by default. With
-//! `ConcurrencyLimitBuilder::global` (feature `redis`) they are leases in a shared Redis,
-//! so all gateways together admit N; a lease carries a TTL, renewed while
-//! the request lives, so a crashed gateway's slots free themselves.
-//!
-//! ```
-//! use axum::{routing::post, Router};
-//! use keyed_rate_limit::{concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
-//!
-//! let exports = ConcurrencyLimitLayer::builder("exports", KeyExtractor::header("x-account"), 2).build()?;
-//! let app: Router = Router::new()
-//!     .route("/exports", post(|| async { "started" }))
-//!     .layer(exports);
-//! # Ok::<(), keyed_rate_limit::error::BuildError>(())
-//! ```
+#![doc = include_str!("../../docs/concurrency.md")]
 
 mod backend;
 mod body;

@@ -1,27 +1,4 @@
-//! Rules from a TOML or YAML file (feature `config`, on by default).
-//!
-//! The file names each rule's key, quota, algorithm, scope and failure
-//! handling; what only code can supply (extension key extractors, quota and
-//! cost closures, the Redis backend of global rules) comes from a
-//! [`Registry`] and is referenced by name. See `docs/config.md` for the
-//! format.
-//!
-//! ```
-//! use keyed_rate_limit::config::{Registry, RulesConfig};
-//!
-//! let config = RulesConfig::from_toml_str(r#"
-//!     headers = "both"
-//!
-//!     [[rules]]
-//!     name = "per-key"
-//!     key = "header:x-api-key|peer_ip"
-//!     quota = "100/min"
-//!     burst = 20
-//! "#)?;
-//! let layer = config.into_layer(&Registry::new())?;
-//! assert_eq!(layer.rules()[0].key().name(), "header:x-api-key|peer_ip");
-//! # Ok::<(), keyed_rate_limit::config::ConfigError>(())
-//! ```
+#![doc = include_str!("../../docs/config.md")]
 
 mod parse;
 mod watch;

@@ -1,7 +1,4 @@
-//! What a global rule does when Redis fails: fail open, fail closed, or
-//! fall back to a local share of the quota, under a timeout and a circuit
-//! breaker. Every such decision is a `tracing` warning and a metric,
-//! because a limiter that fails open silently isn't a limiter.
+#![doc = include_str!("../../docs/failure.md")]
 
 mod breaker;
 #[cfg(feature = "redis")]

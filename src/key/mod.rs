@@ -1,8 +1,5 @@
-//! Keys: who a request counts against.
-//!
-//! A [`KeyExtractor`] turns a request's head into a [`Key`], or into nothing
-//! when the request carries no such identity. Extractors are closures, sync or
-//! async, plus the built-ins on [`KeyExtractor`].
+#![doc = include_str!("../../docs/key.md")]
+#![doc = include_str!("../../docs/auth.md")]
 
 use std::fmt;
 use std::net::IpAddr;

@@ -1,5 +1,4 @@
-//! The rate-limit middleware: [`RateLimitLayer`], [`RateLimitService`] and
-//! their [`ResponseFuture`].
+#![doc = include_str!("../../docs/rate_limit.md")]
 
 pub(crate) mod chain;
 #[cfg(feature = "redis")]

@@ -1,30 +1,4 @@
-//! The global backend: counters in a shared Redis, decided by Lua scripts.
-//!
-//! Each algorithm is one script run with `EVALSHA` (reloaded automatically
-//! after `NOSCRIPT`, e.g. when Redis restarted). Scripts read the time with
-//! `TIME`, so gateways with skewed clocks still agree. Every key a script
-//! touches shares one hash tag, so the backend also works against a cluster
-//! proxy that routes by slot. Global concurrency limits
-//! ([`ConcurrencyLimitBuilder::global`](crate::concurrency::ConcurrencyLimitBuilder::global))
-//! keep their leases here too, through the same script path.
-//!
-//! ```no_run
-//! use keyed_rate_limit::backend::redis::{ConnectionMode, RedisBackend};
-//! use keyed_rate_limit::{Algorithm, Key, Quota};
-//!
-//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! let redis = RedisBackend::builder("redis://:secret@127.0.0.1:6379")
-//!     .prefix("myapp-rl")
-//!     .connection(ConnectionMode::Multiplexed)
-//!     .build()
-//!     .await?;
-//! let d = redis
-//!     .check("api", &Key::from("tenant-42"), Algorithm::Gcra, &Quota::per_minute(100), 1)
-//!     .await?;
-//! println!("allowed: {}, remaining: {}", d.is_allowed(), d.remaining());
-//! # Ok(())
-//! # }
-//! ```
+#![doc = include_str!("../../../docs/redis.md")]
 
 mod error;
 mod instances;
