@@ -23,9 +23,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use http::{HeaderMap, StatusCode};
-use keyed_rate_limit::error::{BuildError, ControlError};
 use keyed_rate_limit::key::KeyExtractor;
 use keyed_rate_limit::rule::Lockout;
+use keyed_rate_limit::{BuildError, ControlError};
 use keyed_rate_limit::{Control, Decision, Quota, RateLimitLayer, Rule};
 
 /// Failed logins a user may make per 15 minutes.

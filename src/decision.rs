@@ -160,7 +160,7 @@ pub enum Source {
     FailOpen,
     /// Redis failed and the rule refused the request.
     FailClosed,
-    /// The key is locked: by the rule's [`Lockout`](crate::rule::Lockout),
+    /// The key is locked: by the rule's [`Lockout`](crate::policy::Lockout),
     /// or blocked through the [`Control`](crate::Control) handle. Denied
     /// without asking the algorithm.
     Locked,

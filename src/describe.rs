@@ -50,7 +50,7 @@ pub struct DescribedRule {
     pub failure_mode: Option<String>,
     /// The answer to a request over quota: `429 + Retry-After`, or
     /// `log only (shadow)`; with `, lockout: 5 denies/1min -> 15min` for a
-    /// rule with a [`Lockout`](crate::rule::Lockout), `, hidden from
+    /// rule with a [`Lockout`](crate::policy::Lockout), `, hidden from
     /// headers` for a rule kept out of the rate-limit headers and `, pk`
     /// for one that sends its partition key.
     pub on_deny: String,

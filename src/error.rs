@@ -2,43 +2,7 @@
 
 use std::fmt;
 
-/// Why a [`Quota`](crate::Quota) can never admit a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum QuotaError {
-    /// The limit is zero.
-    ZeroLimit,
-    /// The window is zero.
-    ZeroWindow,
-    /// The burst is zero.
-    ZeroBurst,
-    /// `window / limit` is below one nanosecond.
-    TooFine,
-    /// A UTC offset on a quota that is not a calendar quota.
-    OffsetWithoutCalendar,
-    /// A calendar quota's UTC offset is a day or more.
-    OffsetOutOfRange,
-    /// A calendar quota with a burst: calendar windows have none.
-    BurstOnCalendar,
-}
-
-impl fmt::Display for QuotaError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::ZeroLimit => "the limit is zero",
-            Self::ZeroWindow => "the window is zero",
-            Self::ZeroBurst => "the burst is zero",
-            Self::TooFine => "window / limit is below one nanosecond",
-            Self::OffsetWithoutCalendar => {
-                "a UTC offset needs a calendar quota (per_day, per_month)"
-            }
-            Self::OffsetOutOfRange => "the UTC offset is a day or more",
-            Self::BurstOnCalendar => "a calendar quota has no burst",
-        })
-    }
-}
-
-impl std::error::Error for QuotaError {}
+use crate::quota::QuotaError;
 
 /// Why a layer could not be built.
 ///
@@ -141,64 +105,3 @@ impl fmt::Display for BuildError {
 }
 
 impl std::error::Error for BuildError {}
-
-/// Why a [`Control`](crate::Control) operation failed.
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread")] async fn main() {
-/// use keyed_rate_limit::{Quota, RateLimitLayer, Rule, error::ControlError, key::KeyExtractor};
-/// let layer = RateLimitLayer::builder()
-///     .rule(Rule::new("api", KeyExtractor::global(), Quota::per_second(5)))
-///     .build().unwrap();
-/// let err = layer.control().peek("nope", "k").await.unwrap_err();
-/// assert!(matches!(err, ControlError::UnknownRule(ref r) if r == "nope"));
-/// # }
-/// ```
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum ControlError {
-    /// No rule of the layer's current chain has this name.
-    UnknownRule(String),
-    /// The rule computes its quota per request (`quota_fn`), so there is no
-    /// one bucket to read or move; only `block` and `unblock` apply.
-    DynamicQuota(String),
-    /// A local rule holds `max_keys` locked or counted keys, none of which
-    /// could be forgotten: the block was not stored.
-    KeySpaceFull(String),
-    /// Redis failed or did not answer within the rule's timeout.
-    #[cfg(feature = "redis")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-    Redis(crate::backend::redis::RedisBackendError),
-    /// Redis did not answer within this long (the rule's patience: its
-    /// `redis_timeout` many times over, as a decision's).
-    #[cfg(feature = "redis")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-    Timeout(std::time::Duration),
-}
-
-impl fmt::Display for ControlError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::UnknownRule(r) => write!(f, "no rule named {r:?}"),
-            Self::DynamicQuota(r) => write!(
-                f,
-                "rule {r:?} computes its quota per request: only block and unblock apply"
-            ),
-            Self::KeySpaceFull(r) => write!(f, "rule {r:?}: no place left to lock another key"),
-            #[cfg(feature = "redis")]
-            Self::Redis(e) => write!(f, "redis: {e}"),
-            #[cfg(feature = "redis")]
-            Self::Timeout(d) => write!(f, "redis: no answer within {d:?}"),
-        }
-    }
-}
-
-impl std::error::Error for ControlError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            #[cfg(feature = "redis")]
-            Self::Redis(e) => Some(e),
-            _ => None,
-        }
-    }
-}

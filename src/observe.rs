@@ -101,12 +101,12 @@ pub(crate) fn proxy_misconfig(kind: &'static str, what: &'static str, log: bool)
 /// `"key_space_full"` (refused); logged at most once a minute per rule.
 pub(crate) fn key_space_full(
     rule: &Arc<str>,
-    how: crate::rule::KeySpaceFull,
+    how: crate::policy::KeySpaceFull,
     max_keys: usize,
     warned: &crate::throttle::Throttle,
 ) {
     let outcome = match how {
-        crate::rule::KeySpaceFull::Refuse => "key_space_full",
+        crate::policy::KeySpaceFull::Refuse => "key_space_full",
         _ => "key_space_overflow",
     };
     if warned.ready(Duration::from_secs(60)) {
@@ -149,7 +149,7 @@ pub(crate) fn settle_failed(
     rule: &Arc<str>,
     key: &str,
     units: i64,
-    cause: &crate::failure::Cause,
+    cause: &crate::policy::Cause,
     fallback: bool,
 ) {
     tracing::warn!(

@@ -21,7 +21,7 @@ use governor::state::StateStore;
 use governor::state::keyed::ShrinkableKeyedStateStore;
 
 use crate::Key;
-pub(crate) use crate::rule::KeySpaceFull;
+pub(crate) use crate::policy::KeySpaceFull;
 use crate::throttle::Throttle;
 
 /// How often a full store may look for full buckets to forget.

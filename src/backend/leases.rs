@@ -13,7 +13,7 @@ use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
 use tokio::sync::oneshot;
 
-use crate::rule::{LeasePolicy, flow};
+use crate::policy::{LeasePolicy, flow};
 use crate::{Decision, Key, Quota};
 
 /// The most a lease grows over the last one: a rate measured over a few

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::keyspace::Budget;
 use crate::Key;
-use crate::rule::Lockout;
+use crate::policy::Lockout;
 use crate::throttle::Throttle;
 
 /// How long a gateway answers from a lock it learned from Redis (or set
@@ -214,7 +214,7 @@ fn after(now: Instant, d: Duration) -> Instant {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rule::KeySpaceFull;
+    use crate::policy::KeySpaceFull;
 
     fn locks(max: usize) -> Locks {
         Locks::new(Budget::new(max, KeySpaceFull::Refuse))

@@ -4,7 +4,7 @@ use std::task::{Context, Poll, ready};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
-use super::backend::Permit;
+use super::permit::Permit;
 
 pin_project_lite::pin_project! {
     /// The body of a response through

@@ -5,8 +5,8 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower::Service;
 
-use super::backend::Permit;
 use super::body::ResponseBody;
+use super::permit::Permit;
 use crate::gate::Gate;
 
 pin_project_lite::pin_project! {

@@ -13,9 +13,10 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 
-use super::backend::{Acquire, LocalSlots, Outcome, Permit, Refused, local_only};
+use super::permit::{Acquire, LocalSlots, Outcome, Permit, Refused, local_only};
 use crate::backend::redis::{LeaseOp, RedisBackend};
-use crate::failure::{Admit, Cause, FailureMode, Guard};
+use crate::failure::{Admit, FailureMode, Guard};
+use crate::policy::Cause;
 use crate::{Key, Source};
 
 /// A limit shared by every gateway through leases in Redis (`lease.lua`).
@@ -162,7 +163,7 @@ impl Global {
                     verdict: Ok((
                         Permit {
                             _local: local,
-                            _lease: Some(lease),
+                            _lease: Some(Box::new(lease)),
                         },
                         r.in_flight,
                     )),

@@ -4,9 +4,9 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower::Service;
 
-use super::Shared;
 use super::body::ResponseBody;
 use super::future::ResponseFuture;
+use super::shared::Shared;
 use crate::gate::Gate;
 
 /// The middleware [`ConcurrencyLimitLayer`](super::ConcurrencyLimitLayer)

@@ -91,8 +91,8 @@ struct LeaseSpec {
 
 #[cfg(feature = "redis")]
 impl LeaseSpec {
-    fn policy(self) -> crate::rule::LeasePolicy {
-        let p = crate::rule::LeasePolicy::new(self.ttl.0);
+    fn policy(self) -> crate::policy::LeasePolicy {
+        let p = crate::policy::LeasePolicy::new(self.ttl.0);
         self.max_units.map_or(p, |n| p.with_max_units(n))
     }
 }

@@ -8,58 +8,8 @@ use std::time::Duration;
 #[cfg(feature = "redis")]
 use tokio::time::Instant;
 
-/// When the breaker opens and how it probes.
-///
-/// After `failure_threshold` consecutive failures (errors or timeouts) the
-/// breaker opens: requests skip Redis and take the rule's failure mode at
-/// once. After `open_for`, one request probes Redis; success closes the
-/// breaker, failure opens it again.
-///
-/// ```
-/// use std::time::Duration;
-/// use keyed_rate_limit::failure::BreakerConfig;
-/// let cfg = BreakerConfig::default().failure_threshold(3).open_for(Duration::from_millis(500));
-/// assert_eq!(cfg.threshold(), 3);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BreakerConfig {
-    threshold: u32,
-    open_for: Duration,
-}
-
-impl Default for BreakerConfig {
-    /// Opens after 5 consecutive failures, probes after 1 s.
-    fn default() -> Self {
-        Self {
-            threshold: 5,
-            open_for: Duration::from_secs(1),
-        }
-    }
-}
-
-impl BreakerConfig {
-    /// Consecutive failures that open the breaker (at least 1).
-    pub fn failure_threshold(mut self, n: u32) -> Self {
-        self.threshold = n;
-        self
-    }
-
-    /// How long the breaker stays open before probing.
-    pub fn open_for(mut self, d: Duration) -> Self {
-        self.open_for = d;
-        self
-    }
-
-    /// The failure threshold.
-    pub fn threshold(&self) -> u32 {
-        self.threshold
-    }
-
-    /// The open period.
-    pub fn open_period(&self) -> Duration {
-        self.open_for
-    }
-}
+#[cfg(feature = "redis")]
+use crate::policy::BreakerConfig;
 
 /// The breaker's state, as operators see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,41 +11,9 @@ use tokio::time::Instant;
 use futures_util::FutureExt;
 
 use super::breaker::{Admit, CircuitBreaker};
-use super::{BreakerStatus, FailureMode, FailurePolicy, Liveness};
-use crate::backend::redis::LiveCount;
+use super::{BreakerStatus, FailureMode, FailurePolicy, LiveCount, Liveness};
+use crate::policy::Cause;
 use crate::{Key, Quota, Source, observe};
-
-/// Why Redis could not decide.
-#[derive(Debug)]
-pub(crate) enum Cause {
-    Timeout(Duration),
-    Error(String),
-    CircuitOpen,
-    /// The call another request made for this one failed (counted there).
-    Waited,
-}
-
-impl Cause {
-    pub(crate) fn kind(&self) -> &'static str {
-        match self {
-            Self::Timeout(_) => "timeout",
-            Self::Error(_) => "error",
-            Self::CircuitOpen => "circuit_open",
-            Self::Waited => "error",
-        }
-    }
-}
-
-impl fmt::Display for Cause {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Timeout(d) => write!(f, "no answer within {d:?}"),
-            Self::Error(e) => f.write_str(e),
-            Self::CircuitOpen => f.write_str("circuit breaker open"),
-            Self::Waited => f.write_str("the redis call this request waited for failed"),
-        }
-    }
-}
 
 /// How many timeouts a call may wait in all while the server keeps
 /// answering: with the default 20 ms, 1 s.

@@ -4,107 +4,31 @@ mod breaker;
 #[cfg(feature = "redis")]
 mod guard;
 #[cfg(feature = "redis")]
+mod live_count;
+#[cfg(feature = "redis")]
 mod liveness;
 
-use std::fmt;
-use std::time::Duration;
-
+pub use crate::policy::{BreakerConfig, FailureMode, FailurePolicy};
 #[cfg(feature = "redis")]
 pub(crate) use breaker::Admit;
-pub use breaker::{BreakerConfig, BreakerState, BreakerStatus};
+pub use breaker::{BreakerState, BreakerStatus};
 #[cfg(feature = "redis")]
-pub(crate) use guard::{CallError, Cause, Guard, PATIENCE};
+pub(crate) use guard::{CallError, Guard, PATIENCE};
+#[cfg(feature = "redis")]
+pub(crate) use live_count::LiveCount;
 #[cfg(feature = "redis")]
 pub(crate) use liveness::{Heard, Liveness};
 
 #[cfg(feature = "redis")]
 use crate::Source;
 
-/// What a global rule decides when Redis errors, times out, or its circuit
-/// breaker is open.
-///
-/// | mode | decision | use it when |
-/// |---|---|---|
-/// | `FailOpen` | allow; the rule's headers are left out | availability beats the limit (read traffic) |
-/// | `FailClosed` | 429 with `Retry-After` (never 503) | the limit protects something that must not be overrun |
-/// | `LocalFallback` (default) | this instance's share: the quota divided by [`RateLimitBuilder::instances`](crate::RateLimitBuilder::instances), on `governor` | most APIs: still limited, a little looser or tighter |
-///
-/// ```
-/// use keyed_rate_limit::failure::FailureMode;
-/// assert_eq!(FailureMode::default(), FailureMode::LocalFallback);
-/// assert_eq!(FailureMode::FailClosed.as_str(), "fail_closed");
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[cfg_attr(
-    feature = "config",
-    derive(serde::Deserialize),
-    serde(rename_all = "snake_case")
-)]
-#[non_exhaustive]
-pub enum FailureMode {
-    /// Let the request through.
-    FailOpen,
-    /// Refuse the request with 429.
-    FailClosed,
-    /// Enforce this instance's share of the quota locally.
-    #[default]
-    LocalFallback,
-}
-
+#[cfg(feature = "redis")]
 impl FailureMode {
-    /// A short, stable name.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::FailOpen => "fail_open",
-            Self::FailClosed => "fail_closed",
-            Self::LocalFallback => "local_fallback",
-        }
-    }
-
-    #[cfg(feature = "redis")]
     pub(crate) fn source(self) -> Source {
         match self {
             Self::FailOpen => Source::FailOpen,
             Self::FailClosed => Source::FailClosed,
             Self::LocalFallback => Source::Fallback,
-        }
-    }
-}
-
-impl fmt::Display for FailureMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// How a global rule survives a failing Redis: the mode, the time one
-/// decision may wait for Redis, and the circuit breaker.
-///
-/// ```
-/// use std::time::Duration;
-/// use keyed_rate_limit::failure::{FailureMode, FailurePolicy};
-///
-/// let p = FailurePolicy::default();
-/// assert_eq!(p.mode, FailureMode::LocalFallback);
-/// assert_eq!(p.timeout, Duration::from_millis(20));
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FailurePolicy {
-    /// What to decide without Redis.
-    pub mode: FailureMode,
-    /// How long one decision waits for Redis (default 20 ms).
-    pub timeout: Duration,
-    /// When to stop asking Redis, and when to try again.
-    pub breaker: BreakerConfig,
-}
-
-impl Default for FailurePolicy {
-    fn default() -> Self {
-        Self {
-            mode: FailureMode::default(),
-            // A few ms above a healthy Redis round trip, far below a client's patience.
-            timeout: Duration::from_millis(20),
-            breaker: BreakerConfig::default(),
         }
     }
 }

@@ -3,8 +3,6 @@
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
-use crate::error::QuotaError;
-
 mod calendar;
 
 pub use calendar::Period;
@@ -320,3 +318,41 @@ impl fmt::Display for Offset {
         write!(f, "{sign}{:02}:{:02}", m / 60, m % 60)
     }
 }
+
+/// Why a [`Quota`] can never admit a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum QuotaError {
+    /// The limit is zero.
+    ZeroLimit,
+    /// The window is zero.
+    ZeroWindow,
+    /// The burst is zero.
+    ZeroBurst,
+    /// `window / limit` is below one nanosecond.
+    TooFine,
+    /// A UTC offset on a quota that is not a calendar quota.
+    OffsetWithoutCalendar,
+    /// A calendar quota's UTC offset is a day or more.
+    OffsetOutOfRange,
+    /// A calendar quota with a burst: calendar windows have none.
+    BurstOnCalendar,
+}
+
+impl fmt::Display for QuotaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::ZeroLimit => "the limit is zero",
+            Self::ZeroWindow => "the window is zero",
+            Self::ZeroBurst => "the burst is zero",
+            Self::TooFine => "window / limit is below one nanosecond",
+            Self::OffsetWithoutCalendar => {
+                "a UTC offset needs a calendar quota (per_day, per_month)"
+            }
+            Self::OffsetOutOfRange => "the UTC offset is a day or more",
+            Self::BurstOnCalendar => "a calendar quota has no burst",
+        })
+    }
+}
+
+impl std::error::Error for QuotaError {}

@@ -4,9 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::Shared;
-use super::chain::ControlOp;
-use crate::error::ControlError;
+use super::shared::Shared;
+use crate::engine::{ControlError, ControlOp};
 use crate::{Decision, Key};
 
 /// Reads and moves one key's counters of one rule, outside any request:
@@ -119,7 +118,7 @@ impl Control {
         self.state(rule, key.into(), op).await
     }
 
-    /// Denies the key for `period`, as a [lockout](crate::rule::Lockout)
+    /// Denies the key for `period`, as a [lockout](crate::policy::Lockout)
     /// does: `Retry-After` the time left, `outcome="locked"`, no backend
     /// call on this gateway while it lasts. Replaces a lock the key has.
     pub async fn block(

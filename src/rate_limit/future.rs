@@ -5,7 +5,7 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower::Service;
 
-use super::chain::Settlement;
+use crate::engine::Settlement;
 use crate::gate::Gate;
 use crate::response::RefusalBody;
 

@@ -4,8 +4,8 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower::Service;
 
-use super::Shared;
 use super::future::ResponseFuture;
+use super::shared::Shared;
 use crate::gate::Gate;
 use crate::response::RefusalBody;
 

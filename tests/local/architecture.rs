@@ -16,11 +16,19 @@ use syn::visit::Visit;
 
 type ModPath = Vec<String>;
 
+/// A path as written in module `here`.
+struct Use {
+    here: ModPath,
+    path: ModPath,
+    reexport: bool,
+}
+
 /// One source file: its module path and what it names.
 struct Source {
     file: PathBuf,
-    /// Every crate-internal path it uses, absolute, with the module it is used in.
-    uses: Vec<(ModPath, ModPath)>,
+    /// Every crate-internal path it uses, with the module it is used in,
+    /// and whether a `pub use` re-exports it.
+    uses: Vec<Use>,
     /// `use` items: the name they bring into a module, and where it comes from.
     aliases: Vec<(ModPath, String, ModPath)>,
 }
@@ -69,7 +77,9 @@ fn has_ident(tokens: TokenStream, name: &str) -> bool {
 /// when every module is known).
 struct Reader {
     here: ModPath,
-    uses: Vec<(ModPath, ModPath)>,
+    uses: Vec<Use>,
+    /// Inside a `pub use` item.
+    reexport: bool,
     aliases: Vec<(ModPath, String, ModPath)>,
     /// Inline modules (`mod grpc { … }`) of this file.
     inline: Vec<ModPath>,
@@ -114,7 +124,15 @@ impl Reader {
         if let Some(name) = name {
             self.aliases.push((self.here.clone(), name, path.clone()));
         }
-        self.uses.push((self.here.clone(), path));
+        self.push(path);
+    }
+
+    fn push(&mut self, path: ModPath) {
+        self.uses.push(Use {
+            here: self.here.clone(),
+            path,
+            reexport: self.reexport,
+        });
     }
 
     /// `crate :: a :: b` and `super :: a` sequences in a macro's tokens.
@@ -141,7 +159,7 @@ impl Reader {
                         }
                     }
                     if path.len() > 1 {
-                        self.uses.push((self.here.clone(), path));
+                        self.push(path);
                     }
                     i = j;
                     continue;
@@ -184,7 +202,9 @@ impl<'ast> Visit<'ast> for Reader {
     }
 
     fn visit_item_use(&mut self, u: &'ast syn::ItemUse) {
+        self.reexport = !matches!(u.vis, syn::Visibility::Inherited);
         self.use_tree(&mut Vec::new(), &u.tree);
+        self.reexport = false;
     }
 
     fn visit_impl_item_fn(&mut self, f: &'ast syn::ImplItemFn) {
@@ -196,7 +216,7 @@ impl<'ast> Visit<'ast> for Reader {
     fn visit_path(&mut self, p: &'ast syn::Path) {
         let segs: ModPath = p.segments.iter().map(|s| s.ident.to_string()).collect();
         if segs.len() > 1 && matches!(segs[0].as_str(), "crate" | "super" | "self") {
-            self.uses.push((self.here.clone(), segs));
+            self.push(segs);
         }
         syn::visit::visit_path(self, p);
     }
@@ -229,6 +249,7 @@ impl Crate {
             let mut reader = Reader {
                 here: here.clone(),
                 uses: Vec::new(),
+                reexport: false,
                 aliases: Vec::new(),
                 inline: Vec::new(),
             };
@@ -314,17 +335,21 @@ impl Crate {
         Some(module)
     }
 
-    /// File-to-file arrows, each with one path that witnesses it.
+    /// File-to-file arrows, each with one path that witnesses it. A module
+    /// re-exporting its own descendants only wires them: no arrow.
     fn arrows(&self) -> BTreeMap<(usize, usize), String> {
         let mut out = BTreeMap::new();
         for (from, s) in self.sources.iter().enumerate() {
-            for (here, path) in &s.uses {
-                let Some(abs) = self.absolute(here, path) else {
+            for u in &s.uses {
+                let Some(abs) = self.absolute(&u.here, &u.path) else {
                     continue;
                 };
                 let Some(def) = self.defining(&abs, 0) else {
                     continue;
                 };
+                if u.reexport && def.starts_with(&u.here) {
+                    continue;
+                }
                 let to = self.owner[&def];
                 if to != from {
                     out.entry((from, to))
@@ -338,7 +363,9 @@ impl Crate {
     fn top(&self, file: usize) -> String {
         let s = &self.sources[file];
         let here = self.owner.iter().find(|(_, f)| **f == file).unwrap().0;
-        here.first().cloned().unwrap_or_else(|| s.file.display().to_string())
+        here.first()
+            .cloned()
+            .unwrap_or_else(|| s.file.display().to_string())
     }
 }
 
@@ -445,7 +472,11 @@ fn no_file_imports_itself_through_others() {
             ties.join("\n")
         })
         .collect();
-    assert!(shown.is_empty(), "cycles between files:\n{}", shown.join("\n\n"));
+    assert!(
+        shown.is_empty(),
+        "cycles between files:\n{}",
+        shown.join("\n\n")
+    );
 }
 
 #[test]

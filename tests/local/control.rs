@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::support::Backend as _;
 use crate::support::{client, header, serve};
 use axum::{Extension, Router, routing::get};
-use keyed_rate_limit::error::ControlError;
+use keyed_rate_limit::ControlError;
 use keyed_rate_limit::rule::Lockout;
 use keyed_rate_limit::{Quota, RateLimitDecision, RateLimitLayer, Rule, key::KeyExtractor};
 

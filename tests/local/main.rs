@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod architecture;
 mod auth;
 mod calendar;
 mod concurrency;

@@ -4,7 +4,7 @@ use std::fmt;
 
 use redis::RedisError;
 
-use crate::error::QuotaError;
+use crate::quota::QuotaError;
 
 /// Why [`RedisBackend::builder`](super::RedisBackend::builder) or
 /// [`RedisBackend::check`](super::RedisBackend::check) failed.

@@ -5,7 +5,8 @@
 use std::thread::Thread;
 use std::time::Duration;
 
-use super::{ConnectionMode, RedisBackendBuilder, ping};
+use super::conn::ping;
+use super::endpoint::{ConnectionMode, Endpoint};
 use crate::failure::Heard;
 
 /// Between pings while a call waits past its timeout.
@@ -15,9 +16,9 @@ const PING_TIMEOUT: Duration = Duration::from_secs(1);
 /// Between connection attempts while the server is down.
 const RECONNECT: Duration = Duration::from_millis(100);
 
-pub(super) fn start(builder: RedisBackendBuilder, heard: Heard) -> std::io::Result<Thread> {
+pub(super) fn start(endpoint: Endpoint, heard: Heard) -> std::io::Result<Thread> {
     // The pool's checkout ping is not this ping: one multiplexed connection.
-    let mode = match builder.mode {
+    let mode = match endpoint.mode {
         ConnectionMode::Pool { .. } => ConnectionMode::Multiplexed,
         mode => mode,
     };
@@ -50,7 +51,7 @@ pub(super) fn start(builder: RedisBackendBuilder, heard: Heard) -> std::io::Resu
                 let pause = rt.block_on(async {
                     if conn.is_none() {
                         // A stopped seed node must not hang the pinger.
-                        let connect = builder.connect(mode, false);
+                        let connect = endpoint.connect(mode, false);
                         conn = tokio::time::timeout(PING_TIMEOUT, connect).await.ok().and_then(Result::ok);
                     }
                     let Some(c) = &conn else { return RECONNECT };

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use redis::Script;
 
+use crate::policy::Lockout;
 use crate::quota::Period;
-use crate::rule::Lockout;
 use crate::{Algorithm, Decision, Quota};
 
 /// An algorithm's decision as the body of `decide(cost)`, which may set

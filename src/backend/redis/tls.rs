@@ -1,16 +1,15 @@
-//! `rediss://` with certificates of the caller's choosing (feature `redis-tls`).
+//! The certificates of `rediss://` (feature `redis-tls`), as the builder
+//! keeps them.
 
 use std::fmt;
 
 use redis::{ClientTlsConfig, TlsCertificates};
 
-use super::RedisBackendBuilder;
-
 /// Certificates for `rediss://`; `Debug` never shows the key.
 #[derive(Clone, Default)]
 pub(super) struct Tls {
-    root_cert: Option<Vec<u8>>,
-    client: Option<(Vec<u8>, Vec<u8>)>,
+    pub(super) root_cert: Option<Vec<u8>>,
+    pub(super) client: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 impl fmt::Debug for Tls {
@@ -37,38 +36,5 @@ impl Tls {
                 }),
             root_cert: self.root_cert.clone(),
         })
-    }
-}
-
-#[cfg_attr(docsrs, doc(cfg(feature = "redis-tls")))]
-impl RedisBackendBuilder {
-    /// For `rediss://`: trust this PEM root certificate instead of the
-    /// system's store, e.g. a private CA. Multiplexed and cluster modes.
-    ///
-    /// ```
-    /// # use keyed_rate_limit::backend::redis::RedisBackend;
-    /// let ca = b"-----BEGIN CERTIFICATE-----\n...".to_vec();
-    /// let builder = RedisBackend::builder("rediss://redis.internal:6380").tls_root_cert(ca);
-    /// ```
-    pub fn tls_root_cert(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.tls.root_cert = Some(pem.into());
-        self
-    }
-
-    /// For `rediss://` with mutual TLS: the client certificate and key, PEM.
-    /// Multiplexed and cluster modes.
-    ///
-    /// ```
-    /// # use keyed_rate_limit::backend::redis::RedisBackend;
-    /// let (cert, key) = (b"-----BEGIN CERTIFICATE-----".to_vec(), b"-----BEGIN PRIVATE KEY-----".to_vec());
-    /// let builder = RedisBackend::builder("rediss://redis.internal:6380").tls_client_cert(cert, key);
-    /// ```
-    pub fn tls_client_cert(
-        mut self,
-        cert_pem: impl Into<Vec<u8>>,
-        key_pem: impl Into<Vec<u8>>,
-    ) -> Self {
-        self.tls.client = Some((cert_pem.into(), key_pem.into()));
-        self
     }
 }

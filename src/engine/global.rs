@@ -7,16 +7,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::coalesce::{Batch, Join, Leader, Queues};
+use super::control::{ControlError, ControlOp};
 use crate::backend::deny_cache::DenyCache;
 use crate::backend::keyspace::{Budget, KeySpaceFull};
 use crate::backend::leases::{Flight, Leases, Take, Unspent, Woken};
 use crate::backend::local::LocalStore;
 use crate::backend::lock::Locks;
 use crate::backend::redis::{ControlScriptOp, Decided, Grant, RedisBackend};
-use crate::error::ControlError;
 use crate::failure::PATIENCE;
-use crate::failure::{Admit, BreakerStatus, Cause, FailureMode, Guard};
-use crate::rate_limit::chain::ControlOp;
+use crate::failure::{Admit, BreakerStatus, FailureMode, Guard};
+use crate::policy::Cause;
 use crate::rule::Rule;
 use crate::{Decision, Key, Quota, Source, observe};
 

@@ -1,0 +1,292 @@
+//! The backend: one connection (or pool, or cluster), the decisions and
+//! control operations its scripts run, and this gateway's membership in
+//! the live instance count.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::conn::Conn;
+use super::error::RedisBackendError;
+use super::keys;
+use super::membership::Membership;
+use super::script::{self, ControlScriptOp, Decided, Grant, LeaseOp, LeaseReply};
+use crate::failure::{LiveCount, Liveness};
+use crate::key::DEFAULT_MAX_KEY_LEN;
+use crate::policy::Lockout;
+use crate::{Algorithm, Decision, Key, Quota};
+
+/// The longest a call outside a rule's guard waits for its reply.
+pub(super) const UNGUARDED_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A global rate-limit backend on a shared Redis. Cloning is cheap and clones
+/// share the connection.
+#[derive(Clone)]
+pub struct RedisBackend {
+    pub(super) inner: Arc<Inner>,
+}
+
+pub(super) struct Inner {
+    pub(super) prefix: String,
+    pub(super) conn: Conn,
+    pub(super) liveness: Liveness,
+    pub(super) eviction_policy: std::sync::OnceLock<String>,
+    /// This gateway in the live instance count, when it is kept.
+    pub(super) membership: Option<Membership>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.liveness.stop();
+        // Leave the live count now rather than when the TTL runs out.
+        if let Some(m) = self.membership.take()
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            let conn = self.conn.clone();
+            let leave = m.leave(&self.prefix);
+            rt.spawn(async move {
+                let _ = tokio::time::timeout(m.ttl, conn.invoke::<i64>(None, &leave)).await;
+            });
+        }
+    }
+}
+
+impl fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mode = match &self.inner.conn {
+            Conn::Multiplexed(_) => "multiplexed",
+            Conn::Pool(_) => "pool",
+            #[cfg(feature = "redis-cluster")]
+            Conn::Cluster(_) => "cluster",
+        };
+        f.debug_struct("RedisBackend")
+            .field("prefix", &self.inner.prefix)
+            .field("connection", &mode)
+            .finish()
+    }
+}
+
+impl RedisBackend {
+    /// Whether this backend keeps the live instance count (`live_instances`).
+    pub(crate) fn counts_live_instances(&self) -> bool {
+        self.inner.membership.is_some()
+    }
+
+    /// Whether a rule name can be used with this backend: it must not contain
+    /// braces, which would break the key's hash tag. Check it when rules are built.
+    ///
+    /// ```
+    /// use keyed_rate_limit::backend::redis::RedisBackend;
+    /// assert!(RedisBackend::validate_rule_name("api:v1").is_ok());
+    /// assert!(RedisBackend::validate_rule_name("a{b}").is_err());
+    /// ```
+    pub fn validate_rule_name(rule: &str) -> Result<(), RedisBackendError> {
+        keys::validate_name("rule", rule)
+    }
+
+    /// Counts `cost` units of `key` under `rule` and decides, atomically in Redis.
+    ///
+    /// A cost that can never pass (above the burst for GCRA and token bucket,
+    /// above the limit for the window algorithms) returns [`Decision::never`]
+    /// without calling Redis. A deny does not consume anything. Keys longer
+    /// than [`DEFAULT_MAX_KEY_LEN`] count
+    /// as their SHA-256, as in the layer with its default bound.
+    pub async fn check(
+        &self,
+        rule: &str,
+        key: &Key,
+        algorithm: Algorithm,
+        quota: &Quota,
+        cost: u32,
+    ) -> Result<Decision, RedisBackendError> {
+        keys::validate_name("rule", rule)?;
+        quota.validate().map_err(RedisBackendError::InvalidQuota)?;
+        let key = key.clone().bounded(DEFAULT_MAX_KEY_LEN);
+        let decided = self
+            .check_next(rule, &key, algorithm, quota, cost, None)
+            .await?;
+        Ok(decided.decision)
+    }
+
+    /// [`check`](Self::check) for a key the layer already bounded, with
+    /// the rule's lockout; for an allow that left nothing, also the wait
+    /// until one more unit fits: the deny cache can then answer the next
+    /// requests without asking Redis for the deny first.
+    pub(crate) async fn check_next(
+        &self,
+        rule: &str,
+        key: &Key,
+        algorithm: Algorithm,
+        quota: &Quota,
+        cost: u32,
+        lockout: Option<Lockout>,
+    ) -> Result<Decided, RedisBackendError> {
+        // The rule chain checked the name and quota when it was built (and
+        // request-time quotas before calling): no per-request re-check.
+        if cost > algorithm.capacity(quota) {
+            return Ok(Decided {
+                decision: Decision::never(quota.limit(), quota.window()),
+                next: None,
+                locked: false,
+                lock_started: false,
+            });
+        }
+        let redis_key = self.state_key(rule, key, algorithm, quota);
+        if let Some(period) = quota.period() {
+            let invocation = script::calendar(redis_key, quota, period, &[cost], lockout);
+            let reply: script::CalendarReply = self.invoke(&invocation).await?;
+            return Ok(script::calendar_decision(quota, reply));
+        }
+        let invocation = script::rate(algorithm, redis_key, quota, &[cost], lockout);
+        let reply: script::Reply = self.invoke(&invocation).await?;
+        Ok(script::decision(quota, reply))
+    }
+
+    /// [`check_next`](Self::check_next) for several requests of one key
+    /// in one script call: each cost decided in turn, as if each were its
+    /// own call, in order. Every cost must fit the quota's capacity (the
+    /// chain checks before asking).
+    pub(crate) async fn check_batch(
+        &self,
+        rule: &str,
+        key: &Key,
+        algorithm: Algorithm,
+        quota: &Quota,
+        costs: &[u32],
+        lockout: Option<Lockout>,
+    ) -> Result<Vec<Decided>, RedisBackendError> {
+        let redis_key = self.state_key(rule, key, algorithm, quota);
+        let (invocation, width) = match quota.period() {
+            Some(period) => (
+                script::calendar(redis_key, quota, period, costs, lockout),
+                6,
+            ),
+            None => (script::rate(algorithm, redis_key, quota, costs, lockout), 5),
+        };
+        let flat: Vec<i64> = self.invoke(&invocation).await?;
+        Ok(script::batch_decisions(quota, &flat, width))
+    }
+
+    /// Leases `need` units of `key`'s quota or none, up to `want`, to
+    /// `holder` for at most `lease`, after giving back `back` units of its
+    /// last lease: one `grant.lua` call on the state the rate script of
+    /// `algorithm` keeps (the caller passes the quota the lease is counted
+    /// in).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn grant(
+        &self,
+        rule: &str,
+        key: &Key,
+        algorithm: Algorithm,
+        quota: &Quota,
+        sizes: (u32, u32),
+        holder: &str,
+        lease: Duration,
+        back: u32,
+    ) -> Result<Grant, RedisBackendError> {
+        let redis_key = self.state_key(rule, key, algorithm, quota);
+        let invocation = script::grant(algorithm, redis_key, quota, sizes, holder, lease, back);
+        let reply: script::GrantReply = self.invoke(&invocation).await?;
+        Ok(script::grant_reply(reply))
+    }
+
+    /// The key a rate script keeps `key`'s state in.
+    fn state_key(&self, rule: &str, key: &Key, algorithm: Algorithm, quota: &Quota) -> Vec<u8> {
+        let prefix = &self.inner.prefix;
+        if quota.period().is_some() {
+            keys::tagged_key(prefix, rule, key, keys::CALENDAR)
+        } else {
+            keys::redis_key(prefix, rule, key, algorithm)
+        }
+    }
+
+    /// Runs the control handle's `op` on `key`: for an adjustment or a
+    /// read, what a request of one unit would be told now.
+    pub(crate) async fn control(
+        &self,
+        rule: &str,
+        key: &Key,
+        algorithm: Algorithm,
+        quota: &Quota,
+        op: ControlScriptOp,
+    ) -> Result<Decision, RedisBackendError> {
+        let redis_key = self.state_key(rule, key, algorithm, quota);
+        let invocation = script::control(algorithm, redis_key, quota, op);
+        let reply: script::ControlReply = self.invoke(&invocation).await?;
+        Ok(script::control_decision(quota, reply))
+    }
+
+    /// Runs `lease.lua` on the lease set of `key` under the concurrency
+    /// limit `limit`; see [`ConcurrencyLimitBuilder::global`](crate::concurrency::ConcurrencyLimitBuilder::global).
+    pub(crate) async fn lease(
+        &self,
+        limit: &str,
+        key: &Key,
+        op: LeaseOp<'_>,
+    ) -> Result<LeaseReply, RedisBackendError> {
+        let inner = &*self.inner;
+        let redis_key = keys::tagged_key(&inner.prefix, limit, key, keys::LEASE);
+        let reply = self.invoke(&script::lease(redis_key, op)).await?;
+        Ok(script::lease_reply(reply))
+    }
+
+    /// Renews every lease in `ids` on `key`'s lease set in one call: which
+    /// of them were still held (and are now extended by `ttl`).
+    pub(crate) async fn renew_leases<S: AsRef<str>>(
+        &self,
+        limit: &str,
+        key: &Key,
+        ids: &[S],
+        ttl: Duration,
+    ) -> Result<Vec<bool>, RedisBackendError> {
+        let inner = &*self.inner;
+        let redis_key = keys::tagged_key(&inner.prefix, limit, key, keys::LEASE);
+        let held: Vec<i64> = self.invoke(&script::renew(redis_key, ids, ttl)).await?;
+        Ok(held.into_iter().map(|h| h == 1).collect())
+    }
+
+    /// The one path every script takes: `EVALSHA`, and `SCRIPT LOAD` after
+    /// `NOSCRIPT`. A flush can land between the load and the retry (Redis
+    /// restarting, `SCRIPT FLUSH` in a loop): a few more rounds, then the error.
+    pub(super) async fn invoke<T: redis::FromRedisValue>(
+        &self,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<T, RedisBackendError> {
+        self.inner
+            .conn
+            .invoke(Some(&self.inner.liveness), invocation)
+            .await
+    }
+
+    pub(super) async fn load_scripts(&self) -> Result<(), RedisBackendError> {
+        for source in script::SOURCES {
+            let mut load = redis::cmd("SCRIPT");
+            load.arg("LOAD").arg(source);
+            self.inner.conn.query::<redis::Value>(&load).await?;
+        }
+        Ok(())
+    }
+
+    /// Replies and pongs, so a guarded call can tell a busy reader from a
+    /// silent server.
+    /// Whether both are handles to one backend (one connection set).
+    pub(crate) fn same(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// How many gateways announced themselves within the TTL at the last
+    /// count ([`RedisBackendBuilder::live_instances`](super::RedisBackendBuilder::live_instances)); `None` when the
+    /// count is not kept or none was read yet.
+    pub fn live_instances(&self) -> Option<u32> {
+        self.inner.membership.as_ref()?.count.read()
+    }
+
+    /// The live count the failure mode divides by, when it is kept.
+    pub(crate) fn live_count(&self) -> Option<Arc<LiveCount>> {
+        Some(self.inner.membership.as_ref()?.count.clone())
+    }
+
+    pub(crate) fn liveness(&self) -> &Liveness {
+        &self.inner.liveness
+    }
+}

@@ -1,0 +1,91 @@
+//! The connection every script and command takes: `EVALSHA` with the
+//! reload after `NOSCRIPT`, on one multiplexed connection, a pool or a
+//! cluster.
+
+use bb8_redis::{RedisConnectionManager, bb8};
+use redis::aio::ConnectionManager;
+#[cfg(feature = "redis-cluster")]
+use redis::cluster_async::ClusterConnection;
+
+use super::error::RedisBackendError;
+use crate::failure::Liveness;
+
+/// Extra `EVALSHA`/`SCRIPT LOAD` rounds after the redis crate's own one.
+/// Each round is lost only when a flush lands between its load and its
+/// call, so a few more rounds cost nothing until Redis forgets its scripts
+/// (5 lost 5 of 600 decisions to a `SCRIPT FLUSH` every 2 ms on a busy
+/// 2-core machine); the layer's timeout still bounds the whole.
+const NOSCRIPT_ROUNDS: u32 = 20;
+
+#[derive(Clone)]
+pub(super) enum Conn {
+    Multiplexed(ConnectionManager),
+    Pool(bb8::Pool<RedisConnectionManager>),
+    #[cfg(feature = "redis-cluster")]
+    Cluster(ClusterConnection),
+}
+
+/// `PING`, on every master of a cluster.
+pub(super) async fn ping(conn: &Conn) -> Result<(), RedisBackendError> {
+    conn.query::<redis::Value>(&redis::cmd("PING"))
+        .await
+        .map(drop)
+}
+
+impl Conn {
+    /// See [`RedisBackend::invoke`]; replies count as heard on `liveness`.
+    pub(super) async fn invoke<T: redis::FromRedisValue>(
+        &self,
+        liveness: Option<&Liveness>,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<T, RedisBackendError> {
+        let mut rounds = 0;
+        loop {
+            let reply = match self {
+                Conn::Multiplexed(conn) => invocation.invoke_async(&mut conn.clone()).await,
+                Conn::Pool(pool) => invocation.invoke_async(&mut *pool.get().await?).await,
+                #[cfg(feature = "redis-cluster")]
+                Conn::Cluster(conn) => invocation.invoke_async(&mut conn.clone()).await,
+            };
+            // A cluster's replies come from whichever node owns the key, so
+            // they prove nothing of a silent one: there only the pinger's
+            // PING, which every primary must answer, counts.
+            if let Some(liveness) = liveness
+                && !self.is_cluster()
+                && !reply.as_ref().is_err_and(|e| e.is_io_error())
+            {
+                liveness.heard();
+            }
+            match reply {
+                Err(e)
+                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+                        && rounds < NOSCRIPT_ROUNDS =>
+                {
+                    rounds += 1;
+                }
+                reply => return Ok(reply?),
+            }
+        }
+    }
+
+    pub(super) fn is_cluster(&self) -> bool {
+        #[cfg(feature = "redis-cluster")]
+        if let Conn::Cluster(_) = self {
+            return true;
+        }
+        false
+    }
+
+    /// One command on whichever connection this is (a cluster routes it).
+    pub(super) async fn query<T: redis::FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+    ) -> Result<T, RedisBackendError> {
+        Ok(match self {
+            Conn::Multiplexed(conn) => cmd.query_async(&mut conn.clone()).await?,
+            #[cfg(feature = "redis-cluster")]
+            Conn::Cluster(conn) => cmd.query_async(&mut conn.clone()).await?,
+            Conn::Pool(pool) => cmd.query_async(&mut *pool.get().await?).await?,
+        })
+    }
+}

@@ -1,0 +1,142 @@
+//! Where and how the backend connects: the URLs, the connection mode and
+//! the certificates, shared by the builder and the pinger's own connection.
+
+use std::time::Duration;
+
+use bb8_redis::{RedisConnectionManager, bb8};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+#[cfg(feature = "redis-cluster")]
+use redis::cluster::ClusterClient;
+
+use super::backend::UNGUARDED_TIMEOUT;
+use super::conn::Conn;
+use super::error::RedisBackendError;
+#[cfg(feature = "redis-tls")]
+use super::tls::Tls;
+
+/// How the backend talks to Redis.
+///
+/// ```
+/// use keyed_rate_limit::backend::redis::ConnectionMode;
+/// assert_eq!(ConnectionMode::default(), ConnectionMode::Multiplexed);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ConnectionMode {
+    /// One pipelined connection shared by all requests, reconnected in the
+    /// background when it drops. The default: it measured faster than a pool
+    /// at concurrency 64 (BENCHMARKS.md).
+    #[default]
+    Multiplexed,
+    /// A bb8 pool of up to `max_size` connections, each pinged on checkout.
+    Pool {
+        /// The most connections the pool opens.
+        max_size: u32,
+    },
+    /// A Redis Cluster: one multiplexed connection per node, commands routed
+    /// by key slot, `MOVED`/`ASK` redirections and failovers followed by the
+    /// client. Set by [`RedisBackend::cluster_builder`](super::RedisBackend::cluster_builder).
+    #[cfg(feature = "redis-cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis-cluster")))]
+    Cluster,
+}
+
+impl ConnectionMode {
+    pub(super) fn is_cluster(self) -> bool {
+        #[cfg(feature = "redis-cluster")]
+        if self == Self::Cluster {
+            return true;
+        }
+        false
+    }
+}
+
+/// The servers a backend connects to, and how.
+#[derive(Clone)]
+pub(super) struct Endpoint {
+    pub(super) urls: Vec<String>,
+    pub(super) mode: ConnectionMode,
+    #[cfg(feature = "redis-tls")]
+    pub(super) tls: Tls,
+}
+
+impl Endpoint {
+    pub(super) async fn connect(
+        &self,
+        mode: ConnectionMode,
+        lazy: bool,
+    ) -> Result<Conn, RedisBackendError> {
+        let url = self.urls.first().map_or("", String::as_str);
+        #[cfg(feature = "redis-tls")]
+        let certs = self.tls.certificates();
+        Ok(match mode {
+            ConnectionMode::Multiplexed => {
+                #[cfg(feature = "redis-tls")]
+                let client = match certs {
+                    Some(c) => redis::Client::build_with_tls(url, c)?,
+                    None => redis::Client::open(url)?,
+                };
+                #[cfg(not(feature = "redis-tls"))]
+                let client = redis::Client::open(url)?;
+                // Few retries so a bad URL fails the build fast; after a drop,
+                // every later call starts a new reconnect attempt anyway.
+                // The rules' guards time every call out (`redis_timeout`,
+                // patient while Redis answers pings); redis-rs's own 500 ms
+                // would fail a busy but live Redis first. This only bounds
+                // what runs outside a guard (start-up).
+                // A refused reconnect is told within tens of milliseconds,
+                // inside a rule's timeout: the breaker, not redis-rs's
+                // backoff (100 ms, doubling), paces a dead server.
+                let config = ConnectionManagerConfig::new()
+                    .set_number_of_retries(2)
+                    .set_min_delay(Duration::from_millis(10))
+                    .set_max_delay(Duration::from_millis(50))
+                    .set_response_timeout(Some(UNGUARDED_TIMEOUT));
+                Conn::Multiplexed(if lazy {
+                    ConnectionManager::new_lazy_with_config(client, config)?
+                } else {
+                    ConnectionManager::new_with_config(client, config).await?
+                })
+            }
+            #[cfg(feature = "redis-tls")]
+            ConnectionMode::Pool { .. } if certs.is_some() => {
+                return Err(RedisBackendError::Unsupported(
+                    "custom TLS certificates need the multiplexed or cluster connection",
+                ));
+            }
+            ConnectionMode::Pool { max_size } => {
+                let manager = RedisConnectionManager::new(url)?;
+                // The first connection is made here so a bad URL fails the build,
+                // at once rather than after bb8's 30 s of retries.
+                let pool = bb8::Pool::builder()
+                    .max_size(max_size.max(1))
+                    .min_idle(Some(1))
+                    .retry_connection(false)
+                    .build(manager)
+                    .await?;
+                Conn::Pool(pool)
+            }
+            #[cfg(feature = "redis-cluster")]
+            ConnectionMode::Cluster => {
+                // redis-rs retries a failed node 16 times, waiting 1.28 s
+                // and up between tries: a call to a dead master's slots hung
+                // past a second. Its retries also count redirects (MOVED,
+                // ASK, TRYAGAIN in a resharding): four quick tries, then
+                // the error reaches the rule's guard and failure mode,
+                // which pace a dead node themselves.
+                let client = ClusterClient::builder(self.urls.iter().map(String::as_str))
+                    .retries(4)
+                    .min_retry_wait(5)
+                    .max_retry_wait(20)
+                    .retry_wait_formula(10, 2);
+                #[cfg(feature = "redis-tls")]
+                let client = match certs {
+                    Some(c) => client.certs(c),
+                    None => client,
+                };
+                let client = client.build()?;
+                Conn::Cluster(client.get_async_connection().await?)
+            }
+        })
+    }
+}

@@ -1,0 +1,241 @@
+//! A layer's rules compiled into a chain, in order: built (and rebuilt on
+//! reload, keeping the state of unchanged rules), swept, and evaluated.
+
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use http::request::Parts;
+
+use super::decide::{Outcome, Step, Verdict, allow, fold};
+use super::rule::{Backend, CompiledRule, new_backend, share};
+use super::spend::Spends;
+use super::validate::validate;
+use crate::backend::keyspace::Budget;
+use crate::backend::lock::Locks;
+use crate::decision::Decisions;
+use crate::error::BuildError;
+use crate::failure::BreakerStatus;
+use crate::headers::StaticPolicy;
+use crate::policy::KeySpaceFull;
+use crate::rule::Rule;
+use crate::throttle::Throttle;
+
+/// Settings the chain shares with every rule.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ChainConfig {
+    /// `None` until `instances(n)` is called: one instance, and a warning
+    /// for local fallbacks that would each admit the whole quota.
+    pub(crate) instances: Option<u32>,
+    pub(crate) max_key_len: usize,
+    pub(crate) cleanup_every: Duration,
+    /// Give back what earlier rules spent when a later one refuses.
+    pub(crate) refunds: bool,
+}
+
+/// Where evaluation stopped to await; it holds the chain it started on,
+/// so a reload meanwhile does not change the rules it finishes with.
+pub(crate) struct Suspended {
+    pub(super) chain: Arc<Chain>,
+    pub(super) next: usize,
+    pub(super) decisions: Decisions,
+    pub(super) spends: Spends,
+    pub(super) pending: BoxFuture<'static, Outcome>,
+}
+
+pub(crate) struct Chain {
+    pub(super) rules: Vec<Arc<CompiledRule>>,
+    cleanup_every: Duration,
+    sweeper: OnceLock<()>,
+}
+
+impl Chain {
+    /// `policies`: the headers include `RateLimit-Policy`, so each static
+    /// rule's member is rendered once here; otherwise decisions carry none.
+    ///
+    /// `previous`: the chain a reload replaces. A rule whose name, key,
+    /// quota, algorithm and scope (and, for global rules, Redis backend
+    /// and failure policy) are unchanged keeps its counters and waiters.
+    pub(crate) fn compile(
+        rules: Vec<Rule>,
+        cfg: ChainConfig,
+        policies: bool,
+        previous: Option<&Chain>,
+    ) -> Result<Self, BuildError> {
+        if rules.is_empty() {
+            return Err(BuildError::NoRules);
+        }
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::with_capacity(rules.len());
+        let instances = cfg.instances.unwrap_or(1);
+        let last = rules.len() - 1;
+        for (i, rule) in rules.into_iter().enumerate() {
+            validate(&rule, cfg.instances)?;
+            if !seen.insert(rule.name.clone()) {
+                return Err(BuildError::DuplicateRule(rule.name.to_string()));
+            }
+            let kept = previous
+                .and_then(|p| p.rules.iter().find(|old| old.rule.name == rule.name))
+                .filter(|old| old.keeps_state_for(&rule, instances));
+            let (backend, waiters, locks) = match kept {
+                Some(old) => (old.backend.clone(), old.waiters.clone(), old.locks.clone()),
+                None => (
+                    new_backend(&rule, instances),
+                    Arc::default(),
+                    Arc::new(Locks::new(Budget::new(rule.max_keys, KeySpaceFull::Refuse))),
+                ),
+            };
+            let policy = rule.static_quota().filter(|_| policies).and_then(|q| {
+                let q = share(&rule, q, instances);
+                StaticPolicy::new(&rule.name, q.limit(), q.window(), false)
+            });
+            let records = rule.settles() || (cfg.refunds && i < last);
+            out.push(Arc::new(CompiledRule {
+                records,
+                key_space_warned: Throttle::default(),
+                waiters,
+                backend,
+                locks,
+                policy,
+                rule,
+                instances,
+                max_key_len: cfg.max_key_len,
+            }));
+        }
+        Ok(Self {
+            rules: out,
+            cleanup_every: cfg.cleanup_every,
+            sweeper: OnceLock::new(),
+        })
+    }
+
+    /// How many rules of this chain kept the state of `previous`'s.
+    pub(crate) fn kept_from(&self, previous: &Chain) -> usize {
+        self.rules
+            .iter()
+            .filter(|r| previous.rules.iter().any(|p| p.backend.same(&r.backend)))
+            .count()
+    }
+
+    /// The sweep needs a Tokio runtime, which may not exist when the layer
+    /// is built, so it starts with the first request and ends with the chain.
+    fn start_sweeper(self: &Arc<Self>) {
+        if self.sweeper.get().is_some() {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if self.sweeper.set(()).is_err() {
+            return;
+        }
+        let weak: Weak<Self> = Arc::downgrade(self);
+        let every = self.cleanup_every;
+        handle.spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let Some(chain) = weak.upgrade() else { break };
+                chain.cleanup();
+            }
+        });
+    }
+
+    /// The circuit breaker of each global rule, by rule name.
+    pub(crate) fn breakers(&self) -> Vec<BreakerStatus> {
+        self.rules
+            .iter()
+            .filter_map(|r| match &r.backend {
+                #[cfg(feature = "redis")]
+                Backend::Global(g) => Some(g.breaker_status()),
+                Backend::Local(_) => None,
+            })
+            .collect()
+    }
+
+    /// The compiled rule named `name`.
+    pub(crate) fn find(&self, name: &str) -> Option<&Arc<CompiledRule>> {
+        self.rules.iter().find(|r| &*r.rule.name == name)
+    }
+
+    pub(crate) fn rules(&self) -> impl Iterator<Item = &Rule> {
+        self.rules.iter().map(|r| &r.rule)
+    }
+
+    /// Keys held in this process: local rules, fallback shares and cached denies.
+    pub(crate) fn local_keys(&self) -> usize {
+        self.rules
+            .iter()
+            .map(|r| {
+                r.locks.len()
+                    + match &r.backend {
+                        Backend::Local(l) => l.len(),
+                        #[cfg(feature = "redis")]
+                        Backend::Global(g) => g.len(),
+                    }
+            })
+            .sum()
+    }
+
+    pub(crate) fn cleanup(&self) {
+        for r in &self.rules {
+            r.locks
+                .cleanup(r.rule.lockout.map_or(Duration::ZERO, |l| l.within));
+            match &r.backend {
+                Backend::Local(l) => l.cleanup(),
+                #[cfg(feature = "redis")]
+                Backend::Global(g) => g.cleanup(&r.rule),
+            }
+        }
+    }
+
+    /// Evaluates without awaiting while every step is ready, else returns
+    /// where it stopped (boxed: it moves into a boxed future anyway).
+    pub(crate) fn evaluate(self: &Arc<Self>, parts: &Parts) -> Result<Verdict, Box<Suspended>> {
+        self.start_sweeper();
+        let mut decisions = Decisions::new();
+        let mut spends = Spends::default();
+        for (i, rule) in self.rules.iter().enumerate() {
+            match rule.step(parts) {
+                Step::Now(o) => {
+                    if let Some(v) = fold(&rule.rule, &mut decisions, &mut spends, o) {
+                        return Ok(v);
+                    }
+                }
+                Step::Later(pending) => {
+                    return Err(Box::new(Suspended {
+                        chain: self.clone(),
+                        next: i + 1,
+                        decisions,
+                        spends,
+                        pending,
+                    }));
+                }
+            }
+        }
+        Ok(allow(decisions, spends))
+    }
+}
+
+impl Suspended {
+    /// Finishes an evaluation that had to await, on the chain it began on.
+    pub(crate) async fn resume(self: Box<Self>, parts: Parts) -> (Parts, Verdict) {
+        let s = *self;
+        let this = s.chain;
+        let (mut decisions, mut spends) = (s.decisions, s.spends);
+        let outcome = s.pending.await;
+        let rule = &this.rules[s.next - 1].rule;
+        if let Some(v) = fold(rule, &mut decisions, &mut spends, outcome) {
+            return (parts, v);
+        }
+        for rule in &this.rules[s.next..] {
+            let outcome = rule.step(&parts).resolve().await;
+            if let Some(v) = fold(&rule.rule, &mut decisions, &mut spends, outcome) {
+                return (parts, v);
+            }
+        }
+        (parts, allow(decisions, spends))
+    }
+}

@@ -1,0 +1,75 @@
+//! What the control handle does to a key, and why it can fail.
+
+use std::fmt;
+use std::time::Duration;
+
+/// What [`Control`](crate::Control) does to one key of one rule.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum ControlOp {
+    /// Spend (positive) or give back (negative) units; 0 only reads.
+    Adjust(i64),
+    Reset,
+    Block(Duration),
+    Unblock,
+}
+
+/// Why a [`Control`](crate::Control) operation failed.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use keyed_rate_limit::{ControlError, KeyExtractor, Quota, RateLimitLayer, Rule};
+/// let layer = RateLimitLayer::builder()
+///     .rule(Rule::new("api", KeyExtractor::global(), Quota::per_second(5)))
+///     .build().unwrap();
+/// let err = layer.control().peek("nope", "k").await.unwrap_err();
+/// assert!(matches!(err, ControlError::UnknownRule(ref r) if r == "nope"));
+/// # }
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ControlError {
+    /// No rule of the layer's current chain has this name.
+    UnknownRule(String),
+    /// The rule computes its quota per request (`quota_fn`), so there is no
+    /// one bucket to read or move; only `block` and `unblock` apply.
+    DynamicQuota(String),
+    /// A local rule holds `max_keys` locked or counted keys, none of which
+    /// could be forgotten: the block was not stored.
+    KeySpaceFull(String),
+    /// Redis failed or did not answer within the rule's timeout.
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+    Redis(crate::backend::redis::RedisBackendError),
+    /// Redis did not answer within this long (the rule's patience: its
+    /// `redis_timeout` many times over, as a decision's).
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+    Timeout(std::time::Duration),
+}
+
+impl fmt::Display for ControlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::UnknownRule(r) => write!(f, "no rule named {r:?}"),
+            Self::DynamicQuota(r) => write!(
+                f,
+                "rule {r:?} computes its quota per request: only block and unblock apply"
+            ),
+            Self::KeySpaceFull(r) => write!(f, "rule {r:?}: no place left to lock another key"),
+            #[cfg(feature = "redis")]
+            Self::Redis(e) => write!(f, "redis: {e}"),
+            #[cfg(feature = "redis")]
+            Self::Timeout(d) => write!(f, "redis: no answer within {d:?}"),
+        }
+    }
+}
+
+impl std::error::Error for ControlError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            #[cfg(feature = "redis")]
+            Self::Redis(e) => Some(e),
+            _ => None,
+        }
+    }
+}

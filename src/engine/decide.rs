@@ -1,0 +1,395 @@
+//! The steps of one request through one rule: key, quota, cost, locks,
+//! the backend's decision, waiting it out (`OnDeny::Wait`), and what the
+//! chain is told.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+
+use http::StatusCode;
+use http::request::Parts;
+
+use super::rule::{Backend, CompiledRule, share};
+use super::spend::{Settlement, Spend, Spends};
+use crate::backend::local::LocalStore;
+use crate::decision::Decisions;
+use crate::headers::StaticPolicy;
+use crate::now_or_later::NowOrLater;
+use crate::policy::OnDeny;
+use crate::rule::{Cost, Found, Lookup, OnMissingKey, QuotaSource, Rule};
+use crate::{Decision, Key, Quota, RuleDecision, Source, observe};
+
+/// One rule's contribution.
+pub(crate) enum Outcome {
+    /// The rule does not apply (no key, zero cost).
+    Skip,
+    /// A missing key the rule rejects with this status.
+    Reject(StatusCode),
+    /// With what it spent, when the rule records it (boxed: most rules
+    /// don't, and the outcome moves through every step).
+    Decided(RuleDecision, Option<Box<Spend>>),
+}
+
+pub(crate) type Step = NowOrLater<Outcome>;
+
+/// The chain's verdict on a request.
+pub(crate) enum Verdict {
+    /// Go on; these rules applied, and these settle on the response.
+    Allow(Decisions, Option<Box<Settlement>>),
+    /// The last decision is the deny (or the rejection's rule is `rule`).
+    Deny(Decisions),
+    Reject {
+        rule: Arc<str>,
+        status: StatusCode,
+        decisions: Decisions,
+    },
+}
+
+/// An allow, with the spends the response settles.
+#[inline]
+pub(super) fn allow(decisions: Decisions, spends: Spends) -> Verdict {
+    let settle = if spends.0.is_empty() {
+        None
+    } else {
+        spends.into_settlement()
+    };
+    Verdict::Allow(decisions, settle)
+}
+
+/// Adds one outcome; returns the verdict when it ends evaluation, after
+/// giving back what the rules before spent.
+pub(super) fn fold(
+    rule: &Rule,
+    decisions: &mut Decisions,
+    spends: &mut Spends,
+    outcome: Outcome,
+) -> Option<Verdict> {
+    match outcome {
+        Outcome::Skip => None,
+        Outcome::Reject(status) => {
+            spends.refund();
+            Some(Verdict::Reject {
+                rule: rule.name.clone(),
+                status,
+                decisions: std::mem::take(decisions),
+            })
+        }
+        Outcome::Decided(d, spend) => {
+            let deny = !d.decision.is_allowed() && !d.shadow;
+            decisions.push(d);
+            if deny {
+                spends.refund();
+                return Some(Verdict::Deny(std::mem::take(decisions)));
+            }
+            if let Some(s) = spend {
+                spends.0.push(*s);
+            }
+            None
+        }
+    }
+}
+
+impl CompiledRule {
+    pub(super) fn step(self: &Arc<Self>, parts: &Parts) -> Step {
+        let quota = match &self.rule.quota {
+            QuotaSource::Static(q) => share(&self.rule, *q, self.instances),
+            QuotaSource::Dynamic(f) => share(&self.rule, f(parts), self.instances),
+        };
+        let cost = match &self.rule.cost {
+            Cost::Fixed(c) => *c,
+            Cost::Dynamic(f) => f(parts),
+        };
+        let Some(cost) = NonZeroU32::new(cost) else {
+            return Step::Now(Outcome::Skip);
+        };
+        match self.rule.on_missing.lookup(&self.rule.key, parts) {
+            Lookup::Now(found) => self.on_found(found, quota, cost),
+            Lookup::Later(f) => {
+                let this = self.clone();
+                Step::Later(Box::pin(async move {
+                    this.on_found(f.await, quota, cost).resolve().await
+                }))
+            }
+        }
+    }
+
+    pub(super) fn on_found(self: &Arc<Self>, found: Found, quota: Quota, cost: NonZeroU32) -> Step {
+        match found {
+            Found::Key(key) => self.decide(key, quota, cost),
+            Found::Missing => Step::Now(self.missing()),
+            Found::Skip => Step::Now(Outcome::Skip),
+        }
+    }
+
+    pub(super) fn missing(&self) -> Outcome {
+        match &self.rule.on_missing {
+            OnMissingKey::Reject(status) => Outcome::Reject(*status),
+            _ => Outcome::Skip,
+        }
+    }
+
+    pub(super) fn decide(self: &Arc<Self>, key: Key, quota: Quota, cost: NonZeroU32) -> Step {
+        if self.locks.any()
+            && let Some(step) = self.when_locked(&key, quota)
+        {
+            return step;
+        }
+        // Static quotas and fixed costs were checked at build time.
+        let dynamic = matches!(self.rule.quota, QuotaSource::Dynamic(_));
+        if let Some(error) = dynamic.then(|| quota.validate().err()).flatten() {
+            tracing::warn!(target: observe::TARGET, rule = %self.rule.name, %quota, %error, "request-time quota admits nothing; denying");
+            let d = Decision::never(quota.limit(), quota.window());
+            return Step::Now(self.outcome(&key, d, self.local_source()));
+        }
+        // Before any backend: governor's n-cell arithmetic overflows on a huge
+        // cost (a panic in debug, an admit in release).
+        let capacity = self.rule.algorithm.capacity(&quota);
+        if cost.get() > capacity {
+            tracing::warn!(target: observe::TARGET, rule = %self.rule.name, cost = cost.get(), capacity, "request cost above the rule's capacity; denying");
+            let d = Decision::never(quota.limit(), quota.window());
+            return Step::Now(self.outcome(&key, d, self.local_source()));
+        }
+        // Without `redis` the match has one arm.
+        #[cfg_attr(not(feature = "redis"), allow(clippy::infallible_destructuring_match))]
+        let store = match &self.backend {
+            Backend::Local(store) => store,
+            #[cfg(feature = "redis")]
+            Backend::Global(_) => return self.decide_global(key, quota, cost),
+        };
+        // The hot path: a local decision, returned as is. A diverted key
+        // (the key space is full) is neither locked out nor refunded: it
+        // was counted in the shared bucket, or refused for want of a place.
+        let (d, diverted) = self.check_local(store, &key, quota, cost);
+        if !d.is_allowed()
+            && !diverted
+            && self.rule.lockout.is_some()
+            && let Some(step) = self.lock_on_deny(&key, quota)
+        {
+            return step;
+        }
+        if self.waits(&d) {
+            Step::Later(Box::pin(self.clone().settle(
+                key,
+                quota,
+                cost,
+                d,
+                Source::Local,
+            )))
+        } else if self.records && !diverted {
+            Step::Now(self.spent(key, quota, cost, d, Source::Local))
+        } else {
+            Step::Now(self.outcome(&key, d, Source::Local))
+        }
+    }
+
+    #[cfg(feature = "redis")]
+    pub(super) fn decide_global(
+        self: &Arc<Self>,
+        key: Key,
+        quota: Quota,
+        cost: NonZeroU32,
+    ) -> Step {
+        match self.check(&key, quota, cost) {
+            NowOrLater::Now((d, source)) if !self.waits(&d) => {
+                Step::Now(self.spent(key, quota, cost, d, source))
+            }
+            NowOrLater::Now((d, source)) => {
+                Step::Later(Box::pin(self.clone().settle(key, quota, cost, d, source)))
+            }
+            NowOrLater::Later(f) => {
+                let this = self.clone();
+                Step::Later(Box::pin(async move {
+                    let (d, source) = f.await;
+                    this.settle(key, quota, cost, d, source).await
+                }))
+            }
+        }
+    }
+
+    /// One decision from the backend.
+    pub(super) fn check(
+        self: &Arc<Self>,
+        key: &Key,
+        quota: Quota,
+        cost: NonZeroU32,
+    ) -> NowOrLater<(Decision, Source)> {
+        match &self.backend {
+            Backend::Local(store) => {
+                NowOrLater::Now((self.check_local(store, key, quota, cost).0, Source::Local))
+            }
+            #[cfg(feature = "redis")]
+            Backend::Global(g) => {
+                let bounded = key.clone().bounded(self.max_key_len);
+                match g.decide_now(&self.rule, &self.locks, &bounded, quota, cost) {
+                    Ok(decided) => NowOrLater::Now(decided),
+                    Err(pending) => {
+                        let (this, g) = (self.clone(), g.clone());
+                        NowOrLater::Later(Box::pin(async move {
+                            g.ask(&this.rule, &this.locks, &bounded, (quota, cost), pending)
+                                .await
+                        }))
+                    }
+                }
+            }
+        }
+    }
+
+    pub(super) fn check_local(
+        &self,
+        store: &LocalStore,
+        key: &Key,
+        quota: Quota,
+        cost: NonZeroU32,
+    ) -> (Decision, bool) {
+        // Cloning a fresh `Bytes` allocates: only overlong keys pay for it.
+        let (d, diverted) = if key.len() <= self.max_key_len {
+            store.check(key, quota, cost)
+        } else {
+            store.check(&key.clone().bounded(self.max_key_len), quota, cost)
+        };
+        if let Some(how) = diverted {
+            observe::key_space_full(
+                &self.rule.name,
+                how,
+                self.rule.max_keys,
+                &self.key_space_warned,
+            );
+        }
+        (d, diverted.is_some())
+    }
+
+    /// The key as this rule stores it: overlong keys count as their hash
+    /// (allocating, so only they pay for it).
+    pub(super) fn bounded<'k>(&self, key: &'k Key) -> std::borrow::Cow<'k, Key> {
+        if key.len() <= self.max_key_len {
+            std::borrow::Cow::Borrowed(key)
+        } else {
+            std::borrow::Cow::Owned(key.clone().bounded(self.max_key_len))
+        }
+    }
+
+    /// The deny of a locked key; off the hot path.
+    #[inline(never)]
+    pub(super) fn when_locked(&self, key: &Key, quota: Quota) -> Option<Step> {
+        let left = self.locks.locked(&self.bounded(key))?;
+        let d = Decision::denied(quota.limit(), quota.window(), left, left);
+        Some(Step::Now(self.outcome(key, d, Source::Locked)))
+    }
+
+    /// Counts a local deny toward the rule's lockout; the deny that locks
+    /// the key answers with the block.
+    #[inline(never)]
+    pub(super) fn lock_on_deny(&self, key: &Key, quota: Quota) -> Option<Step> {
+        let lockout = self.rule.lockout.filter(|_| !self.rule.shadow)?;
+        let block = self.locks.denied(&self.bounded(key), lockout)?;
+        observe::locked(&self.rule.name, &key.fingerprint(), block);
+        let d = Decision::denied(quota.limit(), quota.window(), block, block);
+        Some(Step::Now(self.outcome(key, d, Source::Locked)))
+    }
+
+    /// Whether `d` is a deny this rule would rather wait out.
+    pub(super) fn waits(&self, d: &Decision) -> bool {
+        matches!(self.rule.on_deny, OnDeny::Wait { .. }) && !d.is_allowed() && !self.rule.shadow
+    }
+
+    /// `OnDeny::Wait`: sleeps until the unit is back and asks again, while
+    /// the waits fit in `max` and the key's queue has room.
+    pub(super) async fn settle(
+        self: Arc<Self>,
+        key: Key,
+        quota: Quota,
+        cost: NonZeroU32,
+        mut d: Decision,
+        mut source: Source,
+    ) -> Outcome {
+        let OnDeny::Wait { max, queue } = self.rule.on_deny else {
+            return self.spent(key, quota, cost, d, source);
+        };
+        let deadline = tokio::time::Instant::now() + max;
+        let mut place = None;
+        while self.waits(&d) {
+            let Some(wait) = d.retry_after() else { break };
+            if tokio::time::Instant::now() + wait > deadline {
+                break;
+            }
+            if place.is_none() {
+                place = self
+                    .waiters
+                    .enter(key.clone().bounded(self.max_key_len), queue);
+                if place.is_none() {
+                    break;
+                }
+            }
+            tokio::time::sleep(wait).await;
+            // Blocked through the control handle meanwhile.
+            if let Some(left) = self.locks.locked(&self.bounded(&key)) {
+                let d = Decision::denied(quota.limit(), quota.window(), left, left);
+                return self.outcome(&key, d, Source::Locked);
+            }
+            (d, source) = self.check(&key, quota, cost).resolve().await;
+        }
+        self.spent(key, quota, cost, d, source)
+    }
+
+    pub(super) fn local_source(&self) -> Source {
+        match self.backend {
+            Backend::Local(_) => Source::Local,
+            #[cfg(feature = "redis")]
+            Backend::Global(_) => Source::Global,
+        }
+    }
+
+    pub(super) fn outcome(&self, key: &Key, decision: Decision, source: Source) -> Outcome {
+        let shadow = self.rule.shadow;
+        if source == Source::Locked {
+            observe::locked_deny(&self.rule.name);
+        } else if !decision.is_allowed() {
+            let retry = decision.retry_after();
+            observe::deny(&self.rule.name, &key.fingerprint(), retry, shadow);
+        }
+        Outcome::Decided(
+            RuleDecision {
+                rule: self.rule.name.clone(),
+                policy: StaticPolicy::for_decision(&self.policy, &decision),
+                decision,
+                source,
+                shadow,
+                concurrency: false,
+                hidden: !self.rule.visible,
+                partition: self.rule.partition_key.then(|| key.partition()),
+            },
+            None,
+        )
+    }
+
+    /// [`outcome`](Self::outcome) of a decision that may have spent `cost`;
+    /// what it spent goes with it when the rule records spends.
+    #[inline(never)]
+    pub(super) fn spent(
+        self: &Arc<Self>,
+        key: Key,
+        quota: Quota,
+        cost: NonZeroU32,
+        decision: Decision,
+        source: Source,
+    ) -> Outcome {
+        let mut out = self.outcome(&key, decision, source);
+        let spent = matches!(
+            source,
+            Source::Local | Source::Global | Source::Fallback | Source::Leased
+        );
+        if self.records
+            && decision.is_allowed()
+            && spent
+            && let Outcome::Decided(_, spend) = &mut out
+        {
+            *spend = Some(Box::new(Spend {
+                rule: self.clone(),
+                key: self.bounded(&key).into_owned(),
+                quota,
+                cost: cost.get(),
+                source,
+            }));
+        }
+        out
+    }
+}

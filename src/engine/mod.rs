@@ -1,0 +1,30 @@
+//! The rule engine the rate-limit layer runs. A layer's rules are compiled
+//! into a [`Chain`] (`chain`), every build-time check is in `validate`,
+//! one request's steps through one rule are in `decide`, what a request
+//! spent and how it is settled or refunded in `spend`, the queues of
+//! `OnDeny::Wait` in `wait`, and the control handle's operations in
+//! `control`. Global rules add their Redis part: exact, coalesced
+//! (`coalesce`) and leased decisions in `global`.
+
+mod chain;
+#[cfg(feature = "redis")]
+mod coalesce;
+mod control;
+mod decide;
+#[cfg(feature = "redis")]
+mod global;
+mod rule;
+mod spend;
+mod validate;
+mod wait;
+
+#[cfg(test)]
+mod tests;
+
+pub(crate) use chain::{Chain, ChainConfig, Suspended};
+pub use control::ControlError;
+pub(crate) use control::ControlOp;
+pub(crate) use decide::Verdict;
+pub(crate) use spend::Settlement;
+#[cfg(feature = "redis")]
+pub(crate) use validate::validate_global;

@@ -1,0 +1,162 @@
+//! A rule as the engine runs it: the user's [`Rule`] with its store, its
+//! locks and waiters, and the control handle's operations on its state.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::control::{ControlError, ControlOp};
+#[cfg(feature = "redis")]
+use super::global::Global;
+use super::wait::Waiters;
+use crate::backend::keyspace::Budget;
+use crate::backend::local::LocalStore;
+use crate::backend::lock::Locks;
+use crate::headers::StaticPolicy;
+use crate::rule::{QuotaSource, Rule, Scope};
+use crate::throttle::Throttle;
+use crate::{Decision, Key, Quota};
+
+pub(crate) struct CompiledRule {
+    pub(super) rule: Rule,
+    /// At most one key-space warning a minute.
+    pub(super) key_space_warned: Throttle,
+    /// Requests waiting per key, for `OnDeny::Wait`.
+    pub(super) waiters: Arc<Waiters>,
+    /// Shared with the chain a reload replaces, when the rule's state
+    /// carries over (see [`Chain::compile`]).
+    pub(super) backend: Backend,
+    /// Locked keys: the rule's lockouts and the control handle's blocks
+    /// (for a global rule, those this gateway learned of from Redis).
+    pub(super) locks: Arc<Locks>,
+    pub(super) instances: u32,
+    pub(super) max_key_len: usize,
+    pub(super) policy: Option<StaticPolicy>,
+    /// Whether its allowed decisions record what they spent: a later rule
+    /// may refuse (and refunds are on), or the response settles it.
+    pub(super) records: bool,
+}
+
+#[derive(Clone)]
+pub(super) enum Backend {
+    Local(Arc<LocalStore>),
+    #[cfg(feature = "redis")]
+    Global(Arc<Global>),
+}
+
+pub(super) fn new_backend(rule: &Rule, instances: u32) -> Backend {
+    match &rule.scope {
+        Scope::Local => Backend::Local(Arc::new(LocalStore::new(
+            rule.static_quota().map(|q| share(rule, q, instances)),
+            Budget::new(rule.max_keys, rule.on_key_space_full),
+        ))),
+        #[cfg(feature = "redis")]
+        Scope::Global(redis) => {
+            Backend::Global(Arc::new(Global::new(rule, redis.clone(), instances)))
+        }
+    }
+}
+
+impl Backend {
+    pub(super) fn same(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::Local(a), Self::Local(b)) => Arc::ptr_eq(a, b),
+            #[cfg(feature = "redis")]
+            (Self::Global(a), Self::Global(b)) => Arc::ptr_eq(a, b),
+            #[cfg(feature = "redis")]
+            _ => false,
+        }
+    }
+}
+
+/// The quota this instance enforces for `rule`.
+pub(super) fn share(rule: &Rule, q: Quota, instances: u32) -> Quota {
+    if rule.split_across_instances {
+        q.divided_by(instances)
+    } else {
+        q
+    }
+}
+
+impl CompiledRule {
+    /// Runs `op` on `key`; a read or an adjustment returns what a request
+    /// of one unit would be told now, without spending it.
+    pub(crate) async fn control(
+        &self,
+        key: &Key,
+        op: ControlOp,
+    ) -> Result<Option<Decision>, ControlError> {
+        let key = self.bounded(key);
+        let quota = match (&op, self.rule.static_quota()) {
+            (_, Some(q)) => Some(share(&self.rule, q, self.instances)),
+            (ControlOp::Block(_) | ControlOp::Unblock, None) => None,
+            (_, None) => return Err(ControlError::DynamicQuota(self.rule.name.to_string())),
+        };
+        let within = self.rule.lockout.map_or(Duration::ZERO, |l| l.within);
+        // A local rule's locks live here; a global rule's in Redis, and
+        // here only as this gateway's copy, changed once Redis has.
+        if matches!(self.backend, Backend::Local(_)) {
+            match op {
+                ControlOp::Block(period) => {
+                    if !self.locks.block(&key, period, false, within) {
+                        return Err(ControlError::KeySpaceFull(self.rule.name.to_string()));
+                    }
+                }
+                ControlOp::Unblock | ControlOp::Reset => self.locks.unblock(&key),
+                ControlOp::Adjust(_) => {}
+            }
+        }
+        match &self.backend {
+            Backend::Local(store) => Ok(match (op, quota) {
+                (ControlOp::Adjust(units), Some(q)) => {
+                    let d = store.adjust(&key, q, units);
+                    Some(match self.locks.locked(&key) {
+                        Some(left) => Decision::denied(q.limit(), q.window(), left, left),
+                        None => d,
+                    })
+                }
+                (ControlOp::Reset, _) => {
+                    store.reset(&key);
+                    None
+                }
+                _ => None,
+            }),
+            #[cfg(feature = "redis")]
+            Backend::Global(g) => {
+                let out = g.control(&self.rule, &key, quota, op).await?;
+                match op {
+                    ControlOp::Block(period) => {
+                        self.locks.block(&key, period, true, within);
+                    }
+                    ControlOp::Unblock | ControlOp::Reset => self.locks.unblock(&key),
+                    ControlOp::Adjust(_) => {}
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// Whether `new` (of the same name) counts exactly as this rule does,
+    /// so its counters stay valid. Closures can't be compared: a
+    /// `quota_fn` rule keeps its state while the key and algorithm stay,
+    /// and the store keeps one limiter per quota it computes.
+    pub(super) fn keeps_state_for(&self, new: &Rule, instances: u32) -> bool {
+        let old = &self.rule;
+        let quota = |r: &Rule, n| r.static_quota().map(|q| share(r, q, n));
+        let same_scope = match (&old.scope, &new.scope) {
+            (Scope::Local, Scope::Local) => true,
+            #[cfg(feature = "redis")]
+            (Scope::Global(a), Scope::Global(b)) => {
+                a.same(b) && old.failure == new.failure && old.lease == new.lease
+            }
+            #[cfg(feature = "redis")]
+            _ => false,
+        };
+        same_scope
+            && old.key.name() == new.key.name()
+            && (old.max_keys, old.on_key_space_full) == (new.max_keys, new.on_key_space_full)
+            && old.algorithm == new.algorithm
+            && quota(old, self.instances) == quota(new, instances)
+            && matches!(old.quota, QuotaSource::Dynamic(_))
+                == matches!(new.quota, QuotaSource::Dynamic(_))
+    }
+}

@@ -1,0 +1,122 @@
+//! What a request's rules spent, given back when a later rule refuses it
+//! and settled on the response by `count_if` and `cost_from_response`.
+
+use std::sync::Arc;
+
+use super::rule::{Backend, CompiledRule};
+use crate::{Key, Quota, Source, observe};
+
+/// Units one rule spent for a request: given back when a later rule
+/// refuses the request, settled on the response by a `count_if` or
+/// `cost_from_response` rule.
+pub(crate) struct Spend {
+    pub(super) rule: Arc<CompiledRule>,
+    /// Bounded, as the store keeps it.
+    pub(super) key: Key,
+    pub(super) quota: Quota,
+    pub(super) cost: u32,
+    // Where it was spent: only global rules have a choice.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(super) source: Source,
+}
+
+/// What the rules of one request spent so far. Dropped while the request
+/// is still being decided (its client went away during an await), it gives
+/// everything back: the service was never called.
+#[derive(Default)]
+pub(crate) struct Spends(pub(super) Vec<Spend>);
+
+impl Spends {
+    /// Gives every unit back now: a later rule refused the request.
+    pub(super) fn refund(&mut self) {
+        for s in self.0.drain(..) {
+            s.rule.adjust_spent(&s, -i64::from(s.cost));
+        }
+    }
+
+    /// An allowed request: the spends of the rules that settle on the
+    /// response go with it; the others stay spent.
+    #[inline(never)]
+    pub(super) fn into_settlement(mut self) -> Option<Box<Settlement>> {
+        let mut kept = std::mem::take(&mut self.0);
+        kept.retain(|s| s.rule.rule.settles());
+        (!kept.is_empty()).then(|| Box::new(Settlement(kept)))
+    }
+}
+
+impl Drop for Spends {
+    #[inline]
+    fn drop(&mut self) {
+        // Most requests record nothing: no drain to set up.
+        if !self.0.is_empty() {
+            self.refund();
+        }
+    }
+}
+
+/// The spends of the rules that settle on the response. Dropped unsettled
+/// (no response head came: the client went away, the service failed),
+/// they stay spent: the handler may have done its work.
+pub(crate) struct Settlement(Vec<Spend>);
+
+impl Settlement {
+    /// Keeps, gives back or charges more of each reserved cost, as the
+    /// rules' closures read `res`. A panicking closure keeps the
+    /// reservation; nothing is locked while it runs.
+    pub(crate) fn settle(self, res: &http::response::Parts) {
+        for s in self.0 {
+            let rule = &s.rule.rule;
+            let call = |what: &'static str, f: &dyn Fn() -> u32| {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|_| {
+                    tracing::error!(target: observe::TARGET, rule = %rule.name, what, "closure panicked; the request keeps its reserved cost");
+                })
+            };
+            if let Some(f) = &rule.count_if {
+                match call("count_if", &|| u32::from(f(res))) {
+                    Ok(0) => {
+                        s.rule.adjust_spent(&s, -i64::from(s.cost));
+                        continue;
+                    }
+                    Ok(_) => {}
+                    Err(()) => continue,
+                }
+            }
+            if let Some(f) = &rule.cost_from_response
+                && let Ok(actual) = call("cost_from_response", &|| f(res))
+            {
+                let delta = i64::from(actual) - i64::from(s.cost);
+                if delta != 0 {
+                    s.rule.adjust_spent(&s, delta);
+                }
+            }
+        }
+    }
+}
+
+impl CompiledRule {
+    /// Spends (`units > 0`) or gives back what `s` spent, where it spent
+    /// it. Never fails the request: a Redis failure is logged.
+    pub(super) fn adjust_spent(self: &Arc<Self>, s: &Spend, units: i64) {
+        match &self.backend {
+            Backend::Local(store) => {
+                store.adjust(&s.key, s.quota, units);
+            }
+            #[cfg(feature = "redis")]
+            Backend::Global(g) => match s.source {
+                Source::Fallback => g.adjust_fallback(&s.key, s.quota, units),
+                Source::Leased => g.adjust_lease(&self.rule, &s.key, s.quota, units),
+                // Off the request path: the response (or the 429) is out.
+                Source::Global => {
+                    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                        let (g, this, key, quota) =
+                            (g.clone(), self.clone(), s.key.clone(), s.quota);
+                        rt.spawn(
+                            async move { g.adjust_redis(&this.rule, &key, quota, units).await },
+                        );
+                    }
+                }
+                _ => {}
+            },
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! How a global rule survives a failing Redis: the mode, the timeout and
+//! the breaker's settings.
+
+use std::fmt;
+use std::time::Duration;
+
+/// What a global rule decides when Redis errors, times out, or its circuit
+/// breaker is open.
+///
+/// | mode | decision | use it when |
+/// |---|---|---|
+/// | `FailOpen` | allow; the rule's headers are left out | availability beats the limit (read traffic) |
+/// | `FailClosed` | 429 with `Retry-After` (never 503) | the limit protects something that must not be overrun |
+/// | `LocalFallback` (default) | this instance's share: the quota divided by [`RateLimitBuilder::instances`](crate::RateLimitBuilder::instances), on `governor` | most APIs: still limited, a little looser or tighter |
+///
+/// ```
+/// use keyed_rate_limit::failure::FailureMode;
+/// assert_eq!(FailureMode::default(), FailureMode::LocalFallback);
+/// assert_eq!(FailureMode::FailClosed.as_str(), "fail_closed");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(
+    feature = "config",
+    derive(serde::Deserialize),
+    serde(rename_all = "snake_case")
+)]
+#[non_exhaustive]
+pub enum FailureMode {
+    /// Let the request through.
+    FailOpen,
+    /// Refuse the request with 429.
+    FailClosed,
+    /// Enforce this instance's share of the quota locally.
+    #[default]
+    LocalFallback,
+}
+
+impl FailureMode {
+    /// A short, stable name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::FailOpen => "fail_open",
+            Self::FailClosed => "fail_closed",
+            Self::LocalFallback => "local_fallback",
+        }
+    }
+}
+
+impl fmt::Display for FailureMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a global rule survives a failing Redis: the mode, the time one
+/// decision may wait for Redis, and the circuit breaker.
+///
+/// ```
+/// use std::time::Duration;
+/// use keyed_rate_limit::failure::{FailureMode, FailurePolicy};
+///
+/// let p = FailurePolicy::default();
+/// assert_eq!(p.mode, FailureMode::LocalFallback);
+/// assert_eq!(p.timeout, Duration::from_millis(20));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailurePolicy {
+    /// What to decide without Redis.
+    pub mode: FailureMode,
+    /// How long one decision waits for Redis (default 20 ms).
+    pub timeout: Duration,
+    /// When to stop asking Redis, and when to try again.
+    pub breaker: BreakerConfig,
+}
+
+impl Default for FailurePolicy {
+    fn default() -> Self {
+        Self {
+            mode: FailureMode::default(),
+            // A few ms above a healthy Redis round trip, far below a client's patience.
+            timeout: Duration::from_millis(20),
+            breaker: BreakerConfig::default(),
+        }
+    }
+}
+
+/// When the breaker opens and how it probes.
+///
+/// After `failure_threshold` consecutive failures (errors or timeouts) the
+/// breaker opens: requests skip Redis and take the rule's failure mode at
+/// once. After `open_for`, one request probes Redis; success closes the
+/// breaker, failure opens it again.
+///
+/// ```
+/// use std::time::Duration;
+/// use keyed_rate_limit::failure::BreakerConfig;
+/// let cfg = BreakerConfig::default().failure_threshold(3).open_for(Duration::from_millis(500));
+/// assert_eq!(cfg.threshold(), 3);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BreakerConfig {
+    pub(crate) threshold: u32,
+    pub(crate) open_for: Duration,
+}
+
+impl Default for BreakerConfig {
+    /// Opens after 5 consecutive failures, probes after 1 s.
+    fn default() -> Self {
+        Self {
+            threshold: 5,
+            open_for: Duration::from_secs(1),
+        }
+    }
+}
+
+impl BreakerConfig {
+    /// Consecutive failures that open the breaker (at least 1).
+    pub fn failure_threshold(mut self, n: u32) -> Self {
+        self.threshold = n;
+        self
+    }
+
+    /// How long the breaker stays open before probing.
+    pub fn open_for(mut self, d: Duration) -> Self {
+        self.open_for = d;
+        self
+    }
+
+    /// The failure threshold.
+    pub fn threshold(&self) -> u32 {
+        self.threshold
+    }
+
+    /// The open period.
+    pub fn open_period(&self) -> Duration {
+        self.open_for
+    }
+}

@@ -1,0 +1,20 @@
+//! The value types that rules, backends, failure handling and observability
+//! share. They depend on nothing above the quota and the error types, so
+//! every layer can name them; users reach them through `rule`, `failure`
+//! and the crate root.
+
+#[cfg(feature = "redis")]
+mod cause;
+mod deny;
+mod failure;
+#[cfg(feature = "redis")]
+mod lease;
+
+#[cfg(feature = "redis")]
+pub(crate) use cause::Cause;
+pub use deny::{KeySpaceFull, Lockout, OnDeny};
+pub use failure::{BreakerConfig, FailureMode, FailurePolicy};
+#[cfg(feature = "redis")]
+pub use lease::LeasePolicy;
+#[cfg(feature = "redis")]
+pub(crate) use lease::flow;

@@ -1,0 +1,172 @@
+//! The layer: its services share one chain, which `reload` swaps.
+
+use std::sync::Arc;
+
+use tower::Layer;
+
+use super::control::Control;
+use super::service::RateLimitService;
+use super::shared::Shared;
+use crate::Rule;
+use crate::engine::Chain;
+use crate::error::BuildError;
+
+/// Applies an ordered list of [`Rule`]s to every request.
+///
+/// Built with [`RateLimitLayer::builder`]; cheap to clone (an `Arc`), and every
+/// service it makes shares the same counters.
+///
+/// ```
+/// use axum::{routing::get, Router};
+/// use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+///
+/// let limit = RateLimitLayer::builder()
+///     .rule(Rule::new("per-key", KeyExtractor::header("x-api-key"), Quota::per_minute(100)))
+///     .build()?;
+/// let app: Router = Router::new().route("/", get(|| async { "hi" })).layer(limit);
+/// # Ok::<(), keyed_rate_limit::error::BuildError>(())
+/// ```
+#[derive(Clone)]
+#[must_use = "a layer does nothing until it wraps a service"]
+pub struct RateLimitLayer {
+    pub(super) shared: Arc<Shared>,
+}
+
+impl RateLimitLayer {
+    /// The rules, in evaluation order: those of the last
+    /// [`reload`](Self::reload), if any.
+    ///
+    /// ```
+    /// # use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+    /// let layer = RateLimitLayer::builder()
+    ///     .rule(Rule::new("a", KeyExtractor::global(), Quota::per_second(1)))
+    ///     .build().unwrap();
+    /// assert_eq!(layer.rules().iter().map(|r| r.name()).collect::<Vec<_>>(), ["a"]);
+    /// ```
+    pub fn rules(&self) -> Vec<Rule> {
+        self.shared.chain.load().rules().cloned().collect()
+    }
+
+    /// The operator's handle on this layer's counters; see [`Control`].
+    pub fn control(&self) -> Control {
+        Control {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Replaces every rule at once, checked as
+    /// [`build`](crate::RateLimitBuilder::build) checks them; the layer's other
+    /// settings stay. Each request is decided wholly by the rules it
+    /// started with, old or new, never a mix; requests already waiting
+    /// (`OnDeny::Wait`, Redis) finish on the old ones.
+    ///
+    /// A rule whose name, key, quota (static, or still a `quota_fn`),
+    /// algorithm, scope and key-space settings (`max_keys`,
+    /// `on_key_space_full`) are unchanged (for global rules, also its Redis
+    /// backend and failure policy) keeps its counters, its cached denies and
+    /// its circuit breaker, so a reload hands nobody a fresh quota. Any other rule starts whole: locally with
+    /// new counters, globally reading the same Redis keys under its new
+    /// quota. On an error the running rules stay.
+    ///
+    /// ```
+    /// use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+    ///
+    /// let layer = RateLimitLayer::builder()
+    ///     .rule(Rule::new("api", KeyExtractor::header("x-api-key"), Quota::per_minute(100)))
+    ///     .build()?;
+    /// layer.reload([Rule::new("api", KeyExtractor::header("x-api-key"), Quota::per_minute(500))])?;
+    /// assert_eq!(layer.rules()[0].static_quota(), Some(Quota::per_minute(500)));
+    /// assert!(layer.reload([Rule::new("api", KeyExtractor::global(), Quota::per_second(0))]).is_err());
+    /// assert_eq!(layer.rules()[0].static_quota(), Some(Quota::per_minute(500)), "unchanged");
+    /// # Ok::<(), keyed_rate_limit::error::BuildError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`RateLimitBuilder::build`](crate::RateLimitBuilder::build) for the rules; see [`BuildError`].
+    pub fn reload(&self, rules: impl IntoIterator<Item = Rule>) -> Result<(), BuildError> {
+        let shared = &*self.shared;
+        let _one = shared
+            .reloading
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let old = shared.chain.load();
+        let new = Chain::compile(
+            rules.into_iter().collect(),
+            shared.config,
+            shared.headers.draft(),
+            Some(&old),
+        )?;
+        let kept = new.kept_from(&old);
+        let count = new.rules().count();
+        shared.chain.store(Arc::new(new));
+        tracing::info!(target: crate::observe::TARGET, rules = count, kept, "rate-limit rules reloaded");
+        Ok(())
+    }
+
+    /// What the layer enforces, as a Markdown table or a Mermaid flowchart:
+    /// documentation that can't drift from the code.
+    ///
+    /// ```
+    /// # use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+    /// let layer = RateLimitLayer::builder()
+    ///     .rule(Rule::new("api", KeyExtractor::header("x-api-key"), Quota::per_minute(100)))
+    ///     .build().unwrap();
+    /// println!("{}", layer.describe().markdown());
+    /// assert!(layer.describe().mermaid().contains("1. api"));
+    /// ```
+    pub fn describe(&self) -> crate::describe::Description {
+        crate::describe::Description::new(self.shared.chain.load().rules())
+    }
+
+    /// How many keys the local backend holds now, across rules: a gauge
+    /// for memory. Keys whose buckets are full again are swept in the
+    /// background (see [`RateLimitBuilder::cleanup_interval`](crate::RateLimitBuilder::cleanup_interval)).
+    ///
+    /// ```
+    /// # use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+    /// # let layer = RateLimitLayer::builder()
+    /// #     .rule(Rule::new("a", KeyExtractor::global(), Quota::per_second(1))).build().unwrap();
+    /// assert_eq!(layer.local_keys(), 0);
+    /// ```
+    pub fn local_keys(&self) -> usize {
+        self.shared.chain.load().local_keys()
+    }
+
+    /// The circuit breaker of each global rule, in rule order, with the time
+    /// left until an open one probes Redis again: for health checks and
+    /// dashboards.
+    ///
+    /// ```
+    /// # use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+    /// # let layer = RateLimitLayer::builder()
+    /// #     .rule(Rule::new("a", KeyExtractor::global(), Quota::per_second(1))).build().unwrap();
+    /// assert!(layer.breakers().is_empty(), "local rules have no breaker");
+    /// ```
+    pub fn breakers(&self) -> Vec<crate::failure::BreakerStatus> {
+        self.shared.chain.load().breakers()
+    }
+
+    /// Sweeps keys whose buckets are full again now, instead of waiting for
+    /// the background sweep. Dropping them changes no decision.
+    pub fn cleanup(&self) {
+        self.shared.chain.load().cleanup();
+    }
+}
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimitService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimitService::new(inner, self.shared.clone())
+    }
+}
+
+impl std::fmt::Debug for RateLimitLayer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimitLayer")
+            .field("rules", &self.rules())
+            .field("headers", &self.shared.headers)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,128 @@
+//! What every service of one layer shares: the current chain, the header
+//! style, the refusal, and the step from a verdict to an admission.
+
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+
+use http::StatusCode;
+use http::request::Parts;
+
+use crate::RateLimitDecision;
+use crate::engine::{Chain, ChainConfig, Settlement, Suspended, Verdict};
+use crate::gate::{Admission, Pending};
+use crate::headers::Headers;
+use crate::response::{Denied, DenyFn, refusal};
+
+pub(crate) struct Shared {
+    /// Swapped whole by [`RateLimitLayer::reload`].
+    pub(crate) chain: Current,
+    pub(super) config: ChainConfig,
+    /// One reload at a time: each carries state over from the chain it replaces.
+    pub(super) reloading: Mutex<()>,
+    pub(super) headers: Headers,
+    pub(super) deny: Arc<DenyFn>,
+    pub(super) extension: bool,
+}
+
+/// The chain requests are decided by. A read lock, not a lock-free swap
+/// (`arc-swap`): it is held only while a request is decided without
+/// awaiting (an evaluation that awaits takes its own `Arc`), costs two
+/// atomic operations, and keeps the dependency tree as small as
+/// tower_governor's.
+pub(crate) struct Current(pub(super) RwLock<Arc<Chain>>);
+
+impl Current {
+    /// Runs `f` on the current chain.
+    pub(super) fn with<T>(&self, f: impl FnOnce(&Arc<Chain>) -> T) -> T {
+        f(&self.0.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    pub(super) fn load(&self) -> Arc<Chain> {
+        self.with(Arc::clone)
+    }
+
+    /// Swaps in `new`; the old chain is dropped outside the lock.
+    pub(super) fn store(&self, new: Arc<Chain>) {
+        let old = std::mem::replace(
+            &mut *self.0.write().unwrap_or_else(PoisonError::into_inner),
+            new,
+        );
+        drop(old);
+    }
+}
+
+impl Shared {
+    /// Decides on `parts` with the current chain, unless a step has to
+    /// await. Not generic over the service, so it is compiled once and
+    /// keeps the services' `call` small.
+    pub(crate) fn decide(
+        &self,
+        parts: &mut Parts,
+    ) -> Result<Admission<Option<Box<Settlement>>>, Box<Suspended>> {
+        // One chain for the whole request, even if a reload lands meanwhile.
+        let verdict = self.chain.with(|chain| chain.evaluate(parts))?;
+        Ok(self.conclude(verdict, parts))
+    }
+
+    /// The rest of a decision that had to await, on the chain it began on.
+    pub(crate) fn finish(
+        self: Arc<Self>,
+        mut parts: Parts,
+        suspended: Box<Suspended>,
+    ) -> Pending<Option<Box<Settlement>>> {
+        Box::pin(async move {
+            let verdict;
+            (parts, verdict) = suspended.resume(parts).await;
+            let admission = self.conclude(verdict, &mut parts);
+            (parts, admission)
+        })
+    }
+
+    /// Turns the chain's verdict into headers and, when allowed, puts the
+    /// decision in the extensions for the handler.
+    pub(crate) fn conclude(
+        &self,
+        verdict: Verdict,
+        parts: &mut Parts,
+    ) -> Admission<Option<Box<Settlement>>> {
+        let mut headers = crate::headers::Rendered::new();
+        match verdict {
+            Verdict::Allow(mut rules, settle) => {
+                self.headers.render(&mut rules, &mut headers);
+                if self.extension {
+                    // Under an outer rate limiter, its decisions come first.
+                    if let Some(outer) = parts.extensions.insert(RateLimitDecision { rules }) {
+                        if let Some(d) = parts.extensions.get_mut::<RateLimitDecision>() {
+                            d.rules.insert_many(0, outer.rules);
+                        }
+                    }
+                }
+                Admission::Go(headers, settle)
+            }
+            Verdict::Deny(mut rules) => {
+                self.headers.render(&mut rules, &mut headers);
+                let last = rules.last().expect("a deny carries its decision");
+                let denied = Denied {
+                    rule: last.rule.clone(),
+                    retry_after: last.decision.retry_after(),
+                    status: StatusCode::TOO_MANY_REQUESTS,
+                    hidden: last.hidden,
+                };
+                Admission::Stop(refusal(&*self.deny, &denied, &parts.headers, headers))
+            }
+            Verdict::Reject {
+                rule,
+                status,
+                mut decisions,
+            } => {
+                self.headers.render(&mut decisions, &mut headers);
+                let denied = Denied {
+                    rule,
+                    retry_after: None,
+                    status,
+                    hidden: false,
+                };
+                Admission::Stop(refusal(&*self.deny, &denied, &parts.headers, headers))
+            }
+        }
+    }
+}
