@@ -19,8 +19,7 @@ use std::fmt;
 /// ```
 /// use keyed_rate_limit::Algorithm;
 /// assert_eq!(Algorithm::default(), Algorithm::Gcra);
-/// assert!(Algorithm::TokenBucket.runs_locally());
-/// assert!(!Algorithm::FixedWindow.runs_locally());
+/// assert_eq!(Algorithm::SlidingWindow.as_str(), "sliding_window");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[cfg_attr(
@@ -44,11 +43,12 @@ pub enum Algorithm {
 
 impl Algorithm {
     /// Whether the local backend (governor) can run this algorithm.
-    pub const fn runs_locally(self) -> bool {
+    pub(crate) const fn runs_locally(self) -> bool {
         matches!(self, Self::Gcra | Self::TokenBucket)
     }
 
     /// Whether a burst above the limit means anything to this algorithm.
+    #[doc(hidden)]
     pub const fn has_burst(self) -> bool {
         self.runs_locally()
     }

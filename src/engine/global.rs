@@ -10,10 +10,10 @@ use super::coalesce::{Batch, Join, Leader, Queues};
 use super::control::{ControlError, ControlOp};
 use crate::backend::deny_cache::DenyCache;
 use crate::backend::keyspace::{Budget, KeySpaceFull};
-use crate::backend::leases::{Flight, Leases, Take, Unspent, Woken};
+use crate::backend::leases::{Leases, Take, Unspent, Woken};
 use crate::backend::local::LocalStore;
 use crate::backend::lock::Locks;
-use crate::backend::redis::{ControlScriptOp, Decided, Grant, RedisBackend};
+use crate::backend::redis::{ControlScriptOp, Decided, RedisBackend};
 use crate::failure::PATIENCE;
 use crate::failure::{Admit, BreakerStatus, FailureMode, Guard};
 use crate::policy::Cause;
@@ -28,21 +28,21 @@ fn caches_denies(rule: &Rule) -> bool {
 }
 
 pub(super) struct Global {
-    redis: RedisBackend,
-    guard: Guard,
-    denies: DenyCache,
+    pub(super) redis: RedisBackend,
+    pub(super) guard: Guard,
+    pub(super) denies: DenyCache,
     /// What `LocalFallback` counts in: this instance's share of each quota.
-    fallback: LocalStore,
+    pub(super) fallback: LocalStore,
     /// This rule's leases on this gateway, when it leases.
-    leases: Option<Arc<Leases>>,
+    pub(super) leases: Option<Arc<Leases>>,
     /// This rule instance's name among a key's lease holders.
-    holder: String,
+    pub(super) holder: String,
     /// A static quota, and the quota its leases are counted in.
-    counted: Option<(Quota, Quota)>,
+    pub(super) counted: Option<(Quota, Quota)>,
     /// Requests queued behind a key's call in flight, when the rule coalesces.
-    queues: Option<Arc<Queues<Result<Decided, Cause>>>>,
+    pub(super) queues: Option<Arc<Queues<Result<Decided, Cause>>>>,
     /// For giving leases back when dropped.
-    rule: (Arc<str>, crate::Algorithm, Duration),
+    pub(super) rule: (Arc<str>, crate::Algorithm, Duration),
 }
 
 impl Drop for Global {
@@ -70,7 +70,7 @@ impl Drop for Global {
 
 /// Gives `unspent` back to Redis: what of it the bucket has not refilled,
 /// counted as it is sent.
-async fn return_unspent(
+pub(super) async fn return_unspent(
     redis: &RedisBackend,
     name: &str,
     algorithm: crate::Algorithm,
@@ -129,7 +129,7 @@ impl Global {
     }
 
     /// The quota Redis counts `quota` in when this rule leases it.
-    fn counted(&self, rule: &Rule, quota: Quota) -> Option<Quota> {
+    pub(super) fn counted(&self, rule: &Rule, quota: Quota) -> Option<Quota> {
         let leases = self.leases.as_ref()?;
         match self.counted {
             Some((q, counted)) if q == quota => Some(counted),
@@ -218,7 +218,7 @@ impl Global {
     }
     /// Decides without Redis, through the guard, which says so loudly. A
     /// lock learned from Redis holds to its end whatever the failure mode.
-    fn fail(
+    pub(super) fn fail(
         &self,
         locks: &Locks,
         key: &Key,
@@ -310,115 +310,6 @@ impl Global {
                     leases.take(key, counted, quota, cost.get())
                 }
             };
-        }
-    }
-
-    /// Asks Redis for a lease of `key`, for this request and the next.
-    async fn grant(
-        self: &Arc<Self>,
-        rule: &Rule,
-        locks: &Locks,
-        key: &Key,
-        (quota, counted, cost): (Quota, Quota, NonZeroU32),
-        mut flight: Box<Flight>,
-    ) -> (Decision, Source) {
-        if let Admit::Skip(_) = self.guard.admit() {
-            flight.failed();
-            return self.fail(locks, key, quota, cost, Cause::CircuitOpen);
-        }
-        // Given back in the grant call, unless counted in another quota.
-        let back = match flight.unspent.take() {
-            Some(unspent) if unspent.counted == counted => unspent.units(),
-            Some(unspent) => {
-                self.give_back(rule, unspent);
-                0
-            }
-            None => 0,
-        };
-        let ttl = self
-            .leases
-            .as_ref()
-            .map_or(Duration::ZERO, |l| l.policy().ttl());
-        let asked = std::time::Instant::now();
-        let sizes = (flight.need, flight.want);
-        let call = async {
-            // A key too slow for more than this request's units: the rate
-            // script, lighter than a grant that keeps the holders.
-            if back == 0 && flight.want <= cost.get() {
-                let d = self
-                    .redis
-                    .check_next(&rule.name, key, rule.algorithm, &counted, cost.get(), None)
-                    .await?
-                    .decision;
-                let granted = if d.is_allowed() { cost.get() } else { 0 };
-                return Ok(Grant {
-                    granted,
-                    remaining: d.remaining(),
-                    wait: d.retry_after().unwrap_or_default(),
-                    reset: d.reset(),
-                    lease: ttl,
-                });
-            }
-            let holder = &self.holder;
-            let (name, algorithm) = (&rule.name, rule.algorithm);
-            self.redis
-                .grant(name, key, algorithm, &counted, sizes, holder, ttl, back)
-                .await
-        };
-        match self.guard.call(self.redis.liveness(), call).await {
-            Ok(g) if g.granted > 0 => {
-                let d = flight.granted(
-                    counted,
-                    quota,
-                    cost.get(),
-                    asked,
-                    (g.granted, g.remaining),
-                    g.lease,
-                    g.reset,
-                );
-                (d, Source::Leased)
-            }
-            Ok(g) => {
-                let wait = g.wait.max(Duration::from_millis(1));
-                let d = Decision::denied(quota.limit(), quota.window(), wait, g.reset);
-                flight.denied(counted, d);
-                (d, Source::Global)
-            }
-            Err(cause) => {
-                flight.failed();
-                self.fail(locks, key, quota, cost, cause)
-            }
-        }
-    }
-
-    /// Returns a lease's unspent units to Redis, off the request path; a
-    /// failure only leaves them unused.
-    fn give_back(self: &Arc<Self>, rule: &Rule, unspent: Unspent) {
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let (this, name, algorithm) = (self.clone(), rule.name.clone(), rule.algorithm);
-        rt.spawn(async move {
-            let call = return_unspent(&this.redis, &name, algorithm, &unspent);
-            if let Err(cause) = this.guard.call(this.redis.liveness(), call).await {
-                tracing::debug!(target: observe::TARGET, rule = %name, %cause, "could not give back a lease's unspent units");
-            }
-        });
-    }
-
-    /// Units a leased request spent: given back to (or charged on) its
-    /// lease while it lasts; what the lease cannot take of a charge goes
-    /// to Redis.
-    pub(super) fn adjust_lease(self: &Arc<Self>, rule: &Rule, key: &Key, quota: Quota, units: i64) {
-        let (Some(leases), Some(counted)) = (&self.leases, self.counted(rule, quota)) else {
-            return;
-        };
-        let rest = leases.adjust(key, counted, units);
-        if rest > 0
-            && let Ok(rt) = tokio::runtime::Handle::try_current()
-        {
-            let (this, rule, key) = (self.clone(), rule.clone(), key.clone());
-            rt.spawn(async move { this.adjust_redis(&rule, &key, quota, rest).await });
         }
     }
 

@@ -13,6 +13,8 @@ mod control;
 mod decide;
 #[cfg(feature = "redis")]
 mod global;
+#[cfg(feature = "redis")]
+mod lease;
 mod rule;
 mod spend;
 mod validate;

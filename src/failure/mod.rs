@@ -8,7 +8,8 @@ mod live_count;
 #[cfg(feature = "redis")]
 mod liveness;
 
-pub use crate::policy::{BreakerConfig, FailureMode, FailurePolicy};
+pub(crate) use crate::policy::FailurePolicy;
+pub use crate::policy::{BreakerConfig, FailureMode};
 #[cfg(feature = "redis")]
 pub(crate) use breaker::Admit;
 pub use breaker::{BreakerState, BreakerStatus};

@@ -396,8 +396,9 @@ impl KeyExtractor {
         matches!(self.kind, Kind::Sync(_))
     }
 
-    /// Runs a sync extractor; `None` for async ones or when no key is found.
-    /// Useful in tests of custom extractors.
+    /// Runs a sync extractor; `None` for async ones or when no key is
+    /// found. For the examples in these docs; the layer does this itself.
+    #[doc(hidden)]
     pub fn extract_now(&self, parts: &Parts) -> Option<Key> {
         match &self.kind {
             Kind::Sync(f) => f(parts),

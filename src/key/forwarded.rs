@@ -90,7 +90,7 @@ impl TrustedProxies {
     }
 
     /// Whether `ip` is one of the trusted proxies.
-    pub fn is_trusted(&self, ip: IpAddr) -> bool {
+    pub(crate) fn is_trusted(&self, ip: IpAddr) -> bool {
         let ip = ip.to_canonical();
         self.nets.iter().any(|n| n.contains(&ip))
     }

@@ -55,22 +55,14 @@ impl fmt::Display for FailureMode {
 /// How a global rule survives a failing Redis: the mode, the time one
 /// decision may wait for Redis, and the circuit breaker.
 ///
-/// ```
-/// use std::time::Duration;
-/// use keyed_rate_limit::failure::{FailureMode, FailurePolicy};
-///
-/// let p = FailurePolicy::default();
-/// assert_eq!(p.mode, FailureMode::LocalFallback);
-/// assert_eq!(p.timeout, Duration::from_millis(20));
-/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FailurePolicy {
+pub(crate) struct FailurePolicy {
     /// What to decide without Redis.
-    pub mode: FailureMode,
+    pub(crate) mode: FailureMode,
     /// How long one decision waits for Redis (default 20 ms).
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
     /// When to stop asking Redis, and when to try again.
-    pub breaker: BreakerConfig,
+    pub(crate) breaker: BreakerConfig,
 }
 
 impl Default for FailurePolicy {

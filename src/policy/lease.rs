@@ -26,8 +26,8 @@ use crate::{Algorithm, Quota};
 /// the exact rule's. For the window algorithms a lease ends with the window
 /// its units were counted in, so each window admits at most its limit. The
 /// price is under-admission: that smaller burst, and units a gateway
-/// leased but did not spend before its lease ended. README's Performance
-/// section measures it.
+/// leased but did not spend before its lease ended; the repository's
+/// BENCHMARKS.md measures it.
 ///
 /// ```
 /// use std::time::Duration;

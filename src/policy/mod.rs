@@ -13,7 +13,8 @@ mod lease;
 #[cfg(feature = "redis")]
 pub(crate) use cause::Cause;
 pub use deny::{KeySpaceFull, Lockout, OnDeny};
-pub use failure::{BreakerConfig, FailureMode, FailurePolicy};
+pub(crate) use failure::FailurePolicy;
+pub use failure::{BreakerConfig, FailureMode};
 #[cfg(feature = "redis")]
 pub use lease::LeasePolicy;
 #[cfg(feature = "redis")]

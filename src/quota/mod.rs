@@ -266,13 +266,7 @@ impl Quota {
 
     /// The share of this quota one of `instances` gateways may admit on its
     /// own; limit and burst are divided and rounded up, so no share is zero.
-    ///
-    /// ```
-    /// # use keyed_rate_limit::Quota;
-    /// let q = Quota::per_minute(100).with_burst(10).divided_by(3);
-    /// assert_eq!((q.limit(), q.burst()), (34, 4));
-    /// ```
-    pub fn divided_by(self, instances: u32) -> Self {
+    pub(crate) fn divided_by(self, instances: u32) -> Self {
         let n = instances.max(1);
         let burst = self.burst().div_ceil(n);
         Self {

@@ -44,7 +44,7 @@ pub(crate) enum Cost {
 }
 
 /// The most keys one rule holds in this process by default: about 100 MB
-/// of local state at the ~100 bytes a key costs (`examples/memory.rs`).
+/// of local state at the ~100 bytes a key costs (BENCHMARKS.md, "Memory").
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 
 /// Where a rule's counters live.
@@ -94,6 +94,7 @@ impl Scope {
 /// assert_eq!(rule.name(), "per-key");
 /// ```
 #[derive(Clone)]
+#[must_use = "a rule does nothing until a layer is built with it"]
 pub struct Rule {
     pub(crate) name: Arc<str>,
     pub(crate) key: KeyExtractor,
@@ -426,7 +427,7 @@ impl Rule {
     /// counters, and for a global rule its cached denies and, apart, its
     /// fallback shares. Memory then
     /// stays under `max_keys` times the bytes a key costs (~100, see
-    /// `examples/memory.rs`), whatever a flood of distinct keys does.
+    /// BENCHMARKS.md), whatever a flood of distinct keys does.
     ///
     /// A new key that finds no place first makes room by forgetting full
     /// buckets (which changes no decision; at most ten sweeps a second

@@ -1,5 +1,6 @@
-//! Local limits, with no optional feature: HTTP, headers, control, costs,
-//! calendars, waits and concurrency (their Redis cases where `redis` is on).
+//! The layers in process and over real HTTP and gRPC clients: headers,
+//! control, costs, calendars, waits, concurrency, rule files and reload
+//! (their Redis cases where `redis` is on), and the module graph.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -8,12 +9,18 @@ mod architecture;
 mod auth;
 mod calendar;
 mod concurrency;
+#[cfg(all(feature = "config", feature = "redis"))]
+mod config;
 mod control;
 mod cost;
 mod draft;
+#[cfg(feature = "tonic")]
+mod grpc;
 mod http_layer;
 #[cfg(feature = "metrics")]
 mod keyspace;
+#[cfg(all(feature = "config", feature = "metrics"))]
+mod reload;
 mod service;
 #[cfg(feature = "metrics")]
 mod shadow;

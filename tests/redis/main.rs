@@ -1,11 +1,14 @@
-//! Global limits on private `redis-server` processes: algorithms, layers,
-//! coalescing, leases, failure modes, TLS, stress and the chaos soak.
+//! Global limits on private `redis-server` processes and a private
+//! cluster: algorithms, layers, coalescing, leases, failure modes, TLS,
+//! stress and the chaos soak.
 
 #[path = "../support/mod.rs"]
 mod support;
 
 mod algorithms;
 mod calendar;
+#[cfg(feature = "redis-cluster")]
+mod cluster;
 mod coalesce;
 mod concurrency;
 mod describe;

@@ -74,13 +74,7 @@ impl RedisBackend {
 
     /// Whether a rule name can be used with this backend: it must not contain
     /// braces, which would break the key's hash tag. Check it when rules are built.
-    ///
-    /// ```
-    /// use keyed_rate_limit::backend::redis::RedisBackend;
-    /// assert!(RedisBackend::validate_rule_name("api:v1").is_ok());
-    /// assert!(RedisBackend::validate_rule_name("a{b}").is_err());
-    /// ```
-    pub fn validate_rule_name(rule: &str) -> Result<(), RedisBackendError> {
+    pub(crate) fn validate_rule_name(rule: &str) -> Result<(), RedisBackendError> {
         keys::validate_name("rule", rule)
     }
 

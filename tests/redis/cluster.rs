@@ -1,8 +1,5 @@
 //! The global backend on a real 3-master Redis Cluster started by the test.
 
-#[path = "../support/mod.rs"]
-mod support;
-
 use std::collections::{HashMap, HashSet};
 
 use crate::support::{client, serve, statuses};

@@ -1,9 +1,6 @@
 //! The rate-limit layer in front of a real tonic server, called by a real
 //! tonic client over TCP.
 
-#[path = "../support/mod.rs"]
-mod support;
-
 use std::net::SocketAddr;
 
 use http::StatusCode;
