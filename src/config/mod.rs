@@ -1,30 +1,25 @@
 #![doc = include_str!("../../docs/config.md")]
 
+mod error;
 mod parse;
+mod registry;
 mod watch;
 
-use std::collections::HashMap;
-use std::fmt;
 use std::path::Path;
-use std::sync::Arc;
 
-use http::request::Parts;
 use serde::Deserialize;
 
-#[cfg(feature = "redis")]
-use crate::backend::redis::RedisBackend;
-use crate::error::BuildError;
 #[cfg(feature = "redis")]
 use crate::failure::BreakerConfig;
 use crate::failure::FailureMode;
 use crate::key::{KeyExtractor, TrustedProxies};
 use crate::rule::{KeySpaceFull, Lockout, OnMissingKey};
 use crate::{Algorithm, HeaderStyle, Quota, RateLimitBuilder, RateLimitLayer, ResetFormat, Rule};
+pub use error::ConfigError;
 use parse::{DurationSpec, KeyAtom, KeySpec, MissingSpec, OffsetSpec, QuotaSpec};
+pub use registry::Registry;
+use registry::lookup;
 pub use watch::ConfigWatcher;
-
-type QuotaFn = dyn Fn(&Parts) -> Quota + Send + Sync;
-type CostFn = dyn Fn(&Parts) -> u32 + Send + Sync;
 
 /// A rate-limit configuration read from a file: layer settings and rules, in
 /// evaluation order. Turn it into a layer with [`into_builder`](Self::into_builder)
@@ -236,168 +231,6 @@ impl TryFrom<RawRule> for RuleConfig {
     }
 }
 
-/// What code supplies to a configuration: named key extractors (for
-/// `extension:<name>` keys), named quota and cost closures (for `quota_fn`
-/// and `cost_fn`), and the Redis backend of global rules.
-///
-/// ```
-/// use keyed_rate_limit::{Key, Quota, config::Registry, key::KeyExtractor};
-///
-/// #[derive(Clone)]
-/// struct User { id: u64 }
-///
-/// let registry = Registry::new()
-///     .key("user", KeyExtractor::extension::<User>(|u| Key::from(u.id)))
-///     .quota_fn("plan", |parts| match parts.headers.get("x-plan") {
-///         Some(v) if v == "pro" => Quota::per_minute(1000),
-///         _ => Quota::per_minute(100),
-///     })
-///     .cost_fn("size", |parts| if parts.method == http::Method::POST { 5 } else { 1 });
-/// # let _ = registry;
-/// ```
-#[derive(Clone, Default)]
-pub struct Registry {
-    keys: HashMap<String, KeyExtractor>,
-    quotas: HashMap<String, Arc<QuotaFn>>,
-    costs: HashMap<String, Arc<CostFn>>,
-    #[cfg(feature = "redis")]
-    redis: Option<RedisBackend>,
-}
-
-impl Registry {
-    /// An empty registry: enough for files that use only built-in keys,
-    /// static quotas and local rules.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// The extractor that `key = "extension:<name>"` refers to.
-    pub fn key(mut self, name: impl Into<String>, extractor: KeyExtractor) -> Self {
-        self.keys.insert(name.into(), extractor);
-        self
-    }
-
-    /// The per-request quota that `quota_fn = "<name>"` refers to (see
-    /// [`Rule::quota_fn`]).
-    pub fn quota_fn<F>(mut self, name: impl Into<String>, f: F) -> Self
-    where
-        F: Fn(&Parts) -> Quota + Send + Sync + 'static,
-    {
-        self.quotas.insert(name.into(), Arc::new(f));
-        self
-    }
-
-    /// The per-request cost that `cost_fn = "<name>"` refers to (see
-    /// [`Rule::cost_fn`]).
-    pub fn cost_fn<F>(mut self, name: impl Into<String>, f: F) -> Self
-    where
-        F: Fn(&Parts) -> u32 + Send + Sync + 'static,
-    {
-        self.costs.insert(name.into(), Arc::new(f));
-        self
-    }
-
-    /// The backend of every `scope = "global"` rule.
-    #[cfg(feature = "redis")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-    pub fn redis(mut self, backend: RedisBackend) -> Self {
-        self.redis = Some(backend);
-        self
-    }
-}
-
-impl fmt::Debug for Registry {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names = |m: Vec<&String>| {
-            let mut v: Vec<_> = m.into_iter().cloned().collect();
-            v.sort();
-            v
-        };
-        let mut f = f.debug_struct("Registry");
-        f.field("keys", &names(self.keys.keys().collect()))
-            .field("quota_fns", &names(self.quotas.keys().collect()))
-            .field("cost_fns", &names(self.costs.keys().collect()));
-        #[cfg(feature = "redis")]
-        f.field("redis", &self.redis);
-        f.finish()
-    }
-}
-
-/// Why a configuration could not be read or turned into a layer.
-///
-/// Syntax and value errors carry the 1-based line and column they were
-/// found at; the message names the field.
-///
-/// ```
-/// use keyed_rate_limit::config::RulesConfig;
-///
-/// let err = RulesConfig::from_toml_str("[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"100/fortnight\"\n")
-///     .unwrap_err();
-/// assert_eq!((err.line(), err.column()), (Some(4), Some(9)));
-/// assert!(err.to_string().starts_with("line 4, column 9: invalid quota \"100/fortnight\""));
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    message: String,
-    line: Option<usize>,
-    column: Option<usize>,
-}
-
-impl ConfigError {
-    /// What is wrong.
-    pub fn message(&self) -> &str {
-        &self.message
-    }
-
-    /// The 1-based line of the offending value, when known.
-    pub fn line(&self) -> Option<usize> {
-        self.line
-    }
-
-    /// The 1-based column of the offending value, when known.
-    pub fn column(&self) -> Option<usize> {
-        self.column
-    }
-
-    fn new(message: impl Into<String>) -> Self {
-        Self {
-            message: message.into(),
-            line: None,
-            column: None,
-        }
-    }
-
-    fn at(message: impl Into<String>, src: &str, line: usize, column: usize) -> Self {
-        let mut message = message.into();
-        // Quote the line, so the field is named whatever the message says.
-        if let Some(text) = src.lines().nth(line.wrapping_sub(1)) {
-            message = format!("{message}\n  {line} | {}", text.trim_end());
-        }
-        Self {
-            message,
-            line: Some(line),
-            column: Some(column),
-        }
-    }
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (self.line, self.column) {
-            (Some(l), Some(c)) => write!(f, "line {l}, column {c}: {}", self.message),
-            _ => f.write_str(&self.message),
-        }
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
-impl From<BuildError> for ConfigError {
-    fn from(e: BuildError) -> Self {
-        Self::new(e.to_string())
-    }
-}
-
 impl RulesConfig {
     /// Reads a TOML configuration.
     ///
@@ -460,10 +293,7 @@ impl RulesConfig {
         } else {
             Self::from_toml_str(src)
         };
-        parsed.map_err(|mut e| {
-            e.message = format!("{}: {}", path.display(), e.message);
-            e
-        })
+        parsed.map_err(|e| e.in_file(path))
     }
 
     /// The rules' names, in evaluation order.
@@ -530,7 +360,7 @@ impl RulesConfig {
     ///
     /// # Errors
     ///
-    /// As [`into_builder`](Self::into_builder), and any [`BuildError`].
+    /// As [`into_builder`](Self::into_builder), and any [`BuildError`](crate::error::BuildError).
     pub fn into_layer(self, registry: &Registry) -> Result<RateLimitLayer, ConfigError> {
         Ok(self.into_builder(registry)?.build()?)
     }
@@ -611,21 +441,6 @@ impl RuleConfig {
         }
         Ok(rule)
     }
-}
-
-fn lookup<'a, T>(map: &'a HashMap<String, T>, field: &str, name: &str) -> Result<&'a T, String> {
-    map.get(name).ok_or_else(|| {
-        let mut known: Vec<_> = map.keys().map(String::as_str).collect();
-        known.sort_unstable();
-        format!(
-            "`{field}`: the registry has no {name:?} (it has: {})",
-            if known.is_empty() {
-                "none".to_owned()
-            } else {
-                known.join(", ")
-            }
-        )
-    })
 }
 
 /// Builds the extractor a key spec names: alternatives joined with
