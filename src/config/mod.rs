@@ -1,235 +1,27 @@
 #![doc = include_str!("../../docs/config.md")]
 
+mod check;
 mod error;
 mod parse;
 mod registry;
+mod schema;
 mod watch;
 
 use std::path::Path;
 
-use serde::Deserialize;
-
 #[cfg(feature = "redis")]
 use crate::failure::BreakerConfig;
-use crate::failure::FailureMode;
 use crate::key::{KeyExtractor, TrustedProxies};
-use crate::rule::{KeySpaceFull, Lockout, OnMissingKey};
-use crate::{Algorithm, HeaderStyle, Quota, RateLimitBuilder, RateLimitLayer, ResetFormat, Rule};
+use crate::rule::{Lockout, OnMissingKey};
+use crate::{HeaderStyle, RateLimitBuilder, RateLimitLayer, ResetFormat, Rule};
 pub use error::ConfigError;
-use parse::{DurationSpec, KeyAtom, KeySpec, MissingSpec, OffsetSpec, QuotaSpec};
+use parse::{KeyAtom, KeySpec, MissingSpec};
 pub use registry::Registry;
 use registry::lookup;
+use schema::RuleConfig;
+pub use schema::RulesConfig;
+use schema::ScopeSpec;
 pub use watch::ConfigWatcher;
-
-/// A rate-limit configuration read from a file: layer settings and rules, in
-/// evaluation order. Turn it into a layer with [`into_builder`](Self::into_builder)
-/// or [`into_layer`](Self::into_layer).
-///
-/// ```
-/// use keyed_rate_limit::config::RulesConfig;
-///
-/// let config = RulesConfig::from_yaml_str("
-/// rules:
-///   - name: per-ip
-///     key: peer_ip
-///     quota: 10/5s
-/// ")?;
-/// assert_eq!(config.rule_names().collect::<Vec<_>>(), ["per-ip"]);
-/// # Ok::<(), keyed_rate_limit::config::ConfigError>(())
-/// ```
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RulesConfig {
-    #[serde(default)]
-    headers: HeaderStyle,
-    #[serde(default)]
-    legacy_reset: ResetFormat,
-    instances: Option<u32>,
-    max_key_len: Option<usize>,
-    rules: Vec<RuleConfig>,
-}
-
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum ScopeSpec {
-    #[default]
-    Local,
-    Global,
-}
-
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(deny_unknown_fields)]
-// Parsed without the `redis` feature too, so a file checks the same either way.
-#[cfg_attr(not(feature = "redis"), allow(dead_code))]
-struct BreakerSpec {
-    failure_threshold: Option<u32>,
-    open_for: Option<DurationSpec>,
-}
-
-/// `lockout = { after = 5, within = "1m", block_for = "15m" }`.
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct LockoutSpec {
-    after: u32,
-    within: DurationSpec,
-    block_for: DurationSpec,
-}
-
-/// `lease = { ttl = "50ms", max_units = 500 }`.
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(not(feature = "redis"), allow(dead_code))]
-struct LeaseSpec {
-    ttl: DurationSpec,
-    max_units: Option<u32>,
-}
-
-#[cfg(feature = "redis")]
-impl LeaseSpec {
-    fn policy(self) -> crate::policy::LeasePolicy {
-        let p = crate::policy::LeasePolicy::new(self.ttl.0);
-        self.max_units.map_or(p, |n| p.with_max_units(n))
-    }
-}
-
-/// One rule as written; checked as a whole by [`RuleConfig::try_from`].
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawRule {
-    name: String,
-    key: KeySpec,
-    trusted_proxies: Option<Vec<String>>,
-    quota: Option<QuotaSpec>,
-    quota_fn: Option<String>,
-    burst: Option<u32>,
-    utc_offset: Option<OffsetSpec>,
-    cost: Option<u32>,
-    cost_fn: Option<String>,
-    #[serde(default)]
-    algorithm: Algorithm,
-    #[serde(default)]
-    scope: ScopeSpec,
-    failure_mode: Option<FailureMode>,
-    timeout: Option<DurationSpec>,
-    breaker: Option<BreakerSpec>,
-    #[serde(default)]
-    shadow: bool,
-    #[serde(default = "shown")]
-    headers: bool,
-    #[serde(default)]
-    partition_key: bool,
-    #[serde(default)]
-    split_across_instances: bool,
-    on_missing_key: Option<MissingSpec>,
-    max_keys: Option<usize>,
-    on_key_space_full: Option<KeySpaceFull>,
-    lockout: Option<LockoutSpec>,
-    coalesce: Option<bool>,
-    lease: Option<LeaseSpec>,
-}
-
-impl RawRule {
-    /// `quota` with `burst` and `utc_offset` (a placeholder under `quota_fn`).
-    fn static_quota(&self) -> Quota {
-        let q = self.quota.map_or(Quota::per_second(1), |q| q.0);
-        let q = self.burst.map_or(q, |b| q.with_burst(b));
-        self.utc_offset.map_or(q, |o| q.with_utc_offset(o.0))
-    }
-}
-
-fn shown() -> bool {
-    true
-}
-
-/// A rule whose fields agree with each other. The checks run while
-/// deserializing, so their errors carry the rule's line and column.
-#[derive(Debug, Deserialize)]
-#[serde(try_from = "RawRule")]
-struct RuleConfig {
-    raw: RawRule,
-    proxies: Option<TrustedProxies>,
-}
-
-impl TryFrom<RawRule> for RuleConfig {
-    type Error = String;
-
-    fn try_from(raw: RawRule) -> Result<Self, String> {
-        let name = &raw.name;
-        let err = |msg: String| Err(format!("rule {name:?}: {msg}"));
-        match (&raw.quota, &raw.quota_fn) {
-            (Some(_), Some(_)) => return err("set `quota` or `quota_fn`, not both".into()),
-            (None, None) => return err("missing field `quota` (or `quota_fn`)".into()),
-            (None, Some(_)) if raw.burst.is_some() => {
-                return err("`burst` needs a static `quota`; a `quota_fn` sets its own".into());
-            }
-            (None, Some(_)) if raw.utc_offset.is_some() => {
-                return err(
-                    "`utc_offset` needs a static `quota`; a `quota_fn` sets its own".into(),
-                );
-            }
-            (Some(_), _) => {
-                if let Err(e) = raw.static_quota().validate() {
-                    return err(format!("invalid `quota`/`burst`/`utc_offset`: {e}"));
-                }
-            }
-            _ => {}
-        }
-        if let Some(l) = raw.lockout
-            && let Err(e) = Lockout::new(l.after, l.within.0, l.block_for.0).validate()
-        {
-            return err(format!("`lockout`: {e}"));
-        }
-        if raw.cost.is_some() && raw.cost_fn.is_some() {
-            return err("set `cost` or `cost_fn`, not both".into());
-        }
-        #[cfg(feature = "redis")]
-        if let Some(l) = raw.lease {
-            let policy = l.policy();
-            if let Err(e) = policy.validate() {
-                return err(format!("`lease`: {e}"));
-            }
-            if raw.lockout.is_some() {
-                return err(
-                    "set `lease` or `lockout`, not both: every deny of a lockout must reach Redis"
-                        .into(),
-                );
-            }
-            if raw.quota.is_some() && policy.counted(raw.static_quota(), raw.algorithm).is_none() {
-                return err(format!(
-                    "`lease`: a ttl of {:?} holds back {} units, the whole burst of {} (shorten the ttl or raise the burst; calendar quotas are not leased)",
-                    l.ttl.0,
-                    policy.held_back(&raw.static_quota()),
-                    raw.static_quota().burst()
-                ));
-            }
-        }
-        if raw.scope == ScopeSpec::Local {
-            for (set, field) in [
-                (raw.failure_mode.is_some(), "failure_mode"),
-                (raw.timeout.is_some(), "timeout"),
-                (raw.breaker.is_some(), "breaker"),
-                (raw.coalesce.is_some(), "coalesce"),
-                (raw.lease.is_some(), "lease"),
-            ] {
-                if set {
-                    return err(format!("`{field}` only applies to `scope = \"global\"`"));
-                }
-            }
-        }
-        let uses_client_ip = raw.key.uses_client_ip()
-            || matches!(&raw.on_missing_key, Some(MissingSpec::Fallback(k)) if k.uses_client_ip());
-        let proxies = match (&raw.trusted_proxies, uses_client_ip) {
-            (Some(p), true) => Some(
-                TrustedProxies::new(p)
-                    .map_err(|e| format!("rule {name:?}: `trusted_proxies`: {e}"))?,
-            ),
-            (None, true) => return err("a `client_ip` key needs `trusted_proxies`".into()),
-            (Some(_), false) => return err("`trusted_proxies` needs a `client_ip` key".into()),
-            (None, false) => None,
-        };
-        Ok(Self { raw, proxies })
-    }
-}
 
 impl RulesConfig {
     /// Reads a TOML configuration.
@@ -486,6 +278,7 @@ fn key_extractor(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Quota;
 
     fn toml_err(src: &str) -> ConfigError {
         RulesConfig::from_toml_str(src).unwrap_err()
