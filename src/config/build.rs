@@ -1,0 +1,197 @@
+//! Building a configuration: each rule as written into a [`Rule`], with the
+//! registry's extractors, closures and Redis backend, and the file's
+//! settings into a [`RateLimitBuilder`] or [`RateLimitLayer`].
+
+#[cfg(feature = "redis")]
+use crate::failure::BreakerConfig;
+use crate::key::{KeyExtractor, TrustedProxies};
+use crate::rule::{Lockout, OnMissingKey};
+use crate::{HeaderStyle, RateLimitBuilder, RateLimitLayer, ResetFormat, Rule};
+
+use super::error::ConfigError;
+use super::parse::{KeyAtom, KeySpec, MissingSpec};
+use super::registry::{Registry, lookup};
+use super::schema::{RuleConfig, RulesConfig, ScopeSpec};
+
+impl RulesConfig {
+    /// A builder with the file's rules and settings, to add more (e.g. a
+    /// [`deny_response`](RateLimitBuilder::deny_response)) before building.
+    ///
+    /// ```
+    /// use keyed_rate_limit::{Quota, Rule, config::{Registry, RulesConfig}, key::KeyExtractor};
+    ///
+    /// let config = RulesConfig::from_toml_str("[[rules]]\nname = \"ip\"\nkey = \"peer_ip\"\nquota = \"10/s\"\n")?;
+    /// let layer = config
+    ///     .into_builder(&Registry::new())?
+    ///     .rule(Rule::new("everyone", KeyExtractor::global(), Quota::per_second(1000)))
+    ///     .build()?;
+    /// assert_eq!(layer.rules().len(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// A name the registry doesn't hold, or a global rule without
+    /// [`Registry::redis`].
+    pub fn into_builder(self, registry: &Registry) -> Result<RateLimitBuilder, ConfigError> {
+        let mut builder = RateLimitLayer::builder()
+            .headers(self.headers)
+            .legacy_reset(self.legacy_reset);
+        if let Some(n) = self.instances {
+            builder = builder.instances(n);
+        }
+        if let Some(n) = self.max_key_len {
+            builder = builder.max_key_len(n);
+        }
+        Ok(builder.rules(self.into_rules(registry)?))
+    }
+
+    /// The file's rules, built with `registry`.
+    pub(super) fn into_rules(self, registry: &Registry) -> Result<Vec<Rule>, ConfigError> {
+        self.rules
+            .into_iter()
+            .map(|rule| {
+                let name = rule.raw.name.clone();
+                rule.into_rule(registry)
+                    .map_err(|e| ConfigError::new(format!("rule {name:?}: {e}")))
+            })
+            .collect()
+    }
+
+    /// The settings of the layer as a whole, which a reload can't change.
+    pub(super) fn layer_settings(&self) -> (HeaderStyle, ResetFormat, Option<u32>, Option<usize>) {
+        (
+            self.headers,
+            self.legacy_reset,
+            self.instances,
+            self.max_key_len,
+        )
+    }
+
+    /// [`into_builder`](Self::into_builder), then
+    /// [`build`](RateLimitBuilder::build).
+    ///
+    /// # Errors
+    ///
+    /// As [`into_builder`](Self::into_builder), and any [`BuildError`](crate::error::BuildError).
+    pub fn into_layer(self, registry: &Registry) -> Result<RateLimitLayer, ConfigError> {
+        Ok(self.into_builder(registry)?.build()?)
+    }
+}
+
+impl RuleConfig {
+    fn into_rule(self, reg: &Registry) -> Result<Rule, String> {
+        let Self { raw, proxies } = self;
+        let key = key_extractor(&raw.key, proxies.as_ref(), reg)?;
+        let quota = raw.static_quota();
+        let mut rule = Rule::new(raw.name, key, quota)
+            .algorithm(raw.algorithm)
+            .shadow(raw.shadow)
+            .headers(raw.headers)
+            .partition_key(raw.partition_key)
+            .split_across_instances(raw.split_across_instances);
+        if let Some(name) = raw.quota_fn {
+            let f = lookup(&reg.quotas, "quota_fn", &name)?.clone();
+            rule = rule.quota_fn(move |p| f(p));
+        }
+        if let Some(cost) = raw.cost {
+            rule = rule.cost(cost);
+        }
+        if let Some(n) = raw.max_keys {
+            rule = rule.max_keys(n);
+        }
+        if let Some(l) = raw.lockout {
+            rule = rule.lockout(Lockout::new(l.after, l.within.0, l.block_for.0));
+        }
+        if let Some(policy) = raw.on_key_space_full {
+            rule = rule.on_key_space_full(policy);
+        }
+        if let Some(name) = raw.cost_fn {
+            let f = lookup(&reg.costs, "cost_fn", &name)?.clone();
+            rule = rule.cost_fn(move |p| f(p));
+        }
+        if let Some(m) = raw.on_missing_key {
+            rule = rule.on_missing_key(match m {
+                MissingSpec::Skip => OnMissingKey::Skip,
+                MissingSpec::Reject(status) => OnMissingKey::Reject(status),
+                MissingSpec::Fallback(k) => {
+                    OnMissingKey::Fallback(key_extractor(&k, proxies.as_ref(), reg)?)
+                }
+            });
+        }
+        #[cfg(not(feature = "redis"))]
+        if raw.scope == ScopeSpec::Global {
+            return Err("`scope = \"global\"` needs the crate's `redis` feature".into());
+        }
+        #[cfg(feature = "redis")]
+        if raw.scope == ScopeSpec::Global {
+            let redis = reg.redis.clone().ok_or(
+                "`scope = \"global\"` needs a Redis backend: pass one with `Registry::redis`",
+            )?;
+            rule = rule.global(redis);
+            if let Some(mode) = raw.failure_mode {
+                rule = rule.on_redis_failure(mode);
+            }
+            if let Some(t) = raw.timeout {
+                rule = rule.redis_timeout(t.0);
+            }
+            if let Some(on) = raw.coalesce {
+                rule = rule.coalesce(on);
+            }
+            if let Some(l) = raw.lease {
+                rule = rule.lease(l.policy());
+            }
+            if let Some(b) = raw.breaker {
+                let mut cfg = BreakerConfig::default();
+                if let Some(n) = b.failure_threshold {
+                    cfg = cfg.failure_threshold(n);
+                }
+                if let Some(d) = b.open_for {
+                    cfg = cfg.open_for(d.0);
+                }
+                rule = rule.circuit_breaker(cfg);
+            }
+        }
+        Ok(rule)
+    }
+}
+
+/// Builds the extractor a key spec names: alternatives joined with
+/// [`KeyExtractor::or`], parts with [`KeyExtractor::and`].
+fn key_extractor(
+    spec: &KeySpec,
+    proxies: Option<&TrustedProxies>,
+    reg: &Registry,
+) -> Result<KeyExtractor, String> {
+    let atom = |a: &KeyAtom| -> Result<KeyExtractor, String> {
+        Ok(match a {
+            KeyAtom::Header(h) => KeyExtractor::header(h.as_str()),
+            KeyAtom::Extension(name) => lookup(&reg.keys, "key", name)?.clone(),
+            KeyAtom::PeerIp => KeyExtractor::peer_ip(),
+            // The rule checked that `client_ip` comes with proxies.
+            KeyAtom::ClientIp => KeyExtractor::client_ip(proxies.cloned().unwrap_or_else(|| {
+                TrustedProxies::new::<_, &str>([]).expect("no proxies is valid")
+            })),
+            KeyAtom::MatchedRoute => KeyExtractor::matched_route(),
+            KeyAtom::Global => KeyExtractor::global(),
+        })
+    };
+    let join = |parts: &[KeyAtom], f: fn(KeyExtractor, KeyExtractor) -> KeyExtractor| {
+        parts.iter().map(atom).try_fold(None, |acc, k| {
+            let k = k?;
+            Ok::<_, String>(Some(match acc {
+                None => k,
+                Some(a) => f(a, k),
+            }))
+        })
+    };
+    let mut out: Option<KeyExtractor> = None;
+    for alt in &spec.0 {
+        let k = join(alt, KeyExtractor::and)?.ok_or("empty key")?;
+        out = Some(match out {
+            None => k,
+            Some(a) => a.or(k),
+        });
+    }
+    out.ok_or_else(|| "empty key".to_owned())
+}

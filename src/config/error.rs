@@ -1,0 +1,87 @@
+//! [`ConfigError`]: what is wrong with a configuration, and where.
+
+use std::fmt;
+use std::path::Path;
+
+use crate::error::BuildError;
+
+/// Why a configuration could not be read or turned into a layer.
+///
+/// Syntax and value errors carry the 1-based line and column they were
+/// found at; the message names the field.
+///
+/// ```
+/// use keyed_rate_limit::config::RulesConfig;
+///
+/// let err = RulesConfig::from_toml_str("[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"100/fortnight\"\n")
+///     .unwrap_err();
+/// assert_eq!((err.line(), err.column()), (Some(4), Some(9)));
+/// assert!(err.to_string().starts_with("line 4, column 9: invalid quota \"100/fortnight\""));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    message: String,
+    line: Option<usize>,
+    column: Option<usize>,
+}
+
+impl ConfigError {
+    /// What is wrong.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The 1-based line of the offending value, when known.
+    pub fn line(&self) -> Option<usize> {
+        self.line
+    }
+
+    /// The 1-based column of the offending value, when known.
+    pub fn column(&self) -> Option<usize> {
+        self.column
+    }
+
+    pub(super) fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            line: None,
+            column: None,
+        }
+    }
+
+    pub(super) fn at(message: impl Into<String>, src: &str, line: usize, column: usize) -> Self {
+        let mut message = message.into();
+        // Quote the line, so the field is named whatever the message says.
+        if let Some(text) = src.lines().nth(line.wrapping_sub(1)) {
+            message = format!("{message}\n  {line} | {}", text.trim_end());
+        }
+        Self {
+            message,
+            line: Some(line),
+            column: Some(column),
+        }
+    }
+
+    /// The error with `path` in front of its message.
+    pub(super) fn in_file(mut self, path: &Path) -> Self {
+        self.message = format!("{}: {}", path.display(), self.message);
+        self
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.line, self.column) {
+            (Some(l), Some(c)) => write!(f, "line {l}, column {c}: {}", self.message),
+            _ => f.write_str(&self.message),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl From<BuildError> for ConfigError {
+    fn from(e: BuildError) -> Self {
+        Self::new(e.to_string())
+    }
+}

@@ -1,0 +1,106 @@
+//! Reading and building rule files, end to end.
+
+use super::{ConfigError, Registry, RulesConfig};
+use crate::Quota;
+use crate::key::KeyExtractor;
+
+fn toml_err(src: &str) -> ConfigError {
+    RulesConfig::from_toml_str(src).unwrap_err()
+}
+
+#[test]
+fn toml_positions() {
+    let e = toml_err("[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"5/min\"\nbrust = 3\n");
+    assert_eq!((e.line(), e.column()), (Some(5), Some(1)));
+    assert!(e.message().contains("unknown field `brust`"), "{e}");
+    let e = toml_err("[[rules]]\nname = \"a\"\nkey = \"ip\"\nquota = \"5/min\"\n");
+    assert_eq!((e.line(), e.column()), (Some(3), Some(7)));
+}
+
+#[test]
+fn yaml_positions() {
+    let e = RulesConfig::from_yaml_str(
+        "rules:\n  - name: a\n    key: global\n    quota: 5/fortnight\n",
+    )
+    .unwrap_err();
+    assert_eq!((e.line(), e.column()), (Some(4), Some(12)));
+    assert!(
+        e.message().starts_with("rules[0].quota: invalid quota"),
+        "{e}"
+    );
+}
+
+#[test]
+fn calendar_quotas() {
+    let config = RulesConfig::from_toml_str(
+        "[[rules]]\nname = \"m\"\nkey = \"global\"\nquota = \"9/calendar_month\"\nutc_offset = \"-08:00\"\n",
+    )
+    .unwrap();
+    let layer = config.into_layer(&Registry::new()).unwrap();
+    let q = layer.rules()[0].static_quota();
+    assert_eq!(q, Some(Quota::per_month(9).with_utc_offset(-8 * 3600)));
+    let e = toml_err(
+        "[[rules]]\nname = \"m\"\nkey = \"global\"\nquota = \"9/min\"\nutc_offset = \"+01:00\"\n",
+    );
+    assert!(
+        e.message().contains("a UTC offset needs a calendar quota"),
+        "{e}"
+    );
+    assert_eq!(e.line(), Some(1));
+    let e = toml_err(
+        "[[rules]]\nname = \"m\"\nkey = \"global\"\nquota = \"9/calendar_day\"\nutc_offset = \"+1:00\"\n",
+    );
+    assert_eq!((e.line(), e.column()), (Some(5), Some(14)), "{e}");
+}
+
+#[test]
+fn rule_checks() {
+    let base = "[[rules]]\nname = \"a\"\nkey = \"global\"\n";
+    let cases = [
+        ("", "missing field `quota` (or `quota_fn`)"),
+        ("quota = \"1/s\"\nquota_fn = \"p\"\n", "not both"),
+        (
+            "quota_fn = \"p\"\nburst = 3\n",
+            "`burst` needs a static `quota`",
+        ),
+        ("quota = \"1/s\"\nburst = 0\n", "the burst is zero"),
+        (
+            "quota = \"1/s\"\ntimeout = \"5ms\"\n",
+            "`timeout` only applies",
+        ),
+        (
+            "quota = \"1/s\"\ntrusted_proxies = [\"10.0.0.0/8\"]\n",
+            "needs a `client_ip` key",
+        ),
+    ];
+    for (extra, want) in cases {
+        let e = toml_err(&format!("{base}{extra}"));
+        assert!(e.message().contains(want), "{want}: {e}");
+        assert!(e.message().contains("rule \"a\""), "{e}");
+        assert!(e.line().is_some(), "{e}");
+    }
+    let e = toml_err("[[rules]]\nname = \"a\"\nkey = \"client_ip\"\nquota = \"1/s\"\n");
+    assert!(e.message().contains("needs `trusted_proxies`"), "{e}");
+}
+
+#[test]
+fn registry_errors() {
+    let cfg = |s: &str| RulesConfig::from_toml_str(s).unwrap();
+    let e = cfg("[[rules]]\nname = \"a\"\nkey = \"extension:user\"\nquota = \"1/s\"\n")
+        .into_builder(&Registry::new().key("tenant", KeyExtractor::global()))
+        .err()
+        .unwrap();
+    assert_eq!(
+        e.to_string(),
+        "rule \"a\": `key`: the registry has no \"user\" (it has: tenant)"
+    );
+    let e = cfg("[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"1/s\"\nscope = \"global\"\n")
+        .into_builder(&Registry::new())
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("needs a Redis backend"), "{e}");
+    let e = cfg("[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"1/s\"\nalgorithm = \"fixed_window\"\n")
+        .into_layer(&Registry::new())
+        .unwrap_err();
+    assert!(e.to_string().contains("fixed_window needs a global"), "{e}");
+}
