@@ -16,6 +16,7 @@ use futures_util::StreamExt;
 use super::permit::{Acquire, LocalSlots, Outcome, Permit, Refused, local_only};
 use crate::backend::redis::{LeaseOp, RedisBackend};
 use crate::failure::{Admit, FailureMode, Guard};
+use crate::instant::after;
 use crate::policy::Cause;
 use crate::{Key, Source};
 
@@ -229,7 +230,7 @@ fn lease_id() -> String {
 /// Renews every lease `g` holds each `every` (TTL/3, so two renewals may
 /// fail before a lease is lost), until no lease is held or `g` is gone.
 async fn renew_all(g: Weak<Global>, every: Duration) {
-    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    let mut tick = tokio::time::interval_at(after(tokio::time::Instant::now(), every), every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;

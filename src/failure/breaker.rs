@@ -9,6 +9,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 #[cfg(feature = "redis")]
+use crate::instant::after;
+#[cfg(feature = "redis")]
 use crate::policy::BreakerConfig;
 
 /// The breaker's state, as operators see it.
@@ -121,7 +123,7 @@ impl CircuitBreaker {
             return false;
         }
         *s = State::Open {
-            until: now + self.cfg.open_for,
+            until: after(now, self.cfg.open_for),
         };
         true
     }
@@ -136,7 +138,7 @@ impl CircuitBreaker {
         };
         if failures >= self.cfg.threshold {
             *s = State::Open {
-                until: now + self.cfg.open_for,
+                until: after(now, self.cfg.open_for),
             };
             true
         } else {
