@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 use std::time::Duration;
 
 use governor::clock::{Clock, DefaultClock};
@@ -133,12 +133,17 @@ impl<C: Clock + Clone> LocalStore<C> {
     }
 
     fn dynamic_limiter(&self, quota: Quota) -> Arc<Keyed<C>> {
-        if let Some(l) = self.dynamic.read().expect("poisoned").get(&quota) {
+        if let Some(l) = self
+            .dynamic
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&quota)
+        {
             return l.clone();
         }
         self.dynamic
             .write()
-            .expect("poisoned")
+            .unwrap_or_else(PoisonError::into_inner)
             .entry(quota)
             .or_insert_with(|| Arc::new(limiter(quota, &self.budget, &self.clock)))
             .clone()
@@ -194,7 +199,13 @@ impl<C: Clock + Clone> LocalStore<C> {
 
     fn limiters(&self) -> Vec<Arc<Keyed<C>>> {
         let mut all: Vec<_> = self.fixed.iter().map(|(_, _, l)| l.clone()).collect();
-        all.extend(self.dynamic.read().expect("poisoned").values().cloned());
+        all.extend(
+            self.dynamic
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .values()
+                .cloned(),
+        );
         all
     }
 }
