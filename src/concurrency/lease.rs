@@ -70,7 +70,14 @@ impl Global {
             .ids
             .insert(id.clone());
         if !self.renewing.swap(true, Ordering::AcqRel) {
-            tokio::spawn(renew_all(Arc::downgrade(self), self.ttl / 3));
+            let Ok(rt) = tokio::runtime::Handle::try_current() else {
+                // The next lease registered on a runtime starts the task.
+                self.renewing.store(false, Ordering::Release);
+                tracing::warn!(target: crate::observe::TARGET, rule = %name,
+                    "no tokio runtime to renew concurrency leases; they expire after their TTL");
+                return;
+            };
+            rt.spawn(renew_all(Arc::downgrade(self), self.ttl / 3));
         }
     }
 
