@@ -11,6 +11,7 @@ mod concurrency;
 mod control;
 mod cost;
 mod draft;
+mod durations;
 mod http_layer;
 #[cfg(feature = "metrics")]
 mod keyspace;
