@@ -78,7 +78,7 @@ pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-r
 /// Whole seconds, rounded up: a client that waits the advertised time must
 /// not arrive early.
 pub(crate) fn ceil_secs(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+    d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
 }
 
 /// The `Retry-After` delay: whole seconds, rounded up, at least one.
@@ -185,7 +185,7 @@ impl ResetFormat {
             Self::DeltaSeconds => delta,
             Self::UnixSeconds => std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |now| ceil_secs(now + reset)),
+                .map_or(0, |now| ceil_secs(now.saturating_add(reset))),
         }
     }
 }

@@ -152,6 +152,7 @@ pub mod error;
 pub mod failure;
 mod gate;
 pub mod headers;
+mod instant;
 pub mod key;
 mod now_or_later;
 pub mod observe;

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use dashmap::DashMap;
 
 use super::keyspace::Budget;
+use crate::instant::after;
 use crate::throttle::Throttle;
 use crate::{Decision, Key, Quota};
 
@@ -81,7 +82,7 @@ impl DenyCache {
         }
         // Past one emission interval more than one unit may be back: ask.
         let interval = quota.emission_interval();
-        if single_flight && now < e.until + interval {
+        if single_flight && now < after(e.until, interval) {
             if e.refreshing {
                 return Some(deny(&e, interval.max(Duration::from_millis(1))));
             }
@@ -109,8 +110,8 @@ impl DenyCache {
             quota,
             window: d.window(),
             cost: cost.get(),
-            until: now + wait,
-            reset_at: now + d.reset(),
+            until: after(now, wait),
+            reset_at: after(now, d.reset()),
             refreshing: false,
         };
         if let Some(mut e) = self.map.get_mut(&key) {

@@ -13,6 +13,7 @@ use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
 use tokio::sync::oneshot;
 
+use crate::instant::after;
 use crate::policy::{LeasePolicy, flow};
 use crate::{Decision, Key, Quota};
 
@@ -384,9 +385,9 @@ impl Flight {
         h.asked = asked;
         // Counted on Redis time after `asked`: ending at `asked + lease`
         // ends it no later there.
-        h.until = asked + lease;
+        h.until = after(asked, lease);
         h.free = free;
-        h.reset_at = now + reset;
+        h.reset_at = after(now, reset);
         h.want = self.want;
         let d = h.decision(shown, now);
         wake(&mut h, Woken::Retry);
@@ -400,7 +401,7 @@ impl Flight {
         if let Some(mut h) = self.leases.map.get_mut(&self.key) {
             let wait = d.retry_after().unwrap_or_default();
             h.counted = counted;
-            h.denied = Some((Instant::now() + wait, d));
+            h.denied = Some((after(Instant::now(), wait), d));
             wake(&mut h, Woken::Retry);
         }
     }

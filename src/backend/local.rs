@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 use std::time::Duration;
 
 use governor::clock::{Clock, DefaultClock};
@@ -46,13 +46,9 @@ impl LocalStore {
 impl<C: Clock + Clone> LocalStore<C> {
     fn with_clock(fixed: Option<Quota>, budget: Arc<Budget>, clock: C) -> Self {
         Self {
-            fixed: fixed.filter(|q| q.period().is_none()).map(|q| {
-                (
-                    q,
-                    q.emission_interval(),
-                    Arc::new(limiter(q, &budget, &clock)),
-                )
-            }),
+            fixed: fixed
+                .filter(|q| q.period().is_none())
+                .map(|q| (q, interval(q), Arc::new(limiter(q, &budget, &clock)))),
             dynamic: RwLock::new(HashMap::new()),
             calendar: OnceLock::new(),
             budget,
@@ -89,7 +85,7 @@ impl<C: Clock + Clone> LocalStore<C> {
             }
             _ if quota.period().is_some() => self.calendar().check(key, quota, cost),
             _ => {
-                let interval = quota.emission_interval();
+                let interval = interval(quota);
                 self.check_with(&self.dynamic_limiter(quota), interval, key, quota, cost)
             }
         }
@@ -129,7 +125,7 @@ impl<C: Clock + Clone> LocalStore<C> {
                 let wait = not_until.wait_time_from(self.clock.now());
                 // GCRA: when `cost` cells fit after `wait`, the rest of the burst is still owed.
                 let owed = quota.burst().saturating_sub(cost.get());
-                let reset = wait + interval.saturating_mul(owed);
+                let reset = wait.saturating_add(interval.saturating_mul(owed));
                 Decision::denied(quota.limit(), quota.window(), wait, reset)
             }
             Err(_insufficient) => Decision::never(quota.limit(), quota.window()),
@@ -137,12 +133,17 @@ impl<C: Clock + Clone> LocalStore<C> {
     }
 
     fn dynamic_limiter(&self, quota: Quota) -> Arc<Keyed<C>> {
-        if let Some(l) = self.dynamic.read().expect("poisoned").get(&quota) {
+        if let Some(l) = self
+            .dynamic
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&quota)
+        {
             return l.clone();
         }
         self.dynamic
             .write()
-            .expect("poisoned")
+            .unwrap_or_else(PoisonError::into_inner)
             .entry(quota)
             .or_insert_with(|| Arc::new(limiter(quota, &self.budget, &self.clock)))
             .clone()
@@ -198,7 +199,13 @@ impl<C: Clock + Clone> LocalStore<C> {
 
     fn limiters(&self) -> Vec<Arc<Keyed<C>>> {
         let mut all: Vec<_> = self.fixed.iter().map(|(_, _, l)| l.clone()).collect();
-        all.extend(self.dynamic.read().expect("poisoned").values().cloned());
+        all.extend(
+            self.dynamic
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .values()
+                .cloned(),
+        );
         all
     }
 }
@@ -206,25 +213,41 @@ impl<C: Clock + Clone> LocalStore<C> {
 fn limiter<C: Clock + Clone>(q: Quota, budget: &Arc<Budget>, clock: &C) -> Keyed<C> {
     // Callers validated the quota: interval and burst are non-zero.
     let burst = NonZeroU32::new(q.burst()).unwrap_or(NonZeroU32::MIN);
-    let gq = GovernorQuota::with_period(q.emission_interval())
+    let gq = GovernorQuota::with_period(interval(q))
         .unwrap_or_else(|| GovernorQuota::per_second(NonZeroU32::MIN))
         .allow_burst(burst);
-    let store = GcraStore::new(budget.clone(), clock.clone(), q.emission_interval());
+    let store = GcraStore::new(budget.clone(), clock.clone(), interval(q));
     let state = store.state();
     let gov = RateLimiter::<Key, _, _, NoOpMiddleware<C::Instant>>::new(gq, store, clock.clone())
         .with_middleware::<StateInformationMiddleware>();
     Keyed { gov, state }
 }
 
+/// `quota`'s emission interval, as governor's nanosecond counters hold it:
+/// a bucket of `burst` intervals, spent twice over (a charge on a full
+/// bucket), within a quarter of `u64` nanoseconds (146 years), the rest
+/// left to the clock. Only a quota of one unit in decades is shortened
+/// (governor panics on a period past 584 years, `Duration::MAX` among them).
+fn interval(quota: Quota) -> Duration {
+    const ROOM: u64 = u64::MAX / 4;
+    let t = quota.emission_interval();
+    let cells = 2 * u64::from(quota.burst()) + 2;
+    if t.as_nanos() * u128::from(cells) <= u128::from(ROOM) {
+        t
+    } else {
+        Duration::from_nanos(ROOM / cells)
+    }
+}
+
 /// What a request of one unit would be told of a GCRA bucket read at `t`,
 /// without spending it.
 fn gcra_state(quota: Quota, t: Tat) -> Decision {
-    let interval = quota.emission_interval();
+    let interval = interval(quota);
     let (limit, window) = (quota.limit(), quota.window());
     // Time until the bucket is whole again.
     let reset = t.tat.saturating_sub(t.now);
     let tolerance = interval.saturating_mul(quota.burst() - 1);
-    let Some(room) = (t.now + tolerance).checked_sub(t.tat) else {
+    let Some(room) = t.now.saturating_add(tolerance).checked_sub(t.tat) else {
         let wait = t.tat - tolerance - t.now;
         return Decision::denied(limit, window, wait, reset);
     };

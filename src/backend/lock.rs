@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use super::keyspace::Budget;
 use crate::Key;
+use crate::instant::after;
 use crate::policy::Lockout;
 use crate::throttle::Throttle;
 
@@ -203,12 +204,6 @@ impl Locks {
         self.forget_ended(Instant::now(), within);
         self.map.shrink_to_fit();
     }
-}
-
-/// `now + d`, or a century on for a block "for ever" (`Duration::MAX`).
-fn after(now: Instant, d: Duration) -> Instant {
-    now.checked_add(d)
-        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 86_400))
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ use futures_util::StreamExt;
 use super::permit::{Acquire, LocalSlots, Outcome, Permit, Refused, local_only};
 use crate::backend::redis::{LeaseOp, RedisBackend};
 use crate::failure::{Admit, FailureMode, Guard};
+use crate::instant::after;
 use crate::policy::Cause;
 use crate::{Key, Source};
 
@@ -69,7 +70,14 @@ impl Global {
             .ids
             .insert(id.clone());
         if !self.renewing.swap(true, Ordering::AcqRel) {
-            tokio::spawn(renew_all(Arc::downgrade(self), self.ttl / 3));
+            let Ok(rt) = tokio::runtime::Handle::try_current() else {
+                // The next lease registered on a runtime starts the task.
+                self.renewing.store(false, Ordering::Release);
+                tracing::warn!(target: crate::observe::TARGET, rule = %name,
+                    "no tokio runtime to renew concurrency leases; they expire after their TTL");
+                return;
+            };
+            rt.spawn(renew_all(Arc::downgrade(self), self.ttl / 3));
         }
     }
 
@@ -229,7 +237,7 @@ fn lease_id() -> String {
 /// Renews every lease `g` holds each `every` (TTL/3, so two renewals may
 /// fail before a lease is lost), until no lease is held or `g` is gone.
 async fn renew_all(g: Weak<Global>, every: Duration) {
-    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    let mut tick = tokio::time::interval_at(after(tokio::time::Instant::now(), every), every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;

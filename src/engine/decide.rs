@@ -13,6 +13,7 @@ use super::spend::{Settlement, Spend, Spends};
 use crate::backend::local::LocalStore;
 use crate::decision::Decisions;
 use crate::headers::StaticPolicy;
+use crate::instant::after;
 use crate::now_or_later::NowOrLater;
 use crate::policy::OnDeny;
 use crate::rule::{Cost, Found, Lookup, OnMissingKey, QuotaSource, Rule};
@@ -304,11 +305,11 @@ impl CompiledRule {
         let OnDeny::Wait { max, queue } = self.rule.on_deny else {
             return self.spent(key, quota, cost, d, source);
         };
-        let deadline = tokio::time::Instant::now() + max;
+        let deadline = after(tokio::time::Instant::now(), max);
         let mut place = None;
         while self.waits(&d) {
             let Some(wait) = d.retry_after() else { break };
-            if tokio::time::Instant::now() + wait > deadline {
+            if wait > deadline.saturating_duration_since(tokio::time::Instant::now()) {
                 break;
             }
             if place.is_none() {

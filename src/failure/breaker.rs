@@ -2,12 +2,14 @@
 //! of one per request.
 
 #[cfg(feature = "redis")]
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 // Tokio's clock, which tests can pause (the system clock otherwise).
 #[cfg(feature = "redis")]
 use tokio::time::Instant;
 
+#[cfg(feature = "redis")]
+use crate::instant::after;
 #[cfg(feature = "redis")]
 use crate::policy::BreakerConfig;
 
@@ -79,7 +81,7 @@ impl CircuitBreaker {
     }
 
     fn admit_at(&self, now: Instant) -> Admit {
-        let mut s = self.state.lock().expect("poisoned");
+        let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         match *s {
             State::Closed { .. } => Admit::Call,
             State::Open { until } if now >= until => {
@@ -98,7 +100,7 @@ impl CircuitBreaker {
     /// Records a success; returns true when it closed an open or
     /// half-open breaker.
     pub(crate) fn success(&self) -> bool {
-        let mut s = self.state.lock().expect("poisoned");
+        let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let was_open = !matches!(*s, State::Closed { .. });
         *s = State::Closed { failures: 0 };
         was_open
@@ -116,18 +118,18 @@ impl CircuitBreaker {
     }
 
     fn trip_at(&self, now: Instant) -> bool {
-        let mut s = self.state.lock().expect("poisoned");
+        let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         if matches!(*s, State::Open { .. }) {
             return false;
         }
         *s = State::Open {
-            until: now + self.cfg.open_for,
+            until: after(now, self.cfg.open_for),
         };
         true
     }
 
     fn failure_at(&self, now: Instant) -> bool {
-        let mut s = self.state.lock().expect("poisoned");
+        let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let failures = match *s {
             State::Closed { failures } => failures + 1,
             // A failed probe reopens at once.
@@ -136,7 +138,7 @@ impl CircuitBreaker {
         };
         if failures >= self.cfg.threshold {
             *s = State::Open {
-                until: now + self.cfg.open_for,
+                until: after(now, self.cfg.open_for),
             };
             true
         } else {
@@ -147,7 +149,7 @@ impl CircuitBreaker {
 
     /// How long the breaker stays open, when it is.
     pub(crate) fn open_remaining(&self) -> Option<Duration> {
-        match *self.state.lock().expect("poisoned") {
+        match *self.state.lock().unwrap_or_else(PoisonError::into_inner) {
             State::Open { until } => Some(until.saturating_duration_since(Instant::now())),
             _ => None,
         }
@@ -159,7 +161,7 @@ impl CircuitBreaker {
     }
 
     fn status_at(&self, now: Instant) -> (BreakerState, Option<Duration>) {
-        match *self.state.lock().expect("poisoned") {
+        match *self.state.lock().unwrap_or_else(PoisonError::into_inner) {
             State::Closed { .. } => (BreakerState::Closed, None),
             State::Open { until } => (
                 BreakerState::Open,

@@ -12,6 +12,7 @@ use futures_util::FutureExt;
 
 use super::breaker::{Admit, CircuitBreaker};
 use super::{BreakerStatus, FailureMode, FailurePolicy, LiveCount, Liveness};
+use crate::instant::after;
 use crate::policy::Cause;
 use crate::{Key, Quota, Source, observe};
 
@@ -25,13 +26,6 @@ pub(crate) trait CallError: fmt::Display {
     /// dropped connection is not enough: servers close idle ones, and the
     /// client reconnects at once.)
     fn connection_refused(&self) -> bool;
-}
-
-/// `t + d`, or a time so far ahead it never comes: a timeout of
-/// `Duration::MAX` means "wait as long as it takes".
-fn after(t: Instant, d: Duration) -> Instant {
-    t.checked_add(d)
-        .unwrap_or_else(|| t + Duration::from_secs(100 * 365 * 86_400))
 }
 
 /// A global rule's failure handling: the mode, the per-decision timeout,

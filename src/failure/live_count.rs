@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::instant::after;
+
 /// The count last read (0 until one is), and what the failure mode divides
 /// by: a count that fell holds its old value for one TTL more, so a Redis
 /// that restarted empty (the first gateway to announce again reads 1) or a
@@ -45,7 +47,7 @@ impl LiveCount {
             let peak = held
                 .filter(|(_, until)| Instant::now() < *until)
                 .map_or(before, |(m, _)| m.max(before));
-            *held = Some((peak, Instant::now() + ttl));
+            *held = Some((peak, after(Instant::now(), ttl)));
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The layers in process and over real HTTP and gRPC clients: headers,
 //! control, costs, calendars, waits, concurrency, rule files and reload
-//! (their Redis cases where `redis` is on), and the module graph.
+//! (their Redis cases where `redis` is on), every duration setting at its
+//! extremes, and the module graph.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -14,6 +15,7 @@ mod config;
 mod control;
 mod cost;
 mod draft;
+mod durations;
 #[cfg(feature = "tonic")]
 mod grpc;
 mod http_layer;
