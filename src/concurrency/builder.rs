@@ -12,9 +12,11 @@ use crate::backend::redis::RedisBackend;
 use crate::engine::validate_global;
 use crate::error::BuildError;
 #[cfg(feature = "redis")]
-use crate::failure::{FailurePolicy, Guard};
+use crate::failure::Guard;
 use crate::headers::StaticPolicy;
 use crate::key::KeyExtractor;
+#[cfg(feature = "redis")]
+use crate::policy::FailurePolicy;
 use crate::rule::OnMissingKey;
 use crate::rule::valid_name;
 use crate::settings::{self, Settings};

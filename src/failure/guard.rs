@@ -11,9 +11,10 @@ use tokio::time::Instant;
 use futures_util::FutureExt;
 
 use super::breaker::{Admit, CircuitBreaker};
-use super::{BreakerStatus, FailureMode, FailurePolicy, LiveCount, Liveness};
+use super::{BreakerStatus, FailureMode, LiveCount, Liveness};
 use crate::instant::after;
 use crate::policy::Cause;
+use crate::policy::FailurePolicy;
 use crate::{Key, Quota, Source, observe};
 
 /// How many timeouts a call may wait in all while the server keeps

@@ -8,7 +8,6 @@ mod live_count;
 #[cfg(feature = "redis")]
 mod liveness;
 
-pub(crate) use crate::policy::FailurePolicy;
 pub use crate::policy::{BreakerConfig, FailureMode};
 #[cfg(feature = "redis")]
 pub(crate) use breaker::Admit;
