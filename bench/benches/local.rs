@@ -1,123 +1,114 @@
 //! The per-decision cost of a local rule through the service, against raw
 //! `governor::check_key` on the same keys: one hot key, and 100k distinct keys.
 //!
-//! `cargo bench -p keyed-rate-limit-bench --bench local` prints criterion's numbers, then the ratios.
-
-use keyed_rate_limit_bench::criterion_ratios as support;
+//! `cargo bench -p keyed-rate-limit-bench --bench local` times every variant
+//! in interleaved rounds (`LOCAL_ROUNDS`, default 15, each `LOCAL_OPS`
+//! operations, default 200,000) and prints the median time per operation
+//! and the median over rounds of each paired ratio, measured in the same
+//! round. On a shared machine read the ratios, not the times; instruction
+//! counts (`--bin instructions`) steer CPU cost.
 
 use std::convert::Infallible;
 use std::hint::black_box;
 use std::num::NonZeroU32;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use criterion::{Criterion, criterion_group};
 use governor::{Quota as GQuota, RateLimiter};
 use http::{HeaderValue, Request, Response};
 use http_body_util::Full;
 use keyed_rate_limit::{Key, Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit_testing::rounds::{median, order};
 use tower::{Layer, Service, service_fn};
 
 const KEYS: usize = 100_000;
-const GROUP: &str = "local";
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
 
 /// A quota no benchmark reaches: 1e9 per second.
 fn huge() -> Quota {
     Quota::new(1_000_000_000, Duration::from_secs(1))
 }
 
-fn key_values() -> Vec<HeaderValue> {
-    (0..KEYS)
-        .map(|i| HeaderValue::from_str(&format!("key-{i}")).unwrap())
-        .collect()
+fn request(v: &HeaderValue) -> Request<Full<Bytes>> {
+    let mut r = Request::new(Full::<Bytes>::default());
+    r.headers_mut().insert("x-api-key", v.clone());
+    r
 }
 
-fn bench(c: &mut Criterion) {
-    let mut g = c.benchmark_group(GROUP);
-    g.measurement_time(Duration::from_secs(3))
-        .warm_up_time(Duration::from_secs(1));
-    let values = key_values();
+fn main() {
+    let (rounds, ops) = (env("LOCAL_ROUNDS", 15), env("LOCAL_OPS", 200_000));
+    let values: Vec<HeaderValue> = (0..KEYS)
+        .map(|i| HeaderValue::from_str(&format!("key-{i}")).unwrap())
+        .collect();
     let keys: Vec<Key> = values
         .iter()
         .map(|v| Key::new(Bytes::copy_from_slice(v.as_bytes())))
         .collect();
-
-    let gq = GQuota::per_second(NonZeroU32::new(1_000_000_000).unwrap());
-    let raw = RateLimiter::keyed(gq);
-    g.bench_function("governor_hot", |b| {
-        b.iter(|| black_box(raw.check_key(&keys[0]).is_ok()))
-    });
-    let raw = RateLimiter::keyed(gq);
-    let mut i = 0;
-    g.bench_function("governor_100k", |b| {
-        b.iter(|| {
-            i = (i + 1) % KEYS;
-            black_box(raw.check_key(&keys[i]).is_ok())
-        })
-    });
-
-    let inner = service_fn(|_req: Request<Full<Bytes>>| async {
-        Ok::<_, Infallible>(Response::new(Full::<Bytes>::default()))
-    });
-    let make = || {
-        RateLimitLayer::builder()
-            .rule(Rule::new(
-                "bench",
-                KeyExtractor::header("x-api-key"),
-                huge(),
-            ))
-            .build()
-            .unwrap()
-    };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let request = |v: &HeaderValue| {
-        let mut r = Request::new(Full::<Bytes>::default());
-        r.headers_mut().insert("x-api-key", v.clone());
-        r
+    let inner = service_fn(|_req: Request<Full<Bytes>>| async {
+        Ok::<_, Infallible>(Response::new(Full::<Bytes>::default()))
+    });
+    let layer = || {
+        let rule = Rule::new("bench", KeyExtractor::header("x-api-key"), huge());
+        RateLimitLayer::builder().rule(rule).build().unwrap()
     };
-    // The bare service with the same request construction: the baseline
-    // that shows what the layer itself adds.
-    let mut bare = inner;
-    g.bench_function("bare_service", |b| {
-        b.iter(|| {
-            black_box(
-                rt.block_on(bare.call(request(&values[0])))
-                    .unwrap()
-                    .status(),
-            )
-        })
-    });
-    let mut svc = make().layer(inner);
-    g.bench_function("layer_hot", |b| {
-        b.iter(|| black_box(rt.block_on(svc.call(request(&values[0]))).unwrap().status()))
-    });
-    let mut svc = make().layer(inner);
-    let mut i = 0;
-    g.bench_function("layer_100k", |b| {
-        b.iter(|| {
-            i = (i + 1) % KEYS;
-            black_box(rt.block_on(svc.call(request(&values[i]))).unwrap().status())
-        })
-    });
-    g.finish();
-}
+    let gq = GQuota::per_second(NonZeroU32::new(1_000_000_000).unwrap());
+    let (raw_hot, raw_many) = (RateLimiter::keyed(gq), RateLimiter::keyed(gq));
+    let (mut hot, mut many, mut bare) = (layer().layer(inner), layer().layer(inner), inner);
 
-criterion_group!(benches, bench);
-
-fn main() {
-    benches();
-    criterion::Criterion::default()
-        .configure_from_args()
-        .final_summary();
-    support::print_ratios(
-        GROUP,
-        &[
-            ("layer_hot", "governor_hot"),
-            ("layer_100k", "governor_100k"),
-            ("layer_hot", "bare_service"),
-        ],
-    );
+    // One operation of each variant; `i` walks the keys.
+    let mut run = |variant: usize, i: usize| match variant {
+        0 => black_box(raw_hot.check_key(&keys[0]).is_ok()),
+        1 => black_box(raw_many.check_key(&keys[i % KEYS]).is_ok()),
+        2 => black_box(rt.block_on(bare.call(request(&values[0]))).is_ok()),
+        3 => black_box(rt.block_on(hot.call(request(&values[0]))).is_ok()),
+        _ => black_box(rt.block_on(many.call(request(&values[i % KEYS]))).is_ok()),
+    };
+    const NAMES: [&str; 5] = [
+        "governor_hot",
+        "governor_100k",
+        "bare_service",
+        "layer_hot",
+        "layer_100k",
+    ];
+    // (variant, its reference) pairs whose ratio each round reports.
+    const PAIRS: [(usize, usize); 3] = [(3, 0), (4, 1), (3, 2)];
+    for v in 0..NAMES.len() {
+        for i in 0..ops / 10 {
+            run(v, i);
+        }
+    }
+    let mut ns = vec![Vec::new(); NAMES.len()];
+    let mut ratios = vec![Vec::new(); PAIRS.len()];
+    for round in 0..rounds {
+        let mut this = [0.0; NAMES.len()];
+        for v in order(round, NAMES.len()) {
+            let start = Instant::now();
+            for i in 0..ops {
+                run(v, i);
+            }
+            this[v] = start.elapsed().as_nanos() as f64 / ops as f64;
+            ns[v].push(this[v]);
+        }
+        for (p, (a, b)) in PAIRS.iter().enumerate() {
+            ratios[p].push(this[*a] / this[*b]);
+        }
+    }
+    println!("local: {rounds} interleaved rounds of {ops} operations; medians");
+    for (v, name) in NAMES.iter().enumerate() {
+        println!("  {name:>14}: {:8.1} ns/op", median(ns[v].clone()));
+    }
+    for (p, (a, b)) in PAIRS.iter().enumerate() {
+        let r = median(ratios[p].clone());
+        println!("  {} / {} = {r:.2} (paired)", NAMES[*a], NAMES[*b]);
+    }
 }

@@ -4,7 +4,6 @@
 #![allow(missing_docs)]
 
 pub mod app;
-pub mod criterion_ratios;
 #[cfg(feature = "redis-cluster")]
 pub mod fleet;
 #[cfg(feature = "redis")]
