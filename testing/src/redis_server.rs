@@ -1,7 +1,9 @@
 //! A private `redis-server` per test, on a free port; never the shared 6379.
 
+use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::tls::Certificates;
@@ -106,24 +108,39 @@ impl RedisServer {
     /// when the process exited first.
     fn wait_ready(&mut self) -> bool {
         let deadline = Instant::now() + Duration::from_secs(10);
+        let pid = self.child.as_ref().map(Child::id);
         loop {
+            // The answer must come from this child: another test's server
+            // on the same port would answer while this one failed to bind.
             let ok = if self.tls.is_some() {
                 std::net::TcpStream::connect(("127.0.0.1", self.port))
                     .map(drop)
                     .map_err(|e| e.to_string())
             } else {
                 self.connection()
-                    .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
-                    .map(drop)
+                    .and_then(|mut c| redis::cmd("INFO").arg("server").query::<String>(&mut c))
                     .map_err(|e| e.to_string())
+                    .and_then(|info| {
+                        let theirs = info
+                            .lines()
+                            .find_map(|l| l.strip_prefix("process_id:"))
+                            .and_then(|p| p.trim().parse::<u32>().ok());
+                        if theirs == pid {
+                            Ok(())
+                        } else {
+                            Err(format!("port {} answered by pid {theirs:?}", self.port))
+                        }
+                    })
             };
+            let exited = self
+                .child
+                .as_mut()
+                .is_some_and(|c| c.try_wait().ok().flatten().is_some());
+            if exited {
+                return false;
+            }
             if ok.is_ok() {
                 return true;
-            }
-            if let Some(child) = self.child.as_mut()
-                && child.try_wait().ok().flatten().is_some()
-            {
-                return false;
             }
             assert!(
                 Instant::now() < deadline,
@@ -264,7 +281,17 @@ impl Drop for RedisServer {
 }
 
 /// Binds port 0 and releases it; the kernel does not hand it out again soon.
+///
+/// Never the same port twice in one process: the tests of one binary run
+/// side by side, and two servers given one port would see each other.
 pub fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    listener.local_addr().expect("local_addr").port()
+    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    loop {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        let port = listener.local_addr().expect("local_addr").port();
+        let mut given = GIVEN.lock().unwrap_or_else(PoisonError::into_inner);
+        if given.insert(port) {
+            return port;
+        }
+    }
 }
