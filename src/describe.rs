@@ -19,7 +19,7 @@ use crate::rule::{Cost, OnMissingKey, QuotaSource};
 ///     .build()?;
 /// let d = layer.describe();
 /// assert_eq!(d.rules()[0].quota, "10/5s");
-/// assert!(d.markdown().contains("| per-ip | `peer_ip` | 10/5s | gcra | local | n/a | 429 + Retry-After; missing key: skip |"));
+/// assert!(d.markdown().contains("| per-ip | `peer_ip` | 10/5s | gcra | local | n/a | 429 + Retry-After; missing key: skip; 500 without ConnectInfo |"));
 /// assert!(d.mermaid().starts_with("flowchart TD\n"));
 /// # Ok::<(), keyed_rate_limit::error::BuildError>(())
 /// ```
@@ -55,7 +55,9 @@ pub struct DescribedRule {
     /// for one that sends its partition key.
     pub on_deny: String,
     /// What a request without a key gets: `skip`, a status like `401`, or
-    /// `fallback: peer_ip`.
+    /// `fallback: peer_ip`; by default, for an extractor whose source the
+    /// crate checks, `skip; 500 without ConnectInfo` (see
+    /// [`OnMissingKey`]).
     pub on_missing_key: String,
     reject: Option<u16>,
     shadow: bool,
@@ -89,9 +91,13 @@ impl DescribedRule {
             Cost::Dynamic(_) => quota.push_str(", cost per request (cost_fn)"),
         }
         let (on_missing_key, reject) = match &rule.on_missing {
-            OnMissingKey::Skip => ("skip".to_owned(), None),
-            OnMissingKey::Reject(s) => (s.as_u16().to_string(), Some(s.as_u16())),
-            OnMissingKey::Fallback(k) => (format!("fallback: {}", k.name()), None),
+            None => match rule.key.needs() {
+                Some(needs) => (format!("skip; 500 without {needs}"), None),
+                None => ("skip".to_owned(), None),
+            },
+            Some(OnMissingKey::Skip) => ("skip".to_owned(), None),
+            Some(OnMissingKey::Reject(s)) => (s.as_u16().to_string(), Some(s.as_u16())),
+            Some(OnMissingKey::Fallback(k)) => (format!("fallback: {}", k.name()), None),
         };
         Self {
             name: rule.name().to_owned(),

@@ -16,7 +16,7 @@ use crate::quota::QuotaError;
 /// assert!(matches!(err, BuildError::InvalidQuota { .. }));
 /// assert_eq!(err.to_string(), "rule \"api\": invalid quota: the limit is zero");
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum BuildError {
     /// The layer has no rules.
@@ -105,3 +105,5 @@ impl fmt::Display for BuildError {
 }
 
 impl std::error::Error for BuildError {}
+
+crate::report::debug_as_display!(BuildError);

@@ -39,7 +39,9 @@
 //! 1. **Key.** Each rule's [`KeyExtractor`] reads the request head. When it
 //!    finds no key, the rule's [`OnMissingKey`] skips the rule (the
 //!    default), rejects the request (e.g. 401), or counts it against a
-//!    fallback key.
+//!    fallback key. A rule whose key can never be found in this setup (no
+//!    `ConnectInfo`, the layer outside the router or its auth layer) answers
+//!    500 and logs the fix instead of limiting nothing.
 //! 2. **Rules.** The rules run in the order they were added. Each spends the
 //!    request's cost from the key's bucket under its [`Quota`], in this
 //!    process or, for a global rule, in Redis. The first rule that refuses
@@ -159,6 +161,7 @@ pub mod observe;
 mod policy;
 pub mod quota;
 pub mod rate_limit;
+mod report;
 pub mod response;
 pub mod rule;
 mod settings;

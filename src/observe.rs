@@ -30,13 +30,21 @@ pub const BREAKER_STATE: &str = "rate_limit_breaker_state";
 /// `rejected`). See `RulesConfig::watch` (feature `config`).
 pub const CONFIG_RELOADS_TOTAL: &str = "rate_limit_config_reloads_total";
 
+/// Counter: a request a rule could not key because its key's source is
+/// missing from the setup (no `ConnectInfo`, the layer outside the router
+/// or before the layer that inserts the extension); labels `rule`, `kind`
+/// (`no_connect_info`, `outside_router`, `no_extension`). Logged at most once
+/// a minute per rule, counted every time.
+pub const MISCONFIG_TOTAL: &str = "rate_limit_misconfig_total";
+
 /// Every metric the crate emits: name, kind, labels.
-pub const METRICS: [(&str, &str, &str); 6] = [
+pub const METRICS: [(&str, &str, &str); 7] = [
     (DECISIONS_TOTAL, "counter", "rule, outcome, cause"),
     (BREAKER_OPENED_TOTAL, "counter", "rule"),
     (BREAKER_STATE, "gauge", "rule"),
     (BACKEND_SECONDS, "histogram", "rule, backend"),
     (PROXY_MISCONFIG_TOTAL, "counter", "kind"),
+    (MISCONFIG_TOTAL, "counter", "rule, kind"),
     (CONFIG_RELOADS_TOTAL, "counter", "outcome"),
 ];
 
@@ -94,6 +102,29 @@ pub(crate) fn proxy_misconfig(kind: &'static str, what: &'static str, log: bool)
     }
     #[cfg(feature = "metrics")]
     metrics::counter!(PROXY_MISCONFIG_TOTAL, "kind" => kind).increment(1);
+}
+
+/// A rule's key source is missing from the setup: always counted, logged
+/// when `log` (the rule's once-a-minute throttle).
+pub(crate) fn key_misconfig(
+    rule: &Arc<str>,
+    extractor: &str,
+    kind: &'static str,
+    what: &dyn std::fmt::Display,
+    fix: &'static str,
+    log: bool,
+) {
+    if log {
+        tracing::error!(target: TARGET, rule = %rule, extractor, kind, "rate limit cannot find its key: {what}; {fix}");
+    }
+    count(MISCONFIG_TOTAL, rule, &[("kind", kind)]);
+}
+
+/// A rule found no key in any of the `skipped` requests of the last
+/// `period`: it limits nothing.
+pub(crate) fn no_key_found(rule: &Arc<str>, extractor: &str, skipped: u64, period: Duration) {
+    let period_s = period.as_secs();
+    tracing::warn!(target: TARGET, rule = %rule, extractor, skipped, period_s, "rate limit found no key in any request: it limits nothing");
 }
 
 /// A new key found the rule's key space full: counted every time, with

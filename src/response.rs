@@ -11,6 +11,7 @@ use http::{HeaderMap, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 
 use crate::headers::retry_after_secs;
+use crate::key::Misconfig;
 
 /// What the deny-response closure is told about a refused request.
 ///
@@ -28,6 +29,8 @@ pub struct Denied {
     pub(crate) status: StatusCode,
     /// The rule is kept out of the headers; the default bodies don't name it.
     pub(crate) hidden: bool,
+    /// A 500: the rule's key source is missing from the setup.
+    pub(crate) misconfig: Option<Misconfig>,
 }
 
 impl Denied {
@@ -55,13 +58,53 @@ impl Denied {
         self.hidden
     }
 
-    /// 429, or the status of an [`OnMissingKey::Reject`](crate::rule::OnMissingKey::Reject).
+    /// 429; the status of an [`OnMissingKey::Reject`](crate::rule::OnMissingKey::Reject);
+    /// or 500, when the rule cannot find its key in this setup (see
+    /// [`OnMissingKey`](crate::rule::OnMissingKey)). The response has this
+    /// status whatever the deny-response closure sets.
     pub fn status(&self) -> StatusCode {
         self.status
     }
 }
 
 pub(crate) type DenyFn = dyn Fn(&Denied) -> Response<Bytes> + Send + Sync;
+pub(crate) type GrpcMessageFn = dyn Fn(&Denied) -> String + Send + Sync;
+
+/// How a layer words its refusals: the HTTP body, and the gRPC message.
+#[derive(Clone)]
+pub(crate) struct Refusals {
+    pub(crate) body: Arc<DenyFn>,
+    pub(crate) grpc_message: Option<Arc<GrpcMessageFn>>,
+}
+
+/// A response whose body is ready at once, as bytes: any body axum makes
+/// from a value is. A streaming body cannot be read without waiting, so
+/// it is dropped (and logged once a minute).
+pub(crate) fn ready(res: axum::response::Response) -> Response<Bytes> {
+    use http_body::Body as _;
+    let (parts, mut body) = res.into_parts();
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let mut out = bytes::BytesMut::new();
+    let complete = loop {
+        match std::pin::Pin::new(&mut body).poll_frame(&mut cx) {
+            std::task::Poll::Ready(Some(Ok(frame))) => {
+                if let Ok(data) = frame.into_data() {
+                    out.extend_from_slice(&data);
+                }
+            }
+            std::task::Poll::Ready(None) => break true,
+            std::task::Poll::Ready(Some(Err(_))) | std::task::Poll::Pending => break false,
+        }
+    };
+    if !complete {
+        static WARNED: crate::throttle::Throttle = crate::throttle::Throttle::new();
+        if WARNED.ready(Duration::from_secs(60)) {
+            tracing::error!(target: crate::observe::TARGET, "deny_response returned a body that is not ready at once; the refusal is sent without a body");
+        }
+        out.clear();
+    }
+    Response::from_parts(parts, out.freeze())
+}
 
 /// The problem type a rate limit's 429 carries, registered by the RateLimit
 /// header fields draft.
@@ -75,8 +118,11 @@ pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-type
 /// A fail-closed refusal during a Redis outage is a 429 of this type too:
 /// the draft's `temporary-reduced-capacity` type belongs with a 503, and a
 /// rate limiter never answers 503. A rejected missing key (e.g. 401) is an
-/// `about:blank` problem with its status's reason as title. Both keep the
-/// `rule` and `retry_after` (seconds, or `null`) extension members.
+/// `about:blank` problem with its status's reason as title, and so is the
+/// 500 of a rule that cannot find its key in this setup, whose `detail`
+/// says what the request lacks (`rate limit "per-ip" is misconfigured: the
+/// request has no ConnectInfo<SocketAddr>`). All keep the `rule` and
+/// `retry_after` (seconds, or `null`) extension members.
 ///
 /// ```text
 /// {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded",
@@ -104,8 +150,10 @@ pub fn problem_json(d: &Denied) -> Response<Bytes> {
             Some(s) => format!("rate limit {name} exceeded; retry in {s} s"),
             None => format!("request exceeds what rate limit {name} can ever admit"),
         }
+    } else if let Some(m) = d.misconfig {
+        format!("rate limit {name} is misconfigured: {m}")
     } else {
-        format!("no rate-limit key for rule {:?}", &*d.rule)
+        format!("no rate-limit key for rule {name}")
     };
     // Written by hand: a few strings and two numbers don't need a JSON crate.
     let mut body = String::with_capacity(200 + detail.len() + 3 * d.rule.len());
@@ -162,15 +210,15 @@ fn json_str(out: &mut String, s: &str) {
 /// gRPC request (told by its `request` headers), with `Retry-After` and the
 /// rate-limit headers.
 pub(crate) fn refusal(
-    deny: &DenyFn,
+    deny: &Refusals,
     d: &Denied,
     request: &HeaderMap,
     mut extra: crate::headers::Rendered,
 ) -> Response<Bytes> {
     let mut res = if is_grpc(request) {
-        grpc_refusal(d)
+        grpc_refusal(d, deny.grpc_message.as_deref())
     } else {
-        let mut res = deny(d);
+        let mut res = (deny.body)(d);
         // The status is the limiter's contract; a body closure may not turn a 429 into a 500.
         *res.status_mut() = d.status;
         res
@@ -189,20 +237,28 @@ const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
 const GRPC_PUSHBACK: HeaderName = HeaderName::from_static("grpc-retry-pushback-ms");
 
 /// A trailers-only gRPC response: HTTP 200 with the status in the headers.
-fn grpc_refusal(d: &Denied) -> Response<Bytes> {
-    let (code, message) = if d.status == StatusCode::TOO_MANY_REQUESTS {
+fn grpc_refusal(d: &Denied, custom: Option<&GrpcMessageFn>) -> Response<Bytes> {
+    let (code, mut message) = if d.status == StatusCode::TOO_MANY_REQUESTS {
         let message = if d.hidden {
             "rate limited".to_owned()
         } else {
             format!("rate limit {:?} exceeded", &*d.rule)
         };
         (grpc::RESOURCE_EXHAUSTED, message)
+    } else if let Some(m) = d.misconfig {
+        (
+            grpc::INTERNAL,
+            format!("rate limit {:?} is misconfigured: {m}", &*d.rule),
+        )
     } else {
         (
             grpc_code(d.status),
             format!("no rate-limit key for rule {:?}", &*d.rule),
         )
     };
+    if let Some(custom) = custom {
+        message = custom(d);
+    }
     let mut res = Response::new(Bytes::new());
     let h: &mut HeaderMap = res.headers_mut();
     h.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
@@ -229,6 +285,7 @@ mod grpc {
     pub(super) const NOT_FOUND: u8 = 5;
     pub(super) const PERMISSION_DENIED: u8 = 7;
     pub(super) const RESOURCE_EXHAUSTED: u8 = 8;
+    pub(super) const INTERNAL: u8 = 13;
     pub(super) const UNAVAILABLE: u8 = 14;
     pub(super) const UNAUTHENTICATED: u8 = 16;
 }
@@ -242,6 +299,7 @@ fn grpc_code(status: StatusCode) -> u8 {
         StatusCode::NOT_FOUND => grpc::NOT_FOUND,
         StatusCode::TOO_MANY_REQUESTS => grpc::RESOURCE_EXHAUSTED,
         StatusCode::SERVICE_UNAVAILABLE => grpc::UNAVAILABLE,
+        StatusCode::INTERNAL_SERVER_ERROR => grpc::INTERNAL,
         _ => grpc::UNKNOWN,
     }
 }
@@ -340,19 +398,27 @@ mod tests {
         h
     }
 
+    fn defaults() -> Refusals {
+        Refusals {
+            body: Arc::new(problem_json),
+            grpc_message: None,
+        }
+    }
+
     fn denied(wait: Option<Duration>) -> Denied {
         Denied {
             rule: "api".into(),
             retry_after: wait,
             status: StatusCode::TOO_MANY_REQUESTS,
             hidden: false,
+            misconfig: None,
         }
     }
 
     #[test]
     fn http_refusal_has_problem_json_and_rounded_retry_after() {
         let res = refusal(
-            &problem_json,
+            &defaults(),
             &denied(Some(Duration::from_millis(1001))),
             &request(false),
             Default::default(),
@@ -365,7 +431,7 @@ mod tests {
     #[test]
     fn grpc_refusal_is_trailers_only_resource_exhausted() {
         let res = refusal(
-            &problem_json,
+            &defaults(),
             &denied(Some(Duration::from_micros(1500))),
             &request(true),
             Default::default(),
@@ -392,6 +458,7 @@ mod tests {
             (grpc::NOT_FOUND, Code::NotFound),
             (grpc::PERMISSION_DENIED, Code::PermissionDenied),
             (grpc::RESOURCE_EXHAUSTED, Code::ResourceExhausted),
+            (grpc::INTERNAL, Code::Internal),
             (grpc::UNAVAILABLE, Code::Unavailable),
             (grpc::UNAUTHENTICATED, Code::Unauthenticated),
         ] {
@@ -406,6 +473,7 @@ mod tests {
             retry_after: Some(Duration::from_millis(1500)),
             status: StatusCode::TOO_MANY_REQUESTS,
             hidden: false,
+            misconfig: None,
         };
         let res = problem_json(&d);
         let v: serde_json::Value = serde_json::from_slice(res.body()).unwrap();
@@ -440,9 +508,22 @@ mod tests {
     }
 
     #[test]
+    fn a_body_is_read_at_once_or_dropped() {
+        let said = axum::response::IntoResponse::into_response((StatusCode::IM_A_TEAPOT, "hi"));
+        let res = ready(said);
+        assert_eq!(
+            (res.status(), &res.body()[..]),
+            (StatusCode::IM_A_TEAPOT, &b"hi"[..])
+        );
+        let stream = futures_util::stream::pending::<Result<Bytes, std::io::Error>>();
+        let streaming = axum::response::Response::new(axum::body::Body::from_stream(stream));
+        assert!(ready(streaming).body().is_empty());
+    }
+
+    #[test]
     fn no_retry_after_when_waiting_cannot_help() {
         let res = refusal(
-            &problem_json,
+            &defaults(),
             &denied(None),
             &request(true),
             Default::default(),

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::error::BuildError;
 use crate::headers::Headers;
-use crate::response::{DenyFn, problem_json};
+use crate::response::{Refusals, problem_json};
 
 /// What both builders configure.
 #[derive(Clone)]
@@ -15,7 +15,7 @@ pub(crate) struct Settings {
     /// for local fallbacks that would each admit the whole quota.
     pub(crate) instances: Option<u32>,
     pub(crate) headers: Headers,
-    pub(crate) deny: Arc<DenyFn>,
+    pub(crate) refusals: Refusals,
 }
 
 impl Default for Settings {
@@ -24,7 +24,10 @@ impl Default for Settings {
             max_key_len: crate::key::DEFAULT_MAX_KEY_LEN,
             instances: None,
             headers: Headers::default(),
-            deny: Arc::new(problem_json),
+            refusals: Refusals {
+                body: Arc::new(problem_json),
+                grpc_message: None,
+            },
         }
     }
 }
@@ -126,25 +129,64 @@ macro_rules! settings_setters {
             self
         }
 
-        /// Builds the body of HTTP refusals (default:
-        /// [`problem_json`](crate::response::problem_json)). The layer then
-        /// sets the status, `Retry-After` and the rate-limit headers; gRPC
-        /// requests always get the gRPC-shaped answer.
+        /// Builds HTTP refusals (default:
+        /// [`problem_json`](crate::response::problem_json)) from anything
+        /// axum can answer with: a `String`, `Json`, `(StatusCode, String)`,
+        /// a `Response`.
+        ///
+        /// **The status is the layer's**: 429, the status of an
+        /// [`OnMissingKey::Reject`](crate::rule::OnMissingKey::Reject), or
+        /// 500 for a rule that cannot find its key
+        /// ([`Denied::status`](crate::response::Denied::status)), whatever
+        /// the closure returns. The closure's body and headers are kept; the
+        /// layer adds `Retry-After` and the rate-limit headers. The body must
+        /// be ready at once (any body axum builds from a value is): a
+        /// streaming body is replaced by an empty one and logged. gRPC
+        /// requests always get the gRPC-shaped answer (see
+        /// [`grpc_message`](Self::grpc_message)).
         ///
         /// ```
         /// # use keyed_rate_limit::{ConcurrencyLimitLayer, KeyExtractor, Quota, RateLimitLayer, Rule};
-        /// use bytes::Bytes;
+        /// use axum::http::StatusCode;
         #[doc = concat!("let layer = ", $builder)]
-        ///     .deny_response(|denied| http::Response::new(Bytes::from(format!("slow down: {}", denied.rule()))))
+        ///     .deny_response(|denied| {
+        ///         let wait = denied.retry_after_secs().unwrap_or(0);
+        ///         (StatusCode::TOO_MANY_REQUESTS, format!("slow down: retry in {wait} s"))
+        ///     })
         ///     .build()
         ///     .unwrap();
         /// # let _ = layer;
         /// ```
-        pub fn deny_response<F>(mut self, f: F) -> Self
+        pub fn deny_response<F, R>(mut self, f: F) -> Self
         where
-            F: Fn(&crate::response::Denied) -> http::Response<bytes::Bytes> + Send + Sync + 'static,
+            F: Fn(&crate::response::Denied) -> R + Send + Sync + 'static,
+            R: axum::response::IntoResponse,
         {
-            self.settings.deny = std::sync::Arc::new(f);
+            self.settings.refusals.body = std::sync::Arc::new(move |d: &crate::response::Denied| {
+                crate::response::ready(f(d).into_response())
+            });
+            self
+        }
+
+        /// The `grpc-message` of gRPC refusals (default: `rate limit "api"
+        /// exceeded`, or `rate limited` for a hidden rule). Percent-encoded
+        /// as gRPC asks; the code stays `RESOURCE_EXHAUSTED` (or the one
+        /// matching a rejection's status) and `grpc-retry-pushback-ms` the
+        /// wait.
+        ///
+        /// ```
+        /// # use keyed_rate_limit::{ConcurrencyLimitLayer, KeyExtractor, Quota, RateLimitLayer, Rule};
+        #[doc = concat!("let layer = ", $builder)]
+        ///     .grpc_message(|denied| format!("too many calls; retry in {:?}", denied.retry_after()))
+        ///     .build()
+        ///     .unwrap();
+        /// # let _ = layer;
+        /// ```
+        pub fn grpc_message<F>(mut self, f: F) -> Self
+        where
+            F: Fn(&crate::response::Denied) -> String + Send + Sync + 'static,
+        {
+            self.settings.refusals.grpc_message = Some(std::sync::Arc::new(f));
             self
         }
     };

@@ -10,6 +10,11 @@ use std::time::{Duration, Instant};
 pub(crate) struct Throttle(AtomicU64);
 
 impl Throttle {
+    /// A throttle whose first call passes, for a `static`.
+    pub(crate) const fn new() -> Self {
+        Self(AtomicU64::new(0))
+    }
+
     pub(crate) fn ready(&self, every: Duration) -> bool {
         // Monotonic microseconds since the first throttle was asked, plus one.
         static BASE: LazyLock<Instant> = LazyLock::new(Instant::now);

@@ -17,8 +17,8 @@ use crate::headers::StaticPolicy;
 use crate::key::KeyExtractor;
 #[cfg(feature = "redis")]
 use crate::policy::FailurePolicy;
-use crate::rule::OnMissingKey;
 use crate::rule::valid_name;
+use crate::rule::{KeyWatch, OnMissingKey};
 use crate::settings::{self, Settings};
 
 /// Configures a [`ConcurrencyLimitLayer`]; [`build`](Self::build) checks everything.
@@ -42,7 +42,7 @@ pub struct ConcurrencyLimitBuilder {
     name: Arc<str>,
     key: KeyExtractor,
     limit: u32,
-    on_missing: OnMissingKey,
+    on_missing: Option<OnMissingKey>,
     retry_after: Duration,
     settings: Settings,
     #[cfg(feature = "redis")]
@@ -71,7 +71,7 @@ impl ConcurrencyLimitLayer {
             name: name.into(),
             key,
             limit: max_in_flight,
-            on_missing: OnMissingKey::default(),
+            on_missing: None,
             retry_after: Duration::from_secs(1),
             settings: Settings::default(),
             #[cfg(feature = "redis")]
@@ -152,7 +152,7 @@ impl ConcurrencyLimitBuilder {
     /// What to do when the key extractor finds no key (default: the limit
     /// does not apply).
     pub fn on_missing_key(mut self, policy: OnMissingKey) -> Self {
-        self.on_missing = policy;
+        self.on_missing = Some(policy);
         self
     }
 
@@ -185,7 +185,7 @@ impl ConcurrencyLimitBuilder {
             return Err(BuildError::InvalidSetting("retry_after must be positive"));
         }
         self.settings.validate()?;
-        self.on_missing.check_keys(&self.key, &self.name)?;
+        OnMissingKey::check_keys(self.on_missing.as_ref(), &self.key, &self.name)?;
         #[cfg(not(feature = "redis"))]
         let backend = Backend::local();
         #[cfg(feature = "redis")]
@@ -222,6 +222,7 @@ impl ConcurrencyLimitBuilder {
                     .draft()
                     .then(|| StaticPolicy::new(&self.name, self.limit, self.retry_after, true))
                     .flatten(),
+                watch: KeyWatch::new(self.name.clone(), &self.key),
                 name: self.name,
                 key: self.key,
                 limit: self.limit,
@@ -229,7 +230,7 @@ impl ConcurrencyLimitBuilder {
                 retry_after: self.retry_after,
                 max_key_len: self.settings.max_key_len,
                 headers: self.settings.headers,
-                deny: self.settings.deny,
+                deny: self.settings.refusals,
                 backend,
             }),
         })

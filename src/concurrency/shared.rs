@@ -12,9 +12,10 @@ use super::backend::Backend;
 use super::permit::{Acquire, Outcome, Permit};
 use crate::headers::StaticPolicy;
 use crate::key::KeyExtractor;
+use crate::key::Misconfig;
 use crate::observe;
-use crate::response::{Denied, DenyFn, refusal};
-use crate::rule::{Found, Lookup, OnMissingKey};
+use crate::response::{Denied, Refusals, refusal};
+use crate::rule::{Found, KeyWatch, Lookup, OnMissingKey, lookup};
 use crate::{Decision, Key, RateLimitDecision, RuleDecision, Source};
 
 type Headers = crate::headers::Rendered;
@@ -23,11 +24,12 @@ pub(crate) struct Shared {
     pub(super) name: Arc<str>,
     pub(super) key: KeyExtractor,
     pub(super) limit: u32,
-    pub(super) on_missing: OnMissingKey,
+    pub(super) on_missing: Option<OnMissingKey>,
+    pub(super) watch: Arc<KeyWatch>,
     pub(super) retry_after: Duration,
     pub(super) max_key_len: usize,
     pub(super) headers: crate::headers::Headers,
-    pub(super) deny: Arc<DenyFn>,
+    pub(super) deny: Refusals,
     pub(super) backend: Backend,
     pub(super) policy: Option<StaticPolicy>,
 }
@@ -35,7 +37,7 @@ pub(crate) struct Shared {
 /// A found key with its slot or refusal.
 enum Ready {
     Key(Key, Outcome),
-    Missing,
+    Reject(StatusCode, Option<Misconfig>),
     Skip,
 }
 
@@ -70,7 +72,7 @@ impl Shared {
     /// sync key extractor and the local backend), else returns where it
     /// stopped for [`suspend`](Self::suspend).
     pub(crate) fn decide(&self, parts: &mut Parts) -> Result<Admission, Stopped> {
-        let found = match self.on_missing.lookup(&self.key, parts) {
+        let found = match lookup(self.on_missing.as_ref(), &self.key, parts, &self.watch) {
             Lookup::Now(found) => found,
             Lookup::Later(find) => return Err(Stopped::Finding(find)),
         };
@@ -101,7 +103,10 @@ impl Shared {
         let key = match found {
             Found::Key(k) => k,
             Found::Skip => return Taken::Ready(Ready::Skip),
-            Found::Missing => return Taken::Ready(Ready::Missing),
+            Found::Reject(status) => return Taken::Ready(Ready::Reject(status, None)),
+            Found::Misconfigured(m) => {
+                return Taken::Ready(Ready::Reject(StatusCode::INTERNAL_SERVER_ERROR, Some(m)));
+            }
         };
         let bounded = key.clone().bounded(self.max_key_len);
         match self
@@ -119,23 +124,21 @@ impl Shared {
         let (key, outcome) = match taken {
             Ready::Key(key, outcome) => (key, outcome),
             Ready::Skip => return Admission::Go(Headers::new(), None),
-            Ready::Missing => match self.on_missing {
-                OnMissingKey::Reject(status) => {
-                    let denied = Denied {
-                        rule: self.name.clone(),
-                        retry_after: None,
-                        status,
-                        hidden: false,
-                    };
-                    return Admission::Stop(refusal(
-                        &*self.deny,
-                        &denied,
-                        &parts.headers,
-                        Headers::new(),
-                    ));
-                }
-                _ => return Admission::Go(Headers::new(), None),
-            },
+            Ready::Reject(status, misconfig) => {
+                let denied = Denied {
+                    rule: self.name.clone(),
+                    retry_after: None,
+                    status,
+                    hidden: false,
+                    misconfig,
+                };
+                return Admission::Stop(refusal(
+                    &self.deny,
+                    &denied,
+                    &parts.headers,
+                    Headers::new(),
+                ));
+            }
         };
         let mut headers = Headers::new();
         let source = outcome.source;
@@ -178,8 +181,9 @@ impl Shared {
                     retry_after: Some(wait),
                     status: StatusCode::TOO_MANY_REQUESTS,
                     hidden: false,
+                    misconfig: None,
                 };
-                Admission::Stop(refusal(&*self.deny, &denied, &parts.headers, headers))
+                Admission::Stop(refusal(&self.deny, &denied, &parts.headers, headers))
             }
         }
     }

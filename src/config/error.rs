@@ -18,7 +18,7 @@ use crate::error::BuildError;
 /// assert_eq!((err.line(), err.column()), (Some(4), Some(9)));
 /// assert!(err.to_string().starts_with("line 4, column 9: invalid quota \"100/fortnight\""));
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct ConfigError {
     message: String,
     line: Option<usize>,
@@ -85,3 +85,5 @@ impl From<BuildError> for ConfigError {
         Self::new(e.to_string())
     }
 }
+
+crate::report::debug_as_display!(ConfigError);

@@ -18,7 +18,7 @@ use crate::error::BuildError;
 use crate::failure::BreakerStatus;
 use crate::headers::StaticPolicy;
 use crate::policy::KeySpaceFull;
-use crate::rule::Rule;
+use crate::rule::{KeyWatch, Rule};
 use crate::throttle::Throttle;
 
 /// Settings the chain shares with every rule.
@@ -91,6 +91,7 @@ impl Chain {
             });
             let records = rule.settles() || (cfg.refunds && i < last);
             out.push(Arc::new(CompiledRule {
+                watch: KeyWatch::new(rule.name.clone(), &rule.key),
                 records,
                 key_space_warned: Throttle::default(),
                 waiters,

@@ -25,7 +25,6 @@ pub(crate) enum ControlOp {
 /// assert!(matches!(err, ControlError::UnknownRule(ref r) if r == "nope"));
 /// # }
 /// ```
-#[derive(Debug)]
 #[non_exhaustive]
 pub enum ControlError {
     /// No rule of the layer's current chain has this name.
@@ -73,3 +72,5 @@ impl std::error::Error for ControlError {
         }
     }
 }
+
+crate::report::debug_as_display!(ControlError);

@@ -14,17 +14,19 @@ use crate::backend::local::LocalStore;
 use crate::decision::Decisions;
 use crate::headers::StaticPolicy;
 use crate::instant::after;
+use crate::key::Misconfig;
 use crate::now_or_later::NowOrLater;
 use crate::policy::OnDeny;
-use crate::rule::{Cost, Found, Lookup, OnMissingKey, QuotaSource, Rule};
+use crate::rule::{Cost, Found, Lookup, QuotaSource, Rule, lookup};
 use crate::{Decision, Key, Quota, RuleDecision, Source, observe};
 
 /// One rule's contribution.
 pub(crate) enum Outcome {
     /// The rule does not apply (no key, zero cost).
     Skip,
-    /// A missing key the rule rejects with this status.
-    Reject(StatusCode),
+    /// A missing key the rule rejects with this status; a 500 when its
+    /// source is missing from the setup.
+    Reject(StatusCode, Option<Misconfig>),
     /// With what it spent, when the rule records it (boxed: most rules
     /// don't, and the outcome moves through every step).
     Decided(RuleDecision, Option<Box<Spend>>),
@@ -41,6 +43,7 @@ pub(crate) enum Verdict {
     Reject {
         rule: Arc<str>,
         status: StatusCode,
+        misconfig: Option<Misconfig>,
         decisions: Decisions,
     },
 }
@@ -66,11 +69,12 @@ pub(super) fn fold(
 ) -> Option<Verdict> {
     match outcome {
         Outcome::Skip => None,
-        Outcome::Reject(status) => {
+        Outcome::Reject(status, misconfig) => {
             spends.refund();
             Some(Verdict::Reject {
                 rule: rule.name.clone(),
                 status,
+                misconfig,
                 decisions: std::mem::take(decisions),
             })
         }
@@ -102,7 +106,12 @@ impl CompiledRule {
         let Some(cost) = NonZeroU32::new(cost) else {
             return Step::Now(Outcome::Skip);
         };
-        match self.rule.on_missing.lookup(&self.rule.key, parts) {
+        match lookup(
+            self.rule.on_missing.as_ref(),
+            &self.rule.key,
+            parts,
+            &self.watch,
+        ) {
             Lookup::Now(found) => self.on_found(found, quota, cost),
             Lookup::Later(f) => {
                 let this = self.clone();
@@ -116,15 +125,11 @@ impl CompiledRule {
     pub(super) fn on_found(self: &Arc<Self>, found: Found, quota: Quota, cost: NonZeroU32) -> Step {
         match found {
             Found::Key(key) => self.decide(key, quota, cost),
-            Found::Missing => Step::Now(self.missing()),
+            Found::Reject(status) => Step::Now(Outcome::Reject(status, None)),
+            Found::Misconfigured(m) => {
+                Step::Now(Outcome::Reject(StatusCode::INTERNAL_SERVER_ERROR, Some(m)))
+            }
             Found::Skip => Step::Now(Outcome::Skip),
-        }
-    }
-
-    pub(super) fn missing(&self) -> Outcome {
-        match &self.rule.on_missing {
-            OnMissingKey::Reject(status) => Outcome::Reject(*status),
-            _ => Outcome::Skip,
         }
     }
 

@@ -12,12 +12,15 @@ use crate::backend::keyspace::Budget;
 use crate::backend::local::LocalStore;
 use crate::backend::lock::Locks;
 use crate::headers::StaticPolicy;
-use crate::rule::{QuotaSource, Rule, Scope};
+use crate::rule::{KeyWatch, QuotaSource, Rule, Scope};
 use crate::throttle::Throttle;
 use crate::{Decision, Key, Quota};
 
 pub(crate) struct CompiledRule {
     pub(super) rule: Rule,
+    /// Requests without a key, watched so a limit that applies to nothing
+    /// is seen.
+    pub(super) watch: Arc<KeyWatch>,
     /// At most one key-space warning a minute.
     pub(super) key_space_warned: Throttle,
     /// Requests waiting per key, for `OnDeny::Wait`.

@@ -99,6 +99,7 @@ fn summary(v: &Verdict) -> (String, Vec<(String, bool, u32)>) {
             rule,
             status,
             decisions,
+            ..
         } => (format!("reject {rule} {}", status.as_u16()), decisions),
     };
     let ds = ds
@@ -255,6 +256,7 @@ fn a_missing_key_is_rejected_with_the_rules_status() {
             rule,
             status,
             decisions,
+            ..
         } => {
             assert_eq!(&*rule, "auth");
             assert_eq!(status, StatusCode::UNAUTHORIZED);

@@ -8,7 +8,7 @@ use crate::error::BuildError;
 use crate::policy::OnDeny;
 #[cfg(feature = "redis")]
 use crate::policy::{FailureMode, FailurePolicy};
-use crate::rule::{Cost, QuotaSource, Rule, Scope, valid_name};
+use crate::rule::{Cost, OnMissingKey, QuotaSource, Rule, Scope, valid_name};
 
 pub(super) fn validate(rule: &Rule, instances: Option<u32>) -> Result<(), BuildError> {
     let name = &rule.name;
@@ -16,7 +16,7 @@ pub(super) fn validate(rule: &Rule, instances: Option<u32>) -> Result<(), BuildE
         return Err(BuildError::InvalidRuleName(name.to_string()));
     }
     let rule_err = || name.to_string();
-    rule.on_missing.check_keys(&rule.key, name)?;
+    OnMissingKey::check_keys(rule.on_missing.as_ref(), &rule.key, name)?;
     if let Some(lockout) = rule.lockout {
         lockout.validate()?;
         if matches!(rule.on_deny, OnDeny::Wait { .. }) {

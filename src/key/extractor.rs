@@ -10,6 +10,7 @@ use http::request::Parts;
 
 use super::Key;
 use super::forwarded::TrustedProxies;
+use super::source::{Misconfig, Source};
 use crate::now_or_later::NowOrLater;
 use crate::throttle::Throttle;
 
@@ -44,6 +45,9 @@ enum Kind {
 pub struct KeyExtractor {
     kind: Kind,
     name: Arc<str>,
+    /// What the key is read from, to tell a missing key from a setup in
+    /// which no request can have one.
+    source: Source,
     /// A configuration error, reported by the builder that gets this
     /// extractor instead of a panic where it is written.
     invalid: Option<Arc<str>>,
@@ -68,6 +72,7 @@ impl KeyExtractor {
         Self {
             kind: Kind::Sync(Arc::new(f)),
             name: name.into(),
+            source: Source::Any,
             invalid: None,
         }
     }
@@ -96,6 +101,7 @@ impl KeyExtractor {
         Self {
             kind: Kind::Async(Arc::new(move |p| Box::pin(f(p)))),
             name: name.into(),
+            source: Source::Any,
             invalid: None,
         }
     }
@@ -143,7 +149,14 @@ impl KeyExtractor {
     }
 
     /// A key from a value an earlier layer put in the request extensions,
-    /// typically the authenticated user or tenant.
+    /// typically the authenticated user or tenant. `f` may be any closure.
+    ///
+    /// Add the rate limit *inside* the layer that inserts `T` (later in a
+    /// `ServiceBuilder`, earlier in axum's `.layer` calls). A request without
+    /// `T` is refused with 500 and logged, unless the rule's
+    /// [`OnMissingKey`](crate::rule::OnMissingKey) says what to do with it:
+    /// `Skip` when anonymous requests are expected and free, `Fallback`
+    /// to count them by IP.
     ///
     /// ```
     /// use keyed_rate_limit::{Key, key::KeyExtractor};
@@ -154,16 +167,26 @@ impl KeyExtractor {
     /// let by_user = KeyExtractor::extension::<User>(|u| Key::from(u.id));
     /// assert_eq!(by_user.name(), "extension");
     /// ```
-    pub fn extension<T>(f: fn(&T) -> Key) -> Self
+    pub fn extension<T>(f: impl Fn(&T) -> Key + Send + Sync + 'static) -> Self
     where
         T: Send + Sync + 'static,
     {
-        Self::new("extension", move |p| p.extensions.get::<T>().map(f))
+        let has = |p: &Parts| p.extensions.get::<T>().is_some();
+        Self {
+            source: Source::Extension(has, std::any::type_name::<T>()),
+            ..Self::new("extension", move |p| p.extensions.get::<T>().map(&f))
+        }
     }
 
-    /// The TCP peer's IP, from axum's `ConnectInfo<SocketAddr>` (serve with
-    /// `into_make_service_with_connect_info::<SocketAddr>()`) or, with
-    /// feature `tonic`, tonic's `TcpConnectInfo`. IPv6 peers are keyed by
+    /// The TCP peer's IP, from axum's `ConnectInfo<SocketAddr>` or, with
+    /// feature `tonic`, tonic's `TcpConnectInfo`.
+    ///
+    /// axum only records the peer when told to: serve with
+    /// `axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())`.
+    /// Without it no request has a peer address, so a rule keyed on it
+    /// refuses every request with 500 and logs the fix (whatever its
+    /// [`OnMissingKey`](crate::rule::OnMissingKey), it logs), rather than
+    /// limit nothing. IPv6 peers are keyed by
     /// their /56 network ([`DEFAULT_V6_PREFIX`](super::DEFAULT_V6_PREFIX):
     /// one ISP delegation; see [`peer_ip_prefix`](Self::peer_ip_prefix)),
     /// IPv4-mapped and IPv4-compatible IPv6 addresses as IPv4.
@@ -237,6 +260,7 @@ impl KeyExtractor {
         let mut k = Self::new(name, move |p| {
             find(p, &warn).map(|ip| super::ip::ip_key(ip, v6_prefix))
         });
+        k.source = Source::ConnectInfo;
         k.invalid = (!super::ip::valid_v6_prefix(v6_prefix))
             .then(|| format!("IPv6 prefix /{v6_prefix} is not in 1..=128").into());
         k
@@ -281,7 +305,14 @@ impl KeyExtractor {
     }
 
     /// The route pattern axum matched (`/users/{id}`, not `/users/7`), so
-    /// each endpoint gets its own budget. No key outside an axum router.
+    /// each endpoint gets its own budget.
+    ///
+    /// Add the layer with `Router::route_layer` (or `Router::layer`): around
+    /// the router, no route is matched yet, and the rule refuses every
+    /// request with 500 and logs why. A request no route matches (the
+    /// fallback) has no key; the rule's
+    /// [`OnMissingKey`](crate::rule::OnMissingKey) decides, skipping it by
+    /// default.
     ///
     /// ```
     /// use keyed_rate_limit::key::KeyExtractor;
@@ -290,11 +321,14 @@ impl KeyExtractor {
     /// assert_eq!(k.name(), "matched_route+peer_ip");
     /// ```
     pub fn matched_route() -> Self {
-        Self::new("matched_route", |p| {
-            p.extensions
-                .get::<MatchedPath>()
-                .map(|m| Key::copy_from_slice(m.as_str().as_bytes()))
-        })
+        Self {
+            source: Source::Router,
+            ..Self::new("matched_route", |p| {
+                p.extensions
+                    .get::<MatchedPath>()
+                    .map(|m| Key::copy_from_slice(m.as_str().as_bytes()))
+            })
+        }
     }
 
     /// The same key for every request: one budget shared by all clients.
@@ -345,6 +379,7 @@ impl KeyExtractor {
                 let invalid = self.invalid.or(other.invalid);
                 Self {
                     invalid,
+                    source: Source::both(self.source, other.source),
                     ..Self::new(name, move |p| a(p).or_else(|| b(p)))
                 }
             }
@@ -359,6 +394,7 @@ impl KeyExtractor {
         join: fn(Option<Key>, Option<Key>) -> Option<Key>,
     ) -> Self {
         let invalid = self.invalid.or(other.invalid);
+        let source = Source::both(self.source.clone(), other.source.clone());
         let combined = match (self.kind, other.kind) {
             (Kind::Sync(a), Kind::Sync(b)) => Self::new(name, move |p| join(a(p), b(p))),
             (a, b) => {
@@ -366,11 +402,13 @@ impl KeyExtractor {
                     KeyExtractor {
                         kind: a,
                         name: self.name,
+                        source: self.source,
                         invalid: None,
                     },
                     KeyExtractor {
                         kind: b,
                         name: other.name,
+                        source: other.source,
                         invalid: None,
                     },
                 );
@@ -382,8 +420,25 @@ impl KeyExtractor {
         };
         Self {
             invalid,
+            source,
             ..combined
         }
+    }
+
+    /// The source this request lacks, so that no key could be found: asked
+    /// only once the extractor found none.
+    pub(crate) fn absent(&self, parts: &Parts) -> Option<Misconfig> {
+        self.source.absent(parts)
+    }
+
+    /// Whether the extractor reads a source the crate can check.
+    pub(crate) fn checks_source(&self) -> bool {
+        !matches!(self.source, Source::Any)
+    }
+
+    /// The source it reads, for `describe()`.
+    pub(crate) fn needs(&self) -> Option<String> {
+        self.source.needs()
     }
 
     /// The label given at construction.

@@ -217,12 +217,14 @@ impl From<u64> for Key {
 mod extractor;
 mod forwarded;
 mod ip;
+mod source;
 
 pub(crate) use extractor::Extracted;
 pub use extractor::KeyExtractor;
 pub use forwarded::{ForwardedHeader, TrustedProxies};
 pub use ip::DEFAULT_V6_PREFIX;
 pub(crate) use ip::canonical;
+pub(crate) use source::Misconfig;
 
 #[cfg(test)]
 mod tests {

@@ -314,7 +314,7 @@ impl fmt::Display for Offset {
 }
 
 /// Why a [`Quota`] can never admit a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum QuotaError {
     /// The limit is zero.
@@ -350,3 +350,4 @@ impl fmt::Display for QuotaError {
 }
 
 impl std::error::Error for QuotaError {}
+crate::report::debug_as_display!(QuotaError);

@@ -153,7 +153,7 @@ impl RateLimitBuilder {
                 config,
                 reloading: Mutex::new(()),
                 headers: self.settings.headers,
-                deny: self.settings.deny,
+                deny: self.settings.refusals,
                 extension: self.extension,
             }),
         })

@@ -10,7 +10,7 @@ use crate::RateLimitDecision;
 use crate::engine::{Chain, ChainConfig, Settlement, Suspended, Verdict};
 use crate::gate::{Admission, Pending};
 use crate::headers::Headers;
-use crate::response::{Denied, DenyFn, refusal};
+use crate::response::{Denied, Refusals, refusal};
 
 pub(crate) struct Shared {
     /// Swapped whole by [`RateLimitLayer::reload`].
@@ -19,7 +19,7 @@ pub(crate) struct Shared {
     /// One reload at a time: each carries state over from the chain it replaces.
     pub(super) reloading: Mutex<()>,
     pub(super) headers: Headers,
-    pub(super) deny: Arc<DenyFn>,
+    pub(super) deny: Refusals,
     pub(super) extension: bool,
 }
 
@@ -106,12 +106,14 @@ impl Shared {
                     retry_after: last.decision.retry_after(),
                     status: StatusCode::TOO_MANY_REQUESTS,
                     hidden: last.hidden,
+                    misconfig: None,
                 };
-                Admission::Stop(refusal(&*self.deny, &denied, &parts.headers, headers))
+                Admission::Stop(refusal(&self.deny, &denied, &parts.headers, headers))
             }
             Verdict::Reject {
                 rule,
                 status,
+                misconfig,
                 mut decisions,
             } => {
                 self.headers.render(&mut decisions, &mut headers);
@@ -120,8 +122,9 @@ impl Shared {
                     retry_after: None,
                     status,
                     hidden: false,
+                    misconfig,
                 };
-                Admission::Stop(refusal(&*self.deny, &denied, &parts.headers, headers))
+                Admission::Stop(refusal(&self.deny, &denied, &parts.headers, headers))
             }
         }
     }

@@ -1,29 +1,49 @@
-//! What a rule does with a request its key extractor finds no key for, and
-//! the lookup that runs the extractor and its fallback.
+//! What a rule does with a request its key extractor finds no key for, the
+//! lookup that runs the extractor and its fallback, and the watch that
+//! keeps a limit that applies to nothing from going unnoticed.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 use http::StatusCode;
 use http::request::Parts;
 
 use crate::Key;
 use crate::error::BuildError;
-use crate::key::{Extracted, KeyExtractor};
+use crate::key::{Extracted, KeyExtractor, Misconfig};
 use crate::now_or_later::NowOrLater;
+use crate::observe;
+use crate::throttle::Throttle;
 
 /// What a rule does with a request its key extractor found no key for.
 ///
+/// A rule given none of these skips a request without a key, but refuses
+/// with 500 (and logs an error at most once a minute) a request whose key
+/// *source* is missing: the setup is wrong, so the limit would never
+/// apply. That is `peer_ip()`/`client_ip()` without `ConnectInfo`,
+/// `matched_route()` outside the router, and `extension::<T>()` without a
+/// `T`. Setting a policy says requests without the key are expected:
+///
 /// ```
-/// use http::StatusCode;
+/// use axum::http::StatusCode;
 /// use keyed_rate_limit::{key::KeyExtractor, rule::OnMissingKey};
 ///
+/// // Anonymous requests (no `User` extension) are not limited by this rule.
 /// let skip = OnMissingKey::Skip;
+/// // They are refused instead.
 /// let reject = OnMissingKey::Reject(StatusCode::UNAUTHORIZED);
+/// // They are counted by IP.
 /// let by_ip = OnMissingKey::Fallback(KeyExtractor::peer_ip());
 /// # let _ = (skip, reject, by_ip);
 /// ```
-#[derive(Clone, Debug, Default)]
+///
+/// An extractor that can never work in a correct setup (`peer_ip()`
+/// without `ConnectInfo`, `matched_route()` outside the router) is logged
+/// whatever the policy.
+#[derive(Clone, Debug)]
 pub enum OnMissingKey {
-    /// The rule does not apply to this request (the default).
-    #[default]
+    /// The rule does not apply to this request.
     Skip,
     /// Answer with this status (e.g. 401) and don't call the service.
     Reject(StatusCode),
@@ -35,51 +55,259 @@ pub enum OnMissingKey {
 /// The key a request counts against, once the extractors have run.
 pub(crate) enum Found {
     Key(Key),
-    /// The primary extractor found nothing and there is no fallback.
-    Missing,
-    /// The fallback found nothing either: the limit does not apply.
+    /// No key, and the rule rejects requests without one.
+    Reject(StatusCode),
+    /// The limit does not apply.
     Skip,
+    /// No request can have the key in this setup; no policy was chosen.
+    Misconfigured(Misconfig),
 }
 
 pub(crate) type Lookup = NowOrLater<Found>;
 
 impl OnMissingKey {
     /// The configuration errors `key`, and the fallback extractor, carry.
-    pub(crate) fn check_keys(&self, key: &KeyExtractor, rule: &str) -> Result<(), BuildError> {
+    pub(crate) fn check_keys(
+        policy: Option<&Self>,
+        key: &KeyExtractor,
+        rule: &str,
+    ) -> Result<(), BuildError> {
         key.check(rule)?;
-        match self {
-            Self::Fallback(k) => k.check(rule),
+        match policy {
+            Some(Self::Fallback(k)) => k.check(rule),
             _ => Ok(()),
         }
     }
+}
 
-    /// Runs `key`, then the fallback if it finds nothing; sync extractors
-    /// answer at once.
-    pub(crate) fn lookup(&self, key: &KeyExtractor, parts: &Parts) -> Lookup {
-        let fallback = match self {
-            Self::Fallback(k) => Some(k),
-            _ => None,
-        };
-        let fell_back = |key: Option<Key>| key.map_or(Found::Skip, Found::Key);
-        match key.extract(parts) {
-            Extracted::Now(Some(k)) => Lookup::Now(Found::Key(k)),
-            Extracted::Now(None) => match fallback.map(|f| f.extract(parts)) {
-                None => Lookup::Now(Found::Missing),
-                Some(Extracted::Now(k)) => Lookup::Now(fell_back(k)),
-                Some(Extracted::Later(f)) => {
-                    Lookup::Later(Box::pin(async move { fell_back(f.await) }))
+/// Runs `key`, then the policy when it finds nothing; sync extractors
+/// answer at once. The found-key path costs one relaxed load.
+pub(crate) fn lookup(
+    policy: Option<&OnMissingKey>,
+    key: &KeyExtractor,
+    parts: &Parts,
+    watch: &Arc<KeyWatch>,
+) -> Lookup {
+    match key.extract(parts) {
+        Extracted::Now(Some(k)) => {
+            watch.found();
+            Lookup::Now(Found::Key(k))
+        }
+        Extracted::Now(None) => without_key(policy, key.absent(parts), parts, watch),
+        Extracted::Later(f) => {
+            // The request head is gone once the future runs.
+            let absent = key.checks_source().then(|| key.absent(parts)).flatten();
+            let fallback = match policy {
+                Some(OnMissingKey::Fallback(fb)) => Some(fallback(fb, parts)),
+                _ => None,
+            };
+            let (policy, watch) = (policy.cloned(), watch.clone());
+            Lookup::Later(Box::pin(async move {
+                if let Some(k) = f.await {
+                    watch.found();
+                    return Found::Key(k);
                 }
-            },
-            Extracted::Later(f) => {
-                let fallback = fallback.map(|k| k.extract(parts));
-                Lookup::Later(Box::pin(async move {
-                    match (f.await, fallback) {
-                        (Some(k), _) => Found::Key(k),
-                        (None, Some(fb)) => fell_back(fb.resolve().await),
-                        (None, None) => Found::Missing,
-                    }
-                }))
+                match decide(policy.as_ref(), absent, &watch) {
+                    Ok(found) => found,
+                    Err(()) => match fallback {
+                        Some((found, absent)) => watch.fell_back(found.resolve().await, absent),
+                        None => Found::Skip,
+                    },
+                }
+            }))
+        }
+    }
+}
+
+/// The primary extractor found nothing.
+fn without_key(
+    policy: Option<&OnMissingKey>,
+    absent: Option<Misconfig>,
+    parts: &Parts,
+    watch: &Arc<KeyWatch>,
+) -> Lookup {
+    match decide(policy, absent, watch) {
+        Ok(found) => Lookup::Now(found),
+        Err(()) => {
+            let Some(OnMissingKey::Fallback(fb)) = policy else {
+                unreachable!("only a fallback defers")
+            };
+            match fallback(fb, parts) {
+                (NowOrLater::Now(k), absent) => Lookup::Now(watch.fell_back(k, absent)),
+                (NowOrLater::Later(f), absent) => {
+                    let watch = watch.clone();
+                    Lookup::Later(Box::pin(async move { watch.fell_back(f.await, absent) }))
+                }
             }
         }
+    }
+}
+
+/// The fallback's key, and its missing source should it find none.
+fn fallback(fb: &KeyExtractor, parts: &Parts) -> (Extracted, Option<Misconfig>) {
+    let absent = fb.checks_source().then(|| fb.absent(parts)).flatten();
+    (fb.extract(parts), absent)
+}
+
+/// What a request without a key gets; `Err` when the fallback decides.
+fn decide(
+    policy: Option<&OnMissingKey>,
+    absent: Option<Misconfig>,
+    watch: &KeyWatch,
+) -> Result<Found, ()> {
+    if let Some(m) = absent {
+        if policy.is_none() || m.always_wrong() {
+            watch.misconfigured(m);
+        }
+        if policy.is_none() {
+            return Ok(Found::Misconfigured(m));
+        }
+    }
+    match policy {
+        Some(OnMissingKey::Reject(status)) => Ok(Found::Reject(*status)),
+        Some(OnMissingKey::Fallback(_)) => Err(()),
+        Some(OnMissingKey::Skip) | None => {
+            watch.skipped();
+            Ok(Found::Skip)
+        }
+    }
+}
+
+/// How often the watch speaks, at most.
+const EVERY: Duration = Duration::from_secs(60);
+
+/// Keeps a rule's missing keys in view: a key source missing by setup is
+/// an ERROR at most once a minute (and counted every time), and a rule
+/// that found no key in any request for a minute is a warning.
+#[derive(Debug)]
+pub(crate) struct KeyWatch {
+    rule: Arc<str>,
+    extractor: Arc<str>,
+    /// A key was found since the period began.
+    found: AtomicBool,
+    /// Requests skipped since the period began.
+    skipped: AtomicU64,
+    /// The first skip starts the first period.
+    armed: AtomicBool,
+    period: Throttle,
+    every: Duration,
+    misconfig_log: Throttle,
+}
+
+impl KeyWatch {
+    pub(crate) fn new(rule: Arc<str>, extractor: &KeyExtractor) -> Arc<Self> {
+        Arc::new(Self {
+            rule,
+            extractor: extractor.name().into(),
+            found: AtomicBool::new(false),
+            skipped: AtomicU64::new(0),
+            armed: AtomicBool::new(false),
+            period: Throttle::default(),
+            every: EVERY,
+            misconfig_log: Throttle::default(),
+        })
+    }
+
+    #[inline]
+    fn found(&self) {
+        // A store only when it changes: the line stays shared between cores.
+        if !self.found.load(Ordering::Relaxed) {
+            self.found.store(true, Ordering::Relaxed);
+        }
+    }
+
+    fn fell_back(&self, key: Option<Key>, absent: Option<Misconfig>) -> Found {
+        match key {
+            Some(k) => {
+                self.found();
+                Found::Key(k)
+            }
+            None => {
+                if let Some(m) = absent.filter(|m| m.always_wrong()) {
+                    self.misconfigured(m);
+                }
+                self.skipped();
+                Found::Skip
+            }
+        }
+    }
+
+    fn misconfigured(&self, m: Misconfig) {
+        observe::key_misconfig(
+            &self.rule,
+            &self.extractor,
+            m.kind(),
+            &m,
+            m.fix(),
+            self.misconfig_log.ready(EVERY),
+        );
+    }
+
+    fn skipped(&self) {
+        let skipped = self.skipped.fetch_add(1, Ordering::Relaxed) + 1;
+        if !self.period.ready(self.every) {
+            return;
+        }
+        // A period ends: a warning if no request in it had a key.
+        let found = self.found.swap(false, Ordering::Relaxed);
+        self.skipped.store(0, Ordering::Relaxed);
+        if self.armed.swap(true, Ordering::Relaxed) && !found {
+            observe::no_key_found(&self.rule, &self.extractor, skipped, self.every);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use tracing_subscriber::layer::SubscriberExt;
+
+    use super::*;
+
+    /// Counts the crate's WARN events on this thread.
+    struct Warns(Arc<Mutex<usize>>);
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Warns {
+        fn on_event(&self, e: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+            if *e.metadata().level() == tracing::Level::WARN {
+                *self.0.lock().unwrap() += 1;
+            }
+        }
+    }
+
+    #[test]
+    fn a_period_in_which_no_request_had_a_key_is_a_warning() {
+        let warns = Arc::new(Mutex::new(0));
+        let subscriber = tracing_subscriber::registry().with(Warns(warns.clone()));
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let key = KeyExtractor::header("x-api-key");
+        let watch = Arc::new(KeyWatch {
+            every: Duration::ZERO,
+            ..Arc::into_inner(KeyWatch::new("r".into(), &key)).unwrap()
+        });
+        let (parts, _) = http::Request::new(()).into_parts();
+        let skip = Some(&OnMissingKey::Skip);
+        let run = |parts: &Parts| match lookup(skip, &key, parts, &watch) {
+            NowOrLater::Now(Found::Skip) => "skip",
+            NowOrLater::Now(Found::Key(_)) => "key",
+            _ => "other",
+        };
+        assert_eq!(
+            run(&parts),
+            "skip",
+            "the first skip starts the first period"
+        );
+        assert_eq!(*warns.lock().unwrap(), 0);
+        assert_eq!(run(&parts), "skip");
+        assert_eq!(*warns.lock().unwrap(), 1, "a period without a key");
+        let (with_key, _) = http::Request::builder()
+            .header("x-api-key", "k")
+            .body(())
+            .unwrap()
+            .into_parts();
+        assert_eq!(run(&with_key), "key");
+        assert_eq!(run(&parts), "skip");
+        assert_eq!(*warns.lock().unwrap(), 1, "that period had a key");
     }
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 pub use crate::policy::LeasePolicy;
 pub use crate::policy::{KeySpaceFull, Lockout, OnDeny};
 pub use missing_key::OnMissingKey;
-pub(crate) use missing_key::{Found, Lookup};
+pub(crate) use missing_key::{Found, KeyWatch, Lookup, lookup};
 
 mod missing_key;
 
@@ -102,7 +102,8 @@ pub struct Rule {
     pub(crate) cost: Cost,
     pub(crate) algorithm: Algorithm,
     pub(crate) scope: Scope,
-    pub(crate) on_missing: OnMissingKey,
+    /// `None`: skip a missing key, refuse a missing key source.
+    pub(crate) on_missing: Option<OnMissingKey>,
     pub(crate) on_deny: OnDeny,
     pub(crate) shadow: bool,
     pub(crate) visible: bool,
@@ -135,7 +136,7 @@ impl Rule {
             cost: Cost::Fixed(1),
             algorithm: Algorithm::default(),
             scope: Scope::default(),
-            on_missing: OnMissingKey::default(),
+            on_missing: None,
             on_deny: OnDeny::default(),
             shadow: false,
             visible: true,
@@ -416,9 +417,11 @@ impl Rule {
         self
     }
 
-    /// What to do when the key extractor finds no key (default: skip the rule).
+    /// What to do when the key extractor finds no key. By default the rule
+    /// is skipped, unless the key's source is missing from the setup (see
+    /// [`OnMissingKey`]): then the request is refused with 500 and logged.
     pub fn on_missing_key(mut self, policy: OnMissingKey) -> Self {
-        self.on_missing = policy;
+        self.on_missing = Some(policy);
         self
     }
 

@@ -116,6 +116,44 @@ async fn health_checks_are_limited_per_peer_ip_with_resource_exhausted() {
 }
 
 #[tokio::test]
+async fn grpc_message_words_the_refusal_and_a_misconfigured_rule_is_internal() {
+    let layer = RateLimitLayer::builder()
+        .rule(Rule::new("one", KeyExtractor::global(), Quota::per_hour(1)))
+        .grpc_message(|d| format!("come back in {} s", d.retry_after_secs().unwrap_or(0)))
+        .build()
+        .unwrap();
+    let mut first = client(serve!(layer)).await;
+    first.check(HealthCheckRequest::default()).await.unwrap();
+    let status = first
+        .check(HealthCheckRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    assert_eq!(status.message(), "come back in 3600 s");
+
+    // Outside an axum router no route is ever matched: INTERNAL, not a
+    // limit that never applies.
+    let layer = RateLimitLayer::builder()
+        .rule(Rule::new(
+            "route",
+            KeyExtractor::matched_route(),
+            Quota::per_hour(1),
+        ))
+        .build()
+        .unwrap();
+    let mut second = client(serve!(layer)).await;
+    let status = second
+        .check(HealthCheckRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Internal);
+    assert_eq!(
+        status.message(),
+        "rate limit \"route\" is misconfigured: no axum router has seen the request"
+    );
+}
+
+#[tokio::test]
 async fn grpc_missing_key_is_rejected_with_the_mapped_code() {
     let layer = RateLimitLayer::builder()
         .rule(

@@ -21,6 +21,7 @@ mod grpc;
 mod http_layer;
 #[cfg(feature = "metrics")]
 mod keyspace;
+mod misconfig;
 #[cfg(all(feature = "config", feature = "metrics"))]
 mod reload;
 mod service;

@@ -50,7 +50,7 @@ const MARKDOWN: &str = "\
 | # | rule | key | quota | algorithm | scope | failure mode | on deny |
 |---|---|---|---|---|---|---|---|
 | 1 | per-key | `header:x-api-key` | 100/min, burst 20 | gcra | local | n/a | 429 + Retry-After; missing key: 401 |
-| 2 | per-route | `matched_route+peer_ip` | 1000/10s, cost 2 | sliding_window | global, coalesced | fail_closed, 20ms timeout | 429 + Retry-After; missing key: skip |
+| 2 | per-route | `matched_route+peer_ip` | 1000/10s, cost 2 | sliding_window | global, coalesced | fail_closed, 20ms timeout | 429 + Retry-After; missing key: skip; 500 without an axum router or ConnectInfo |
 | 3 | plan | `header:x-api-key` | per request (quota_fn) | gcra | local | n/a | log only (shadow); missing key: fallback: peer_ip |
 ";
 

@@ -106,6 +106,9 @@ async fn arrivals(
             .query_async(&mut c)
             .await
             .unwrap();
+        // Under load the window may end between the admission and this
+        // read: that admission's window is then unknown, and `check` leaves
+        // it out (it can only hide an excess, never invent one).
         let window_end = (pttl > 0).then_some(hi + pttl as f64 * 1000.0);
         out.push(Admit {
             lo,

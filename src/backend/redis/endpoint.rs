@@ -67,6 +67,14 @@ impl Endpoint {
         lazy: bool,
     ) -> Result<Conn, RedisBackendError> {
         let url = self.urls.first().map_or("", String::as_str);
+        // The redis crate's own error ("the feature is not enabled") names
+        // its feature, not this crate's.
+        #[cfg(not(feature = "redis-tls"))]
+        if self.urls.iter().any(|u| u.starts_with("rediss://")) {
+            return Err(RedisBackendError::Unsupported(
+                "rediss:// URLs need keyed-rate-limit's `redis-tls` feature",
+            ));
+        }
         #[cfg(feature = "redis-tls")]
         let certs = self.tls.certificates();
         Ok(match mode {

@@ -8,7 +8,6 @@ use crate::quota::QuotaError;
 
 /// Why [`RedisBackend::builder`](super::RedisBackend::builder) or
 /// [`RedisBackend::check`](super::RedisBackend::check) failed.
-#[derive(Debug)]
 #[non_exhaustive]
 pub enum RedisBackendError {
     /// Redis answered with an error, or could not be reached.
@@ -130,3 +129,5 @@ impl crate::failure::CallError for RedisBackendError {
         matches!(self, Self::Redis(e) if e.is_connection_refusal())
     }
 }
+
+crate::report::debug_as_display!(RedisBackendError);
