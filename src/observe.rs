@@ -1,8 +1,10 @@
 #![doc = include_str!("../docs/observe.md")]
 
 use std::sync::Arc;
-
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use crate::throttle::Throttle;
 
 /// The `tracing` target of every event.
 pub const TARGET: &str = "keyed_rate_limit";
@@ -146,18 +148,57 @@ pub(crate) fn key_space_full(
     count(DECISIONS_TOTAL, rule, &[("outcome", outcome)]);
 }
 
-/// Every deny is logged (with the key's fingerprint, never the key) and
-/// counted. `retry_after` is `None` when waiting would not help.
-pub(crate) fn deny(rule: &Arc<str>, key: &str, retry_after: Option<Duration>, shadow: bool) {
+/// One event per period for a line that would repeat on every request,
+/// standing for those it held back (`suppressed`): a flood of denies or of
+/// failure-mode decisions stays a few lines a second per rule, while the
+/// counters count each one.
+#[derive(Debug, Default)]
+pub(crate) struct Sampled {
+    gate: Throttle,
+    held: AtomicU64,
+}
+
+impl Sampled {
+    /// `Some(held back since the last event)` when this one is logged.
+    #[inline]
+    fn take(&self, every: Duration) -> Option<u64> {
+        if self.gate.ready(every) {
+            Some(self.held.swap(0, Ordering::Relaxed))
+        } else {
+            self.held.fetch_add(1, Ordering::Relaxed);
+            None
+        }
+    }
+}
+
+/// At most one deny event per rule per second.
+const DENY_EVERY: Duration = Duration::from_secs(1);
+
+/// Every deny is counted; at most one a second per rule is logged (with the
+/// key's fingerprint, never the key, and how many denies it stands for).
+/// `key` makes the fingerprint, a SHA-256, only for a line written.
+/// `retry_after` is `None` when waiting would not help.
+pub(crate) fn deny(
+    rule: &Arc<str>,
+    key: impl FnOnce() -> String,
+    retry_after: Option<Duration>,
+    shadow: bool,
+    log: &Sampled,
+) {
+    let outcome = if shadow { "shadow_deny" } else { "deny" };
+    count(DECISIONS_TOTAL, rule, &[("outcome", outcome)]);
+    // The fingerprint (a SHA-256) only for the lines written.
+    let Some(suppressed) = log.take(DENY_EVERY) else {
+        return;
+    };
+    let key = key();
     // 0 means waiting would not help.
     let retry_after_ms = retry_after.map_or(0, |w| w.as_millis() as u64);
     if shadow {
-        tracing::info!(target: TARGET, rule = %rule, %key, retry_after_ms, "shadow rule would deny");
+        tracing::info!(target: TARGET, rule = %rule, %key, retry_after_ms, suppressed, "shadow rule would deny");
     } else {
-        tracing::info!(target: TARGET, rule = %rule, %key, retry_after_ms, "rate limited");
+        tracing::info!(target: TARGET, rule = %rule, %key, retry_after_ms, suppressed, "rate limited");
     }
-    let outcome = if shadow { "shadow_deny" } else { "deny" };
-    count(DECISIONS_TOTAL, rule, &[("outcome", outcome)]);
 }
 
 /// A key was just locked out for `block`: a warning with its fingerprint.
@@ -202,24 +243,31 @@ pub(crate) fn settle_failed(
 
 #[cfg(feature = "redis")]
 /// A decision made without Redis: `mode` decided it, because of `cause`.
+/// Counted each time; logged at most once a second per rule, with how
+/// many it stands for.
 pub(crate) fn failure_mode(
     rule: &Arc<str>,
-    key: &str,
+    key: impl FnOnce() -> String,
     cause: &'static str,
     detail: &dyn std::fmt::Display,
     mode: &'static str,
     allowed: bool,
+    log: &Sampled,
 ) {
-    tracing::warn!(
-        target: TARGET,
-        rule = %rule,
-        key,
-        cause,
-        detail = %detail,
-        mode,
-        allowed,
-        "redis unavailable; rule decided by its failure mode"
-    );
+    if let Some(suppressed) = log.take(DENY_EVERY) {
+        let key = key();
+        tracing::warn!(
+            target: TARGET,
+            rule = %rule,
+            %key,
+            cause,
+            detail = %detail,
+            mode,
+            allowed,
+            suppressed,
+            "redis unavailable; rule decided by its failure mode"
+        );
+    }
     count(
         DECISIONS_TOTAL,
         rule,
@@ -228,11 +276,32 @@ pub(crate) fn failure_mode(
 }
 
 #[cfg(feature = "redis")]
-/// A rule's circuit breaker opened after `detail`.
-pub(crate) fn breaker_opened(rule: &Arc<str>, detail: &dyn std::fmt::Display) {
-    tracing::warn!(target: TARGET, rule = %rule, detail = %detail, "redis circuit breaker opened");
+/// A rule's circuit breaker opened after `detail`: a warning when an
+/// outage begins (`first`); a failed half-open probe re-opening it is
+/// logged when `log` (at most once a minute). Counted every time.
+pub(crate) fn breaker_opened(
+    rule: &Arc<str>,
+    detail: &dyn std::fmt::Display,
+    first: bool,
+    log: bool,
+    out_for: Duration,
+) {
+    if first {
+        tracing::warn!(target: TARGET, rule = %rule, detail = %detail, "redis circuit breaker opened");
+    } else if log {
+        let out_for_ms = out_for.as_millis() as u64;
+        tracing::warn!(target: TARGET, rule = %rule, detail = %detail, out_for_ms, "redis circuit breaker still open: half-open probe failed");
+    }
     count(BREAKER_OPENED_TOTAL, rule, &[]);
     breaker_state(rule, 1);
+}
+
+#[cfg(feature = "redis")]
+/// A rule's circuit breaker closed after an outage of `out_for`.
+pub(crate) fn breaker_closed(rule: &Arc<str>, out_for: Duration) {
+    let out_for_ms = out_for.as_millis() as u64;
+    tracing::info!(target: TARGET, rule = %rule, out_for_ms, "redis circuit breaker closed; redis answers again");
+    breaker_state(rule, 0);
 }
 
 #[cfg(feature = "metrics")]

@@ -223,6 +223,7 @@ impl ConcurrencyLimitBuilder {
                     .then(|| StaticPolicy::new(&self.name, self.limit, self.retry_after, true))
                     .flatten(),
                 watch: KeyWatch::new(self.name.clone(), &self.key),
+                deny_log: Default::default(),
                 name: self.name,
                 key: self.key,
                 limit: self.limit,

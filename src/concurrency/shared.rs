@@ -26,6 +26,7 @@ pub(crate) struct Shared {
     pub(super) limit: u32,
     pub(super) on_missing: Option<OnMissingKey>,
     pub(super) watch: Arc<KeyWatch>,
+    pub(super) deny_log: observe::Sampled,
     pub(super) retry_after: Duration,
     pub(super) max_key_len: usize,
     pub(super) headers: crate::headers::Headers,
@@ -170,9 +171,10 @@ impl Shared {
                 let decision = Decision::denied(self.limit, self.retry_after, wait, wait);
                 observe::deny(
                     &self.name,
-                    &key.fingerprint(),
+                    || key.fingerprint(),
                     decision.retry_after(),
                     false,
+                    &self.deny_log,
                 );
                 self.headers
                     .render(&mut [self.rule_decision(decision, source)], &mut headers);

@@ -94,6 +94,7 @@ impl Chain {
                 watch: KeyWatch::new(rule.name.clone(), &rule.key),
                 records,
                 key_space_warned: Throttle::default(),
+                deny_log: Default::default(),
                 waiters,
                 backend,
                 locks,

@@ -350,7 +350,13 @@ impl CompiledRule {
             observe::locked_deny(&self.rule.name);
         } else if !decision.is_allowed() {
             let retry = decision.retry_after();
-            observe::deny(&self.rule.name, &key.fingerprint(), retry, shadow);
+            observe::deny(
+                &self.rule.name,
+                || key.fingerprint(),
+                retry,
+                shadow,
+                &self.deny_log,
+            );
         }
         Outcome::Decided(
             RuleDecision {

@@ -14,13 +14,15 @@ use crate::backend::lock::Locks;
 use crate::headers::StaticPolicy;
 use crate::rule::{KeyWatch, QuotaSource, Rule, Scope};
 use crate::throttle::Throttle;
-use crate::{Decision, Key, Quota};
+use crate::{Decision, Key, Quota, observe};
 
 pub(crate) struct CompiledRule {
     pub(super) rule: Rule,
     /// Requests without a key, watched so a limit that applies to nothing
     /// is seen.
     pub(super) watch: Arc<KeyWatch>,
+    /// At most one deny event a second.
+    pub(super) deny_log: observe::Sampled,
     /// At most one key-space warning a minute.
     pub(super) key_space_warned: Throttle,
     /// Requests waiting per key, for `OnDeny::Wait`.

@@ -3,7 +3,7 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -15,6 +15,7 @@ use super::{BreakerStatus, FailureMode, LiveCount, Liveness};
 use crate::instant::after;
 use crate::policy::Cause;
 use crate::policy::FailurePolicy;
+use crate::throttle::Throttle;
 use crate::{Key, Quota, Source, observe};
 
 /// How many timeouts a call may wait in all while the server keeps
@@ -42,6 +43,13 @@ pub(crate) struct Guard {
     /// The live gateway count, when the backend keeps one: it replaces
     /// `instances` once read.
     live: Option<Arc<LiveCount>>,
+    /// Failure-mode decisions, logged at most once a second.
+    failure_log: observe::Sampled,
+    /// When the breaker opened for the outage under way, so that it is
+    /// logged once when it begins and once when it ends.
+    outage: Mutex<Option<Instant>>,
+    /// Failed probes are logged at most once a minute.
+    probe_log: Throttle,
 }
 
 impl Guard {
@@ -65,11 +73,32 @@ impl Guard {
             breaker: CircuitBreaker::new(policy.breaker, probe_deadline),
             instances,
             live,
+            failure_log: Default::default(),
+            outage: Mutex::new(None),
+            probe_log: Throttle::default(),
         }
     }
 
     fn breaker_opened_event(&self, cause: &dyn fmt::Display) {
-        observe::breaker_opened(&self.rule, cause);
+        let now = Instant::now();
+        let mut outage = self.outage.lock().unwrap_or_else(PoisonError::into_inner);
+        let first = outage.is_none();
+        let began = *outage.get_or_insert(now);
+        drop(outage);
+        let log = !first && self.probe_log.ready(Duration::from_secs(60));
+        observe::breaker_opened(&self.rule, cause, first, log, now - began);
+    }
+
+    fn breaker_closed_event(&self) {
+        let began = self
+            .outage
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        match began {
+            Some(began) => observe::breaker_closed(&self.rule, began.elapsed()),
+            None => observe::breaker_state(&self.rule, 0),
+        }
     }
 
     pub(crate) fn admit(&self) -> Admit {
@@ -145,7 +174,7 @@ impl Guard {
         match outcome {
             Ok(v) => {
                 if self.breaker.success() {
-                    observe::breaker_state(&self.rule, 0);
+                    self.breaker_closed_event();
                 }
                 Ok(v)
             }
@@ -206,14 +235,14 @@ impl Guard {
         self.failed(&cause);
         let (out, allowed) = decide(self.mode);
         let mode = self.mode.as_str();
-        let fingerprint = key.fingerprint();
         observe::failure_mode(
             &self.rule,
-            &fingerprint,
+            || key.fingerprint(),
             cause.kind(),
             &cause,
             mode,
             allowed,
+            &self.failure_log,
         );
         (out, self.mode.source())
     }

@@ -21,6 +21,8 @@ mod grpc;
 mod http_layer;
 #[cfg(feature = "metrics")]
 mod keyspace;
+#[cfg(feature = "metrics")]
+mod logs;
 mod misconfig;
 #[cfg(all(feature = "config", feature = "metrics"))]
 mod reload;

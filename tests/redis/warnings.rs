@@ -71,7 +71,11 @@ async fn failure_mode_events_carry_a_stable_cause() {
             Rule::new("causes", KeyExtractor::global(), Quota::per_minute(10))
                 .global(server.backend("causes").await)
                 .on_redis_failure(FailureMode::FailOpen)
-                .redis_timeout(Duration::from_millis(500)),
+                .redis_timeout(Duration::from_millis(500))
+                .circuit_breaker(
+                    keyed_rate_limit::failure::BreakerConfig::default()
+                        .open_for(Duration::from_secs(60)),
+                ),
         )
         .build()
         .unwrap();
@@ -81,8 +85,15 @@ async fn failure_mode_events_carry_a_stable_cause() {
     for _ in 0..3 {
         assert_eq!(client().get(&url).send().await.unwrap().status(), 200);
     }
+    // One line a second per rule, standing for the decisions it held back.
     let failures = with_message(&events, "decided by its failure mode");
-    assert_eq!(failures.len(), 3, "{events:?}");
+    assert_eq!(failures.len(), 1, "{events:?}");
+    assert_eq!(failures[0]["suppressed"], "0");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(client().get(&url).send().await.unwrap().status(), 200);
+    let failures = with_message(&events, "decided by its failure mode");
+    assert_eq!(failures.len(), 2, "{events:?}");
+    assert_eq!(failures[1]["suppressed"], "2");
     for e in &failures {
         assert_eq!(e["rule"], "causes");
         assert_eq!(e["mode"], "fail_open");
@@ -98,4 +109,52 @@ async fn failure_mode_events_carry_a_stable_cause() {
         with_message(&events, "circuit breaker opened")[0]["rule"],
         "causes"
     );
+}
+
+/// The breaker speaks at its changes: opened once, a failed probe at most
+/// once a minute, and closed with how long Redis was out.
+#[tokio::test]
+async fn the_breaker_logs_an_outage_once_when_it_begins_and_once_when_it_ends() {
+    let mut server = RedisServer::start();
+    let layer = RateLimitLayer::builder()
+        .rule(
+            Rule::new("outage", KeyExtractor::global(), Quota::per_minute(1000))
+                .global(server.backend("outage").await)
+                .on_redis_failure(FailureMode::FailOpen)
+                .circuit_breaker(
+                    keyed_rate_limit::failure::BreakerConfig::default()
+                        .open_for(Duration::from_millis(100)),
+                ),
+        )
+        .build()
+        .unwrap();
+    let url = serve(ok_app(layer)).await;
+    let (events, _guard) = capture();
+    server.kill();
+    // A second of requests: the breaker probes about ten times, each fails.
+    let until = tokio::time::Instant::now() + Duration::from_secs(1);
+    while tokio::time::Instant::now() < until {
+        assert_eq!(client().get(&url).send().await.unwrap().status(), 200);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(with_message(&events, "circuit breaker opened").len(), 1);
+    let probes = with_message(&events, "half-open probe failed");
+    assert_eq!(probes.len(), 1, "at most once a minute: {probes:?}");
+    server.restart();
+    let closed = loop {
+        assert!(tokio::time::Instant::now() < until + Duration::from_secs(10));
+        assert_eq!(client().get(&url).send().await.unwrap().status(), 200);
+        let closed = with_message(&events, "circuit breaker closed");
+        if !closed.is_empty() {
+            break closed;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(closed.len(), 1);
+    let out_for: u64 = closed[0]["out_for_ms"].parse().unwrap();
+    assert!(
+        out_for >= 1000,
+        "Redis was out for the whole second: {out_for} ms"
+    );
+    assert_eq!(with_message(&events, "circuit breaker opened").len(), 1);
 }

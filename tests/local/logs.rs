@@ -1,0 +1,56 @@
+//! A flood of denies is a few log lines, and the counter has every deny.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use http::Request;
+use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use tower::{Layer, ServiceExt};
+
+use crate::support::{events, metrics};
+
+#[tokio::test]
+async fn a_deny_flood_logs_once_a_second_per_rule_and_counts_every_deny() {
+    metrics::snapshotter();
+    let (events, _guard) = events::capture();
+    let layer = RateLimitLayer::builder()
+        .rule(Rule::new(
+            "flood",
+            KeyExtractor::global(),
+            Quota::per_hour(1),
+        ))
+        .build()
+        .unwrap();
+    let svc = layer.layer(tower::service_fn(|_req: Request<Body>| async {
+        Ok::<_, std::convert::Infallible>(http::Response::new(Body::empty()))
+    }));
+    let call = || async {
+        let req = Request::get("/").body(Body::empty()).unwrap();
+        svc.clone().oneshot(req).await.unwrap().status().as_u16()
+    };
+    assert_eq!(call().await, 200);
+    for _ in 0..500 {
+        assert_eq!(call().await, 429);
+    }
+    let lines = events::with_message(&events, "rate limited");
+    // 500 denies in well under a second here; a slow machine may cross one
+    // second boundary, never many.
+    assert!(
+        (1..=3).contains(&lines.len()),
+        "{} lines for 500 denies",
+        lines.len()
+    );
+    assert_eq!(lines[0]["suppressed"], "0", "the first deny is logged");
+    const DECISIONS: &str = "rate_limit_decisions_total";
+    assert_eq!(metrics::counter(DECISIONS, "flood", "deny"), 500);
+
+    // The next line, a second on, stands for the denies held back.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(call().await, 429);
+    let lines = events::with_message(&events, "rate limited");
+    let told: u64 = lines
+        .iter()
+        .map(|l| l["suppressed"].parse::<u64>().unwrap() + 1)
+        .sum();
+    assert_eq!(told, 501, "every deny is in a line's count: {lines:?}");
+}
