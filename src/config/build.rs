@@ -9,6 +9,7 @@ use crate::rule::{Lockout, OnMissingKey};
 use crate::{HeaderStyle, RateLimitBuilder, RateLimitLayer, ResetFormat, Rule};
 
 use super::error::ConfigError;
+use super::locate::Origin;
 use super::parse::{KeyAtom, KeySpec, MissingSpec};
 use super::registry::{Registry, lookup};
 use super::schema::{RuleConfig, RulesConfig, ScopeSpec};
@@ -48,14 +49,20 @@ impl RulesConfig {
 
     /// The file's rules, built with `registry`.
     pub(super) fn into_rules(self, registry: &Registry) -> Result<Vec<Rule>, ConfigError> {
+        let origin = self.origin;
         self.rules
             .into_iter()
             .map(|rule| {
                 let name = rule.raw.name.clone();
                 rule.into_rule(registry)
-                    .map_err(|e| ConfigError::new(format!("rule {name:?}: {e}")))
+                    .map_err(|e| origin.rule_error(&name, 0, format!("rule {name:?}: {e}")))
             })
             .collect()
+    }
+
+    /// Where the configuration was read from, for errors found later.
+    pub(super) fn origin(&self) -> Origin {
+        self.origin.clone()
     }
 
     /// The settings of the layer as a whole, which a reload can't change.
@@ -75,7 +82,10 @@ impl RulesConfig {
     ///
     /// As [`into_builder`](Self::into_builder), and any [`BuildError`](crate::error::BuildError).
     pub fn into_layer(self, registry: &Registry) -> Result<RateLimitLayer, ConfigError> {
-        Ok(self.into_builder(registry)?.build()?)
+        let origin = self.origin();
+        self.into_builder(registry)?
+            .build()
+            .map_err(|e| origin.build_error(e))
     }
 }
 

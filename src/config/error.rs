@@ -1,7 +1,7 @@
 //! [`ConfigError`]: what is wrong with a configuration, and where.
 
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::error::BuildError;
 
@@ -21,6 +21,7 @@ use crate::error::BuildError;
 #[derive(Clone, PartialEq, Eq)]
 pub struct ConfigError {
     message: String,
+    path: Option<PathBuf>,
     line: Option<usize>,
     column: Option<usize>,
 }
@@ -29,6 +30,11 @@ impl ConfigError {
     /// What is wrong.
     pub fn message(&self) -> &str {
         &self.message
+    }
+
+    /// The file the configuration came from, when it was read from one.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
     }
 
     /// The 1-based line of the offending value, when known.
@@ -44,6 +50,7 @@ impl ConfigError {
     pub(super) fn new(message: impl Into<String>) -> Self {
         Self {
             message: message.into(),
+            path: None,
             line: None,
             column: None,
         }
@@ -57,22 +64,26 @@ impl ConfigError {
         }
         Self {
             message,
+            path: None,
             line: Some(line),
             column: Some(column),
         }
     }
 
-    /// The error with `path` in front of its message.
+    /// The error, in the file at `path`.
     pub(super) fn in_file(mut self, path: &Path) -> Self {
-        self.message = format!("{}: {}", path.display(), self.message);
+        self.path = Some(path.to_owned());
         self
     }
 }
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (self.line, self.column) {
-            (Some(l), Some(c)) => write!(f, "line {l}, column {c}: {}", self.message),
+        // `path:line:column:`, as compilers write it, when read from a file.
+        match (&self.path, self.line, self.column) {
+            (Some(p), Some(l), Some(c)) => write!(f, "{}:{l}:{c}: {}", p.display(), self.message),
+            (Some(p), _, _) => write!(f, "{}: {}", p.display(), self.message),
+            (None, Some(l), Some(c)) => write!(f, "line {l}, column {c}: {}", self.message),
             _ => f.write_str(&self.message),
         }
     }

@@ -13,6 +13,7 @@ mod registry;
 mod read;
 // A `RulesConfig` into rules and a layer.
 mod build;
+mod locate;
 // Reloading a file on change.
 mod watch;
 

@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use super::error::ConfigError;
+use super::locate::Origin;
 use super::schema::RulesConfig;
 
 impl RulesConfig {
@@ -13,7 +14,8 @@ impl RulesConfig {
     ///
     /// Invalid TOML, unknown fields, or a bad value, with its line and column.
     pub fn from_toml_str(src: &str) -> Result<Self, ConfigError> {
-        toml::from_str(src).map_err(|e| {
+        let parsed: Result<Self, _> = toml::from_str(src);
+        parsed.map(|c| c.read_from(src)).map_err(|e| {
             let Some(span) = e.span() else {
                 return ConfigError::new(e.message());
             };
@@ -30,7 +32,8 @@ impl RulesConfig {
     ///
     /// Invalid YAML, unknown fields, or a bad value, with its line and column.
     pub fn from_yaml_str(src: &str) -> Result<Self, ConfigError> {
-        serde_norway::from_str(src).map_err(|e| {
+        let parsed: Result<Self, _> = serde_norway::from_str(src);
+        parsed.map(|c| c.read_from(src)).map_err(|e| {
             let text = e.to_string();
             match e.location() {
                 Some(loc) => {
@@ -68,7 +71,17 @@ impl RulesConfig {
         } else {
             Self::from_toml_str(src)
         };
-        parsed.map_err(|e| e.in_file(path))
+        parsed
+            .map(|mut c| {
+                c.origin = c.origin.in_file(path);
+                c
+            })
+            .map_err(|e| e.in_file(path))
+    }
+
+    fn read_from(mut self, src: &str) -> Self {
+        self.origin = Origin::text(src);
+        self
     }
 
     /// The rules' names, in evaluation order.

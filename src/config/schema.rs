@@ -35,6 +35,9 @@ pub struct RulesConfig {
     pub(super) instances: Option<u32>,
     pub(super) max_key_len: Option<usize>,
     pub(super) rules: Vec<RuleConfig>,
+    /// Where it was read from, to place errors found when building.
+    #[serde(skip)]
+    pub(super) origin: super::locate::Origin,
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -92,7 +92,7 @@ fn registry_errors() {
         .unwrap();
     assert_eq!(
         e.to_string(),
-        "rule \"a\": `key`: the registry has no \"user\" (it has: tenant)"
+        "line 2, column 1: rule \"a\": `key`: the registry has no \"user\" (it has: tenant)\n  2 | name = \"a\""
     );
     let e = cfg("[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"1/s\"\nscope = \"global\"\n")
         .into_builder(&Registry::new())
@@ -103,4 +103,31 @@ fn registry_errors() {
         .into_layer(&Registry::new())
         .unwrap_err();
     assert!(e.to_string().contains("fixed_window needs a global"), "{e}");
+}
+
+/// Checks made when the layer is built point at the rule in the file, as
+/// syntax errors do.
+#[test]
+fn build_errors_carry_the_rules_line() {
+    let reg = Registry::new();
+    let dup = "[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"5/min\"\n\n[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"9/min\"\n";
+    let e = RulesConfig::from_toml_str(dup)
+        .unwrap()
+        .into_layer(&reg)
+        .unwrap_err();
+    assert_eq!((e.line(), e.column()), (Some(7), Some(1)), "the second `a`");
+    assert!(e.message().starts_with("two rules are named \"a\""), "{e}");
+
+    let cost = "rules:\n  - name: big\n    key: global\n    quota: 5/min\n    cost: 30\n";
+    let e = RulesConfig::from_yaml_str(cost)
+        .unwrap()
+        .into_layer(&reg)
+        .unwrap_err();
+    assert_eq!((e.line(), e.column()), (Some(2), Some(5)));
+    assert_eq!(
+        e.to_string(),
+        "line 2, column 5: rule \"big\": a cost of 30 is above the 5 the quota admits at once\n  2 |   - name: big"
+    );
+    // What `fn main() -> Result<(), ConfigError>` prints is the same.
+    assert_eq!(format!("{e:?}"), e.to_string());
 }

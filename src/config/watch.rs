@@ -244,9 +244,13 @@ impl Reloader {
             if config.layer_settings() != self.settings {
                 tracing::warn!(target: observe::TARGET, path = %self.path.display(), "headers, legacy_reset, instances and max_key_len are read at start only; restart to change them");
             }
-            config.into_rules(&self.registry)
+            let origin = config.origin();
+            Ok((config.into_rules(&self.registry)?, origin))
         });
-        match rules.and_then(|rules| Ok(self.layer.reload(rules)?)) {
+        let reloaded = rules.and_then(|(rules, origin)| {
+            self.layer.reload(rules).map_err(|e| origin.build_error(e))
+        });
+        match reloaded {
             Ok(()) => {
                 self.applied = src;
                 self.status.reloads.fetch_add(1, Ordering::AcqRel);

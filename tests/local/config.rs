@@ -357,10 +357,89 @@ fn files_by_extension() {
     assert_eq!(names(&yaml), ["per-client", "everyone"]);
     std::fs::write(&yaml, "rules: []\nextra: 1\n").unwrap();
     let err = RulesConfig::from_path(&yaml).unwrap_err();
+    assert_eq!(err.path(), Some(yaml.as_path()));
     assert!(
-        err.message()
-            .starts_with(&format!("{}: unknown field `extra`", yaml.display())),
+        err.to_string()
+            .starts_with(&format!("{}:2:1: unknown field `extra`", yaml.display())),
         "{err}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The code block after `heading` in docs/config.md, as the guide shows it.
+fn guide_block(heading: &str, fence: &str) -> String {
+    const GUIDE: &str = include_str!("../../docs/config.md");
+    let after = &GUIDE[GUIDE.find(heading).expect(heading)..];
+    let start = after.find(fence).expect(fence) + fence.len();
+    let body = &after[start..];
+    body[..body.find("\n```").unwrap()]
+        .trim_start_matches('\n')
+        .to_owned()
+}
+
+/// The guide's full example loads as written, given what it says it needs:
+/// the registry's `tenant`, `plan` and `weight`, and a Redis backend.
+#[tokio::test]
+async fn the_guides_full_examples_load() {
+    #[derive(Clone)]
+    struct Tenant(u64);
+    let server = RedisServer::start();
+    let redis = RedisBackend::builder(server.url())
+        .prefix("guide")
+        .build()
+        .await
+        .unwrap();
+    let registry = || {
+        Registry::new()
+            .key(
+                "tenant",
+                KeyExtractor::extension::<Tenant>(|t| Key::from(t.0)),
+            )
+            .quota_fn("plan", |_| Quota::per_minute(60))
+            .cost_fn("weight", |_| 1)
+            .redis(redis.clone())
+    };
+    let toml = guide_block("# Full example (TOML)", "```toml\n");
+    let layer = RulesConfig::from_toml_str(&toml)
+        .unwrap()
+        .into_layer(&registry())
+        .unwrap();
+    let names: Vec<_> = layer.rules().iter().map(|r| r.name().to_owned()).collect();
+    assert_eq!(names, ["per-key", "per-client", "per-tenant", "new-limit"]);
+    let yaml = guide_block("The same in YAML:", "```yaml\n");
+    let layer = RulesConfig::from_yaml_str(&yaml)
+        .unwrap()
+        .into_layer(&registry())
+        .unwrap();
+    assert_eq!(layer.rules().len(), 2);
+}
+
+/// The errors the guide shows are what the crate prints.
+#[test]
+fn the_guides_errors_are_real_output() {
+    let dir = std::env::temp_dir().join(format!("krl-guide-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("limits.toml");
+    std::fs::write(
+        &file,
+        "[[rules]]\nname = \"api\"\nkey = \"global\"\nquota = \"100/fortnight\"\n",
+    )
+    .unwrap();
+    let e = RulesConfig::from_path(&file).unwrap_err();
+    let shown = e.to_string().replace(&format!("{}", dir.display()), ".");
+    let yaml =
+        RulesConfig::from_yaml_str("rules:\n  - name: a\n    key: global\n    quota: 10/5 weeks\n")
+            .unwrap_err()
+            .to_string();
+    let duplicate = RulesConfig::from_toml_str(
+        "[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"5/min\"\n[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"9/min\"\n",
+    )
+    .unwrap()
+    .into_layer(&Registry::new())
+    .unwrap_err()
+    .to_string();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(guide_block("# Errors", "```text\n"), shown);
+    assert_eq!(guide_block(&shown, "```text\n"), yaml);
+    assert_eq!(guide_block(&yaml, "```text\n"), duplicate);
 }
