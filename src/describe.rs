@@ -1,4 +1,5 @@
 #![doc = include_str!("../docs/describe.md")]
+#![cfg_attr(feature = "redis", doc = include_str!("../docs/describe_redis.md"))]
 
 use std::fmt::Write;
 use std::time::Duration;

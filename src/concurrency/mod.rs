@@ -1,4 +1,5 @@
 #![doc = include_str!("../../docs/concurrency.md")]
+#![cfg_attr(feature = "redis", doc = include_str!("../../docs/concurrency_redis.md"))]
 
 mod backend;
 mod body;

@@ -1,4 +1,5 @@
 #![doc = include_str!("../../docs/config.md")]
+#![cfg_attr(feature = "redis", doc = include_str!("../../docs/config_redis.md"))]
 
 // The file format, and the values in it that are checked while reading.
 mod parse;

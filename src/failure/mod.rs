@@ -1,4 +1,8 @@
-#![doc = include_str!("../../docs/failure.md")]
+#![cfg_attr(feature = "redis", doc = include_str!("../../docs/failure.md"))]
+#![cfg_attr(
+    not(feature = "redis"),
+    doc = "What a global (Redis) rule does when Redis fails: failure modes, the timeout and the circuit breaker. Needs feature `redis`."
+)]
 
 mod breaker;
 #[cfg(feature = "redis")]

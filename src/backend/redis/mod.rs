@@ -1,4 +1,6 @@
 #![doc = include_str!("../../../docs/redis.md")]
+#![cfg_attr(feature = "redis-tls", doc = include_str!("../../../docs/redis_tls.md"))]
+#![cfg_attr(feature = "redis-cluster", doc = include_str!("../../../docs/redis_cluster.md"))]
 
 mod backend;
 mod builder;
