@@ -107,18 +107,3 @@ impl fmt::Display for BuildError {
 impl std::error::Error for BuildError {}
 
 crate::report::debug_as_display!(BuildError);
-
-impl BuildError {
-    /// The rule the error is about, if it is about one.
-    pub(crate) fn rule(&self) -> Option<&str> {
-        match self {
-            Self::DuplicateRule(rule) | Self::InvalidRuleName(rule) => Some(rule),
-            Self::InvalidQuota { rule, .. }
-            | Self::CostAboveCapacity { rule, .. }
-            | Self::AlgorithmNotLocal { rule, .. }
-            | Self::BurstNotSupported { rule, .. }
-            | Self::InvalidKey { rule, .. } => Some(rule),
-            _ => None,
-        }
-    }
-}

@@ -46,12 +46,25 @@ impl Origin {
     pub(super) fn build_error(&self, e: BuildError) -> ConfigError {
         let (name, nth) = match &e {
             BuildError::DuplicateRule(name) => (name.as_str(), 1),
-            other => match other.rule() {
+            other => match rule_of(other) {
                 Some(name) => (name, 0),
                 None => return ConfigError::from(e),
             },
         };
         self.rule_error(name, nth, e.to_string())
+    }
+}
+
+/// The rule a build error is about, if it is about one.
+fn rule_of(e: &BuildError) -> Option<&str> {
+    match e {
+        BuildError::DuplicateRule(rule) | BuildError::InvalidRuleName(rule) => Some(rule),
+        BuildError::InvalidQuota { rule, .. }
+        | BuildError::CostAboveCapacity { rule, .. }
+        | BuildError::AlgorithmNotLocal { rule, .. }
+        | BuildError::BurstNotSupported { rule, .. }
+        | BuildError::InvalidKey { rule, .. } => Some(rule),
+        _ => None,
     }
 }
 

@@ -51,6 +51,18 @@ impl ConnectionMode {
     }
 }
 
+/// A `rediss://` URL without feature `redis-tls` is an error that names
+/// it: the redis crate's own ("the feature is not enabled") names its
+/// feature, not this crate's.
+fn tls_available(urls: &[String], tls: bool) -> Result<(), RedisBackendError> {
+    if !tls && urls.iter().any(|u| u.starts_with("rediss://")) {
+        return Err(RedisBackendError::Unsupported(
+            "rediss:// URLs need keyed-rate-limit's `redis-tls` feature",
+        ));
+    }
+    Ok(())
+}
+
 /// The servers a backend connects to, and how.
 #[derive(Clone)]
 pub(super) struct Endpoint {
@@ -67,14 +79,7 @@ impl Endpoint {
         lazy: bool,
     ) -> Result<Conn, RedisBackendError> {
         let url = self.urls.first().map_or("", String::as_str);
-        // The redis crate's own error ("the feature is not enabled") names
-        // its feature, not this crate's.
-        #[cfg(not(feature = "redis-tls"))]
-        if self.urls.iter().any(|u| u.starts_with("rediss://")) {
-            return Err(RedisBackendError::Unsupported(
-                "rediss:// URLs need keyed-rate-limit's `redis-tls` feature",
-            ));
-        }
+        tls_available(&self.urls, cfg!(feature = "redis-tls"))?;
         #[cfg(feature = "redis-tls")]
         let certs = self.tls.certificates();
         Ok(match mode {
@@ -146,5 +151,17 @@ impl Endpoint {
                 Conn::Cluster(client.get_async_connection().await?)
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn rediss_without_the_tls_feature_names_it() {
+        let urls = ["rediss://redis.internal:6380".to_owned()];
+        let e = super::tls_available(&urls, false).unwrap_err();
+        assert!(e.to_string().contains("`redis-tls` feature"), "{e}");
+        assert!(super::tls_available(&urls, true).is_ok());
+        assert!(super::tls_available(&["redis://h:6379".to_owned()], false).is_ok());
     }
 }
