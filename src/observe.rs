@@ -307,7 +307,8 @@ pub(crate) fn breaker_closed(rule: &Arc<str>, out_for: Duration) {
 #[cfg(feature = "metrics")]
 fn count(name: &'static str, rule: &Arc<str>, labels: &[(&'static str, &'static str)]) {
     let mut all = Vec::with_capacity(labels.len() + 1);
-    all.push(metrics::Label::new("rule", rule.to_string()));
+    // The rule's own Arc, not a copy of its name: no allocation.
+    all.push(metrics::Label::new("rule", rule.clone()));
     all.extend(
         labels
             .iter()

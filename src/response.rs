@@ -130,6 +130,90 @@ pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-type
 ///  "violated-policies":["api"],"rule":"api","retry_after":2}
 /// ```
 pub fn problem_json(d: &Denied) -> Response<Bytes> {
+    // A flood of 429s is this path: one pass, no formatting, for the names
+    // that need no escaping (names are printable ASCII, so all but `"`, `\`).
+    let body = if d.status == StatusCode::TOO_MANY_REQUESTS {
+        cached_quota_body(d)
+    } else {
+        Bytes::from(any_body(d))
+    };
+    let mut res = Response::new(body);
+    *res.status_mut() = d.status;
+    res.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    res
+}
+
+/// A flood of 429s of one rule repeats one body while the wait, in whole
+/// seconds, stays the same: each thread keeps its last one.
+fn cached_quota_body(d: &Denied) -> Bytes {
+    type Last = Option<(Arc<str>, bool, Option<u64>, Bytes)>;
+    thread_local!(static LAST: std::cell::RefCell<Last> = const { std::cell::RefCell::new(None) });
+    let secs = d.retry_after_secs();
+    LAST.with_borrow_mut(|last| {
+        if let Some((rule, hidden, s, body)) = last
+            && *hidden == d.hidden
+            && *s == secs
+            && **rule == *d.rule
+        {
+            return body.clone();
+        }
+        let plain = d.hidden || !d.rule.contains(['"', '\\']);
+        let body = Bytes::from(if plain { quota_body(d) } else { any_body(d) });
+        *last = Some((d.rule.clone(), d.hidden, secs, body.clone()));
+        body
+    })
+}
+
+/// A 429's body, the same bytes as [`any_body`] writes for it.
+fn quota_body(d: &Denied) -> String {
+    let mut body = String::with_capacity(256 + 3 * d.rule.len());
+    body.push_str(concat!(
+        r#"{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","#,
+        r#""title":"Quota Exceeded","status":429,"detail":""#
+    ));
+    let retry = d.retry_after_secs();
+    body.push_str(match retry {
+        Some(_) => "rate limit ",
+        None => "request exceeds what rate limit ",
+    });
+    if d.hidden {
+        body.push('a');
+    } else {
+        // The name as `{:?}` writes it, then JSON-escaped: \"name\".
+        body.push_str(r#"\""#);
+        body.push_str(&d.rule);
+        body.push_str(r#"\""#);
+    }
+    let mut digits = itoa::Buffer::new();
+    match retry {
+        Some(s) => {
+            body.push_str(" exceeded; retry in ");
+            body.push_str(digits.format(s));
+            body.push_str(" s\"");
+        }
+        None => body.push_str(" can ever admit\""),
+    }
+    if !d.hidden {
+        body.push_str(r#","violated-policies":[""#);
+        body.push_str(&d.rule);
+        body.push_str(r#""],"rule":""#);
+        body.push_str(&d.rule);
+        body.push('"');
+    }
+    body.push_str(r#","retry_after":"#);
+    match retry {
+        Some(s) => body.push_str(digits.format(s)),
+        None => body.push_str("null"),
+    }
+    body.push('}');
+    body
+}
+
+/// Any refusal's body.
+fn any_body(d: &Denied) -> String {
     let quota = d.status == StatusCode::TOO_MANY_REQUESTS;
     let (kind, title) = if quota {
         (QUOTA_EXCEEDED, "Quota Exceeded")
@@ -180,29 +264,31 @@ pub fn problem_json(d: &Denied) -> Response<Bytes> {
         None => body.push_str("null"),
     }
     body.push('}');
-    let mut res = Response::new(Bytes::from(body));
-    *res.status_mut() = d.status;
-    res.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("application/problem+json"),
-    );
-    res
+    body
 }
 
-/// `s` as a JSON string (RFC 8259 escapes).
+/// `s` as a JSON string (RFC 8259 escapes), copied in runs between the
+/// characters that need one.
 fn json_str(out: &mut String, s: &str) {
     use std::fmt::Write;
     out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if c < ' ' => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
+    let mut run = 0;
+    for (i, c) in s.char_indices() {
+        let escaped = match c {
+            '"' => "\\\"",
+            '\\' => "\\\\",
+            c if c < ' ' => "",
+            _ => continue,
+        };
+        out.push_str(&s[run..i]);
+        if escaped.is_empty() {
+            let _ = write!(out, "\\u{:04x}", c as u32);
+        } else {
+            out.push_str(escaped);
         }
+        run = i + c.len_utf8();
     }
+    out.push_str(&s[run..]);
     out.push('"');
 }
 
@@ -226,10 +312,24 @@ pub(crate) fn refusal(
     if let Some(secs) = d.retry_after_secs() {
         // delay-seconds (RFC 9110 §10.2.3).
         res.headers_mut()
-            .insert(RETRY_AFTER, HeaderValue::from(secs));
+            .insert(RETRY_AFTER, retry_after_value(secs));
     }
     crate::headers::apply(res.headers_mut(), &mut extra);
     res
+}
+
+/// `secs` as a header value; a flood repeats one, so each thread keeps its
+/// last.
+fn retry_after_value(secs: u64) -> HeaderValue {
+    thread_local!(static LAST: std::cell::RefCell<Option<(u64, HeaderValue)>> = const { std::cell::RefCell::new(None) });
+    LAST.with_borrow_mut(|last| match last {
+        Some((s, v)) if *s == secs => v.clone(),
+        _ => {
+            let v = HeaderValue::from(secs);
+            *last = Some((secs, v.clone()));
+            v
+        }
+    })
 }
 
 const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
@@ -505,6 +605,48 @@ mod tests {
         let mut s = String::new();
         json_str(&mut s, "\u{1}\n");
         assert_eq!(s, r#""\u0001\u000a""#);
+    }
+
+    #[test]
+    fn the_quota_fast_path_writes_the_same_bytes() {
+        for hidden in [false, true] {
+            for wait in [Some(Duration::from_millis(1500)), None] {
+                for rule in ["api", "per key:1", "a'b"] {
+                    let d = Denied {
+                        rule: rule.into(),
+                        retry_after: wait,
+                        status: StatusCode::TOO_MANY_REQUESTS,
+                        hidden,
+                        misconfig: None,
+                    };
+                    assert_eq!(quota_body(&d), any_body(&d), "{d:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_kept_body_is_only_reused_for_the_same_rule_and_wait() {
+        let d = |rule: &str, ms| Denied {
+            rule: rule.into(),
+            retry_after: Some(Duration::from_millis(ms)),
+            status: StatusCode::TOO_MANY_REQUESTS,
+            hidden: false,
+            misconfig: None,
+        };
+        for (a, b) in [("api", "api"), ("api", "web"), ("web", "api")] {
+            for (x, y) in [(1500, 1800), (1500, 2500)] {
+                let (first, second) = (d(a, x), d(b, y));
+                assert_eq!(
+                    problem_json(&first).into_body(),
+                    Bytes::from(quota_body(&first))
+                );
+                assert_eq!(
+                    problem_json(&second).into_body(),
+                    Bytes::from(quota_body(&second))
+                );
+            }
+        }
     }
 
     #[test]

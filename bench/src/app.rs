@@ -89,6 +89,29 @@ pub fn accounting(variant: &str) -> Router {
     app().layer(b.build().unwrap())
 }
 
+/// One rule that has denied everything since the first request: each
+/// request is a local 429 with the default headers and body.
+pub fn layer_deny() -> Router {
+    let layer = RateLimitLayer::builder()
+        .rule(Rule::new(
+            "closed",
+            KeyExtractor::global(),
+            Quota::per_hour(1),
+        ))
+        .build()
+        .unwrap();
+    app().layer(layer)
+}
+
+/// `tower_governor` with its headers, denying everything after the first
+/// request: its 429, beside [`layer_deny`].
+pub fn tower_governor_deny() -> Router {
+    let mut config = GovernorConfigBuilder::default().key_extractor(HeaderKey);
+    config.period(Duration::from_secs(3600)).burst_size(1);
+    let config = config.use_headers().finish().unwrap();
+    app().layer(GovernorLayer::new(Arc::new(config)))
+}
+
 /// [`local_layer`] on the app's routes.
 pub fn layer_local(extension: bool, headers: HeaderStyle) -> Router {
     app().layer(local_layer(extension, headers))

@@ -99,7 +99,11 @@ impl Shared {
                 Admission::Go(headers, settle)
             }
             Verdict::Deny(mut rules) => {
-                self.headers.render(&mut rules, &mut headers);
+                // Only the refusing rule: the rules before it had their
+                // units given back, so their numbers are stale, and its `t`
+                // is the Retry-After.
+                let at = rules.len().saturating_sub(1);
+                self.headers.render(&mut rules[at..], &mut headers);
                 let last = rules.last().expect("a deny carries its decision");
                 let denied = Denied {
                     rule: last.rule.clone(),

@@ -287,12 +287,10 @@ async fn a_hidden_rule_denies_with_retry_after_but_shows_nothing() {
         header(&res, "retry-after").is_some(),
         "a hidden rule's 429 still says when"
     );
-    let state = header(&res, "ratelimit").unwrap();
-    let names: Vec<_> = crate::support::sf::members(&state)
-        .into_iter()
-        .map(|m| m.name)
-        .collect();
-    assert_eq!(names, ["shown"], "only the visible rule's member: {state}");
+    // A 429 shows the refusing rule's members only; this one is hidden, and
+    // `shown`'s unit was given back, so its numbers would be stale.
+    assert_eq!(header(&res, "ratelimit"), None);
+    assert_eq!(header(&res, "ratelimit-policy"), None);
     let body: serde_json::Value = res.json().await.unwrap();
     assert_eq!(
         body["type"],
@@ -337,4 +335,39 @@ async fn pk_is_a_prefix_of_the_keys_sha256_as_sf_binary() {
         pks.push(pk);
     }
     assert_ne!(pks[0], pks[1], "a client can tell its keys apart");
+}
+
+/// After a refund the first rule's numbers are stale: a 429 by the second
+/// rule carries its member only, and its `t` is the Retry-After.
+#[tokio::test]
+async fn a_429_by_a_later_rule_shows_that_rule_only() {
+    let layer = RateLimitLayer::builder()
+        .rule(Rule::new(
+            "wide",
+            KeyExtractor::header("x-api-key"),
+            Quota::per_minute(3),
+        ))
+        .rule(Rule::new(
+            "narrow",
+            KeyExtractor::header("x-api-key"),
+            Quota::per_minute(1),
+        ))
+        .build()
+        .unwrap();
+    let url = format!("{}/", serve(ok_app(layer)).await);
+    let c = client();
+    let ok = c.get(&url).header("x-api-key", "k").send().await.unwrap();
+    assert_eq!(ok.status(), 200);
+    let res = c.get(&url).header("x-api-key", "k").send().await.unwrap();
+    assert_eq!(res.status(), 429);
+    let state = header(&res, "ratelimit").unwrap();
+    let members = crate::support::sf::members(&state);
+    assert_eq!(members.len(), 1, "{state}");
+    assert_eq!(members[0].name, "narrow");
+    let t = members[0].int("t").unwrap();
+    assert_eq!(t.to_string(), header(&res, "retry-after").unwrap());
+    assert_eq!(
+        header(&res, "ratelimit-policy").unwrap(),
+        "\"narrow\";q=1;w=60"
+    );
 }

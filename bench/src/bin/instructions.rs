@@ -23,6 +23,8 @@
 //! redis`, `INSTR_VARIANTS` may also name `layer-leased`: `layer-local`'s
 //! rule made global on a private `redis-server` with 100 ms leases
 //! (`Rule::lease`), its grants counted with the rest.
+//! `INSTR_CALLGRIND_OUT=<dir>` keeps each run's profile there
+//! (`callgrind.<variant>.<N>`) for `callgrind_annotate`.
 //! Needs `valgrind` (`apt-get install -y valgrind`).
 
 use keyed_rate_limit_bench::app as support;
@@ -41,9 +43,10 @@ use keyed_rate_limit::HeaderStyle;
 /// no rate-limit headers, against `tower_governor` without its headers.
 /// `layer-outer` and `tg-outer` wrap the whole router instead of being
 /// added with `Router::layer`.
-/// The last four are issue 13's accounting (see `support::accounting`);
-/// the deny variants answer 429.
-const VARIANTS: [&str; 12] = [
+/// The next four are the accounting variants (see `support::accounting`);
+/// the deny variants answer 429, and the last two are one-rule 429s of
+/// this layer and of `tower_governor`, both with their headers.
+const VARIANTS: [&str; 14] = [
     "bare",
     "layer-local",
     "layer-local-noext",
@@ -56,6 +59,8 @@ const VARIANTS: [&str; 12] = [
     "two-rules",
     "deny-refund",
     "deny-no-refund",
+    "layer-deny",
+    "tower_governor-deny",
 ];
 
 fn router(variant: &str) -> Router {
@@ -66,6 +71,8 @@ fn router(variant: &str) -> Router {
         "local-minimal" => support::layer_local(false, HeaderStyle::None),
         "tg-no-headers" => support::tower_governor_no_headers(),
         "tower_governor" => support::tower_governor(),
+        "layer-deny" => support::layer_deny(),
+        "tower_governor-deny" => support::tower_governor_deny(),
         other => support::accounting(other),
     }
 }
@@ -163,8 +170,15 @@ async fn load(addr: SocketAddr, conns: u64) {
 /// Instructions the server ran for `variant` with `n` requests.
 async fn count(variant: &str, n: u64, conns: u64) -> u64 {
     let exe = std::env::current_exe().unwrap();
+    // INSTR_CALLGRIND_OUT=dir keeps each run's profile, for callgrind_annotate.
+    let out_file = std::env::var("INSTR_CALLGRIND_OUT").map_or("/dev/null".to_owned(), |dir| {
+        format!("{dir}/callgrind.{variant}.{n}")
+    });
     let mut child = Command::new("valgrind")
-        .args(["--tool=callgrind", "--callgrind-out-file=/dev/null"])
+        .args([
+            "--tool=callgrind",
+            &format!("--callgrind-out-file={out_file}"),
+        ])
         // Count inside the connection tasks only: start-up (the runtime,
         // governor's clock calibration, which varies) stays out.
         .args([
@@ -274,5 +288,13 @@ fn main() {
         per_request[8] - per_request[1],
         per_request[9] - per_request[1],
         per_request[10] - per_request[11]
+    );
+    println!(
+        "layer-deny / tower_governor-deny instructions = {:.3}",
+        per_request[12] / per_request[13]
+    );
+    println!(
+        "layer-deny / layer-local instructions = {:.3}",
+        per_request[12] / per_request[1]
     );
 }
