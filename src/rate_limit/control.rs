@@ -119,8 +119,12 @@ impl Control {
     }
 
     /// Denies the key for `period`, as a [lockout](crate::policy::Lockout)
-    /// does: `Retry-After` the time left, `outcome="locked"`, no backend
-    /// call on this gateway while it lasts. Replaces a lock the key has.
+    /// does: `Retry-After` the time left, `outcome="locked"`. Replaces a
+    /// lock the key has. On a local rule the blocked key costs no backend
+    /// call while it lasts; on a global rule the block is kept in Redis for
+    /// every gateway, and a gateway answers from what it learned for a
+    /// second, then asks Redis again (one call a second per blocked key,
+    /// so an `unblock` elsewhere reaches it within a second).
     pub async fn block(
         &self,
         rule: &str,
