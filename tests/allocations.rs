@@ -102,3 +102,38 @@ fn an_allowed_local_request_allocates_only_what_it_hands_out() {
     };
     assert_eq!(added(lean, 16), 0);
 }
+
+#[test]
+fn a_local_429_allocates_no_more_than_an_allowed_request() {
+    let inner = service_fn(|_req: Request<Full<Bytes>>| async {
+        Ok::<_, Infallible>(Response::new(Full::<Bytes>::default()))
+    });
+    let value = HeaderValue::from_static("kkkkkkkkkkkkkkkk");
+    let request = || {
+        let mut req = Request::new(Full::<Bytes>::default());
+        req.headers_mut().insert("x-api-key", value.clone());
+        req
+    };
+    let layer = |quota| {
+        let rule = Rule::new("a", KeyExtractor::header("x-api-key"), quota);
+        RateLimitLayer::builder().rule(rule).build().unwrap()
+    };
+    let mut open = layer(Quota::new(1_000_000_000, Duration::from_secs(1))).layer(inner);
+    let mut closed = layer(Quota::per_hour(1)).layer(inner);
+    let allowed = per_call(|| {
+        let res = open.call(request()).now_or_never().unwrap().unwrap();
+        assert!(res.status().is_success());
+    });
+    let res = closed.call(request()).now_or_never().unwrap().unwrap();
+    assert!(res.status().is_success(), "the hour's one unit");
+    // per_call's warm-up is the first 429, which writes the kept body.
+    let denied = per_call(|| {
+        let res = closed.call(request()).now_or_never().unwrap().unwrap();
+        assert_eq!(res.status().as_u16(), 429);
+    });
+    println!("allocations per request: a 429 {denied}, an allowed request {allowed}");
+    assert!(
+        denied <= allowed,
+        "a 429 allocates {denied}, an allowed request {allowed}"
+    );
+}
