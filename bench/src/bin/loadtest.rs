@@ -23,7 +23,10 @@
 //! 9. `fleet-exact`, `fleet-coalesced`, `fleet-leased`: four gateways (four
 //!    servers, each with its own backend on the same private Redis), loaded
 //!    by four generators at once with a quarter of the connections each;
-//!    req/s is their sum, p50/p99 the worst of the four.
+//!    req/s is their sum, p50/p99 the worst of the four;
+//! 10. `layer-deny`, `tg-deny`: a deny flood, one over-limit key answered
+//!     429 by this layer (one local rule) and by `tower_governor` (with its
+//!     headers), paired as `layer-deny / tg-deny 429s/s`.
 //!
 //! The load generator is `wrk` when it is on `PATH`, otherwise a built-in
 //! keep-alive client (reqwest). Variants run interleaved for several rounds
@@ -99,7 +102,7 @@ fn parse_duration_us(s: &str) -> Option<f64> {
     num.parse::<f64>().ok().map(|v| v * mul)
 }
 
-async fn run_wrk(addr: SocketAddr, secs: u64, conns: u64, threads: u64) -> Sample {
+async fn run_wrk(addr: SocketAddr, secs: u64, conns: u64, threads: u64, deny: bool) -> Sample {
     // LOADTEST_WRK_CPUS=1 (with the harness itself under `taskset -c 0`)
     // keeps wrk off the server's core, so the server is the bottleneck and
     // the ratios measure its CPU per request rather than scheduler luck.
@@ -144,9 +147,12 @@ async fn run_wrk(addr: SocketAddr, secs: u64, conns: u64, threads: u64) -> Sampl
             .map(str::trim)
             .find_map(|l| l.strip_prefix(prefix).map(|r| r.trim().to_owned()))
     };
-    assert!(
-        !text.contains("Non-2xx"),
-        "every answer must be 200:\n{text}"
+    // A deny flood's answers are all 429s; the others', all 200s.
+    assert_eq!(
+        text.contains("Non-2xx"),
+        deny,
+        "every answer must be {}:\n{text}",
+        if deny { 429 } else { 200 }
     );
     Sample {
         rps: field("Requests/sec:")
@@ -163,14 +169,21 @@ async fn run_wrk(addr: SocketAddr, secs: u64, conns: u64, threads: u64) -> Sampl
 
 /// One generator per address at once, `conns` split among them: req/s
 /// summed, latencies the worst.
-async fn run_all(addrs: &[SocketAddr], wrk: bool, secs: u64, conns: u64, threads: u64) -> Sample {
+async fn run_all(
+    addrs: &[SocketAddr],
+    wrk: bool,
+    secs: u64,
+    conns: u64,
+    threads: u64,
+    deny: bool,
+) -> Sample {
     let n = addrs.len() as u64;
     let (conns, threads) = ((conns / n).max(1), (threads / n).max(1));
     let runs = addrs.iter().map(|&addr| async move {
         if wrk {
-            run_wrk(addr, secs, conns, threads).await
+            run_wrk(addr, secs, conns, threads, deny).await
         } else {
-            run_rust(addr, secs, conns).await
+            run_rust(addr, secs, conns, deny).await
         }
     });
     let samples = futures_util::future::join_all(runs).await;
@@ -182,7 +195,7 @@ async fn run_all(addrs: &[SocketAddr], wrk: bool, secs: u64, conns: u64, threads
 }
 
 /// Keep-alive load from `conns` tasks, each with its own connection.
-async fn run_rust(addr: SocketAddr, secs: u64, conns: u64) -> Sample {
+async fn run_rust(addr: SocketAddr, secs: u64, conns: u64, deny: bool) -> Sample {
     let url = format!("http://{addr}/");
     let start = Instant::now();
     let deadline = start + Duration::from_secs(secs);
@@ -196,7 +209,7 @@ async fn run_rust(addr: SocketAddr, secs: u64, conns: u64) -> Sample {
                     let t = Instant::now();
                     let res = support::hello(&client, &url).send().await;
                     let res = res.expect("request");
-                    assert!(res.status().is_success());
+                    assert_eq!(res.status().as_u16(), if deny { 429 } else { 200 });
                     res.bytes().await.expect("body");
                     lat.push(t.elapsed().as_secs_f64() * 1e6);
                 }
@@ -304,6 +317,9 @@ async fn main() {
         ("fleet-exact", fleets[0].clone()),
         ("fleet-coalesced", fleets[1].clone()),
         ("fleet-leased", fleets[2].clone()),
+        // One over-limit key: every request after the first is a 429.
+        ("layer-deny", one(serve(support::layer_deny()).await)),
+        ("tg-deny", one(serve(support::tower_governor_deny()).await)),
     ];
     let only = std::env::var("LOADTEST_VARIANTS").ok();
     let runs = |name: &str| {
@@ -349,7 +365,8 @@ async fn main() {
             if !runs(name) {
                 continue;
             }
-            let s = run_all(addrs, use_wrk, secs, conns, threads).await;
+            let deny = name.ends_with("-deny");
+            let s = run_all(addrs, use_wrk, secs, conns, threads, deny).await;
             println!(
                 "round {round} {name:>15}: {:>9.0} req/s  p50 {:>7.0} us  p99 {:>7.0} us",
                 s.rps, s.p50_us, s.p99_us
@@ -431,6 +448,10 @@ async fn main() {
         "four gateways: fleet-leased / layer-local = {}; fleet-coalesced / fleet-exact = {}",
         ratio(11, 1),
         ratio(10, 9)
+    );
+    println!(
+        "deny flood: layer-deny / tg-deny 429s/s = {}",
+        ratio(12, 13)
     );
     println!("redis breaker after the runs: {:?}", global.breakers());
     println!("leased breaker after the runs: {:?}", leased.breakers());
