@@ -104,9 +104,8 @@ impl Shared {
         let key = match found {
             Found::Key(k) => k,
             Found::Skip => return Taken::Ready(Ready::Skip),
-            Found::Reject(status) => return Taken::Ready(Ready::Reject(status, None)),
-            Found::Misconfigured(m) => {
-                return Taken::Ready(Ready::Reject(StatusCode::INTERNAL_SERVER_ERROR, Some(m)));
+            Found::Reject(status, misconfig) => {
+                return Taken::Ready(Ready::Reject(status, misconfig));
             }
         };
         let bounded = key.clone().bounded(self.max_key_len);

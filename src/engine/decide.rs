@@ -125,10 +125,7 @@ impl CompiledRule {
     pub(super) fn on_found(self: &Arc<Self>, found: Found, quota: Quota, cost: NonZeroU32) -> Step {
         match found {
             Found::Key(key) => self.decide(key, quota, cost),
-            Found::Reject(status) => Step::Now(Outcome::Reject(status, None)),
-            Found::Misconfigured(m) => {
-                Step::Now(Outcome::Reject(StatusCode::INTERNAL_SERVER_ERROR, Some(m)))
-            }
+            Found::Reject(status, misconfig) => Step::Now(Outcome::Reject(status, misconfig)),
             Found::Skip => Step::Now(Outcome::Skip),
         }
     }

@@ -431,11 +431,6 @@ impl KeyExtractor {
         self.source.absent(parts)
     }
 
-    /// Whether the extractor reads a source the crate can check.
-    pub(crate) fn checks_source(&self) -> bool {
-        !matches!(self.source, Source::Any)
-    }
-
     /// The source it reads, for `describe()`.
     pub(crate) fn needs(&self) -> Option<String> {
         self.source.needs()

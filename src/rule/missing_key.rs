@@ -55,12 +55,12 @@ pub enum OnMissingKey {
 /// The key a request counts against, once the extractors have run.
 pub(crate) enum Found {
     Key(Key),
-    /// No key, and the rule rejects requests without one.
-    Reject(StatusCode),
+    /// Refused with this status: the rule rejects requests without a key,
+    /// or (a 500, with what is missing) no request can have the key in
+    /// this setup and no policy was chosen.
+    Reject(StatusCode, Option<Misconfig>),
     /// The limit does not apply.
     Skip,
-    /// No request can have the key in this setup; no policy was chosen.
-    Misconfigured(Misconfig),
 }
 
 pub(crate) type Lookup = NowOrLater<Found>;
@@ -96,23 +96,23 @@ pub(crate) fn lookup(
         Extracted::Now(None) => without_key(policy, key.absent(parts), parts, watch),
         Extracted::Later(f) => {
             // The request head is gone once the future runs.
-            let absent = key.checks_source().then(|| key.absent(parts)).flatten();
+            let absent = key.absent(parts);
             let fallback = match policy {
                 Some(OnMissingKey::Fallback(fb)) => Some(fallback(fb, parts)),
                 _ => None,
             };
-            let (policy, watch) = (policy.cloned(), watch.clone());
+            let (without, watch) = (Without::of(policy), watch.clone());
             Lookup::Later(Box::pin(async move {
                 if let Some(k) = f.await {
                     watch.found();
                     return Found::Key(k);
                 }
-                match decide(policy.as_ref(), absent, &watch) {
-                    Ok(found) => found,
-                    Err(()) => match fallback {
-                        Some((found, absent)) => watch.fell_back(found.resolve().await, absent),
-                        None => Found::Skip,
-                    },
+                if let Some(found) = decide(without, absent, &watch) {
+                    return found;
+                }
+                match fallback {
+                    Some((found, absent)) => watch.fell_back(found.resolve().await, absent),
+                    None => Found::Skip,
                 }
             }))
         }
@@ -126,49 +126,66 @@ fn without_key(
     parts: &Parts,
     watch: &Arc<KeyWatch>,
 ) -> Lookup {
-    match decide(policy, absent, watch) {
-        Ok(found) => Lookup::Now(found),
-        Err(()) => {
-            let Some(OnMissingKey::Fallback(fb)) = policy else {
-                unreachable!("only a fallback defers")
-            };
-            match fallback(fb, parts) {
-                (NowOrLater::Now(k), absent) => Lookup::Now(watch.fell_back(k, absent)),
-                (NowOrLater::Later(f), absent) => {
-                    let watch = watch.clone();
-                    Lookup::Later(Box::pin(async move { watch.fell_back(f.await, absent) }))
-                }
-            }
+    if let Some(found) = decide(Without::of(policy), absent, watch) {
+        return Lookup::Now(found);
+    }
+    // Only a fallback leaves the decision to another extractor.
+    let Some(OnMissingKey::Fallback(fb)) = policy else {
+        return Lookup::Now(Found::Skip);
+    };
+    match fallback(fb, parts) {
+        (NowOrLater::Now(k), absent) => Lookup::Now(watch.fell_back(k, absent)),
+        (NowOrLater::Later(f), absent) => {
+            let watch = watch.clone();
+            Lookup::Later(Box::pin(async move { watch.fell_back(f.await, absent) }))
         }
     }
 }
 
 /// The fallback's key, and its missing source should it find none.
 fn fallback(fb: &KeyExtractor, parts: &Parts) -> (Extracted, Option<Misconfig>) {
-    let absent = fb.checks_source().then(|| fb.absent(parts)).flatten();
-    (fb.extract(parts), absent)
+    (fb.extract(parts), fb.absent(parts))
 }
 
-/// What a request without a key gets; `Err` when the fallback decides.
-fn decide(
-    policy: Option<&OnMissingKey>,
-    absent: Option<Misconfig>,
-    watch: &KeyWatch,
-) -> Result<Found, ()> {
-    if let Some(m) = absent {
-        if policy.is_none() || m.always_wrong() {
-            watch.misconfigured(m);
-        }
-        if policy.is_none() {
-            return Ok(Found::Misconfigured(m));
+/// What a rule does without a key, without the fallback extractor itself:
+/// what the async path keeps, instead of a clone of the policy.
+#[derive(Clone, Copy)]
+enum Without {
+    /// No policy: skip, or refuse a missing source.
+    Checked,
+    Skip,
+    Reject(StatusCode),
+    Fallback,
+}
+
+impl Without {
+    fn of(policy: Option<&OnMissingKey>) -> Self {
+        match policy {
+            None => Self::Checked,
+            Some(OnMissingKey::Skip) => Self::Skip,
+            Some(OnMissingKey::Reject(status)) => Self::Reject(*status),
+            Some(OnMissingKey::Fallback(_)) => Self::Fallback,
         }
     }
-    match policy {
-        Some(OnMissingKey::Reject(status)) => Ok(Found::Reject(*status)),
-        Some(OnMissingKey::Fallback(_)) => Err(()),
-        Some(OnMissingKey::Skip) | None => {
+}
+
+/// What a request without a key gets; `None` when the fallback decides.
+fn decide(without: Without, absent: Option<Misconfig>, watch: &KeyWatch) -> Option<Found> {
+    let checked = matches!(without, Without::Checked);
+    if let Some(m) = absent {
+        if checked || m.always_wrong() {
+            watch.misconfigured(m);
+        }
+        if checked {
+            return Some(Found::Reject(StatusCode::INTERNAL_SERVER_ERROR, Some(m)));
+        }
+    }
+    match without {
+        Without::Reject(status) => Some(Found::Reject(status, None)),
+        Without::Fallback => None,
+        Without::Skip | Without::Checked => {
             watch.skipped();
-            Ok(Found::Skip)
+            Some(Found::Skip)
         }
     }
 }
