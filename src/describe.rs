@@ -169,7 +169,7 @@ fn scope(rule: &Rule) -> String {
         return rule.scope.as_str().to_owned();
     }
     #[cfg(feature = "redis")]
-    if let Some(lease) = rule.lease {
+    if let Some(lease) = rule.global.lease {
         let mut s = format!("global, leased {}", duration(lease.ttl()));
         if let Some(counted) = rule
             .static_quota()
@@ -184,7 +184,7 @@ fn scope(rule: &Rule) -> String {
         return s;
     }
     #[cfg(feature = "redis")]
-    if rule.coalesce {
+    if rule.global.coalesce {
         return "global, coalesced".to_owned();
     }
     "global, exact".to_owned()

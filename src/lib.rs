@@ -138,6 +138,8 @@
     not(feature = "config"),
     doc = "[config]: https://docs.rs/keyed-rate-limit/latest/keyed_rate_limit/config/index.html"
 )]
+// On docs.rs, doc_cfg badges each feature-gated item by its own cfg (it took
+// in doc_auto_cfg), so no item carries a hand-written doc(cfg).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations)]

@@ -193,10 +193,10 @@ macro_rules! settings_setters {
 }
 
 #[cfg(feature = "redis")]
-/// The Redis failure setters, on a type with a `failure: FailurePolicy`
-/// field. `$value` makes one, for the doc examples.
+/// The Redis failure setters, on a type whose `$($field).+` is its
+/// `FailurePolicy`. `$value` makes one, for the doc examples.
 macro_rules! failure_setters {
-    ($value:literal) => {
+    ($value:literal, $($field:ident).+) => {
         /// What a global limit decides when Redis fails (default
         /// [`FailureMode::LocalFallback`](crate::FailureMode::LocalFallback):
         /// this instance's share, divided by `instances`); see
@@ -208,7 +208,7 @@ macro_rules! failure_setters {
         /// # let _ = b;
         /// ```
         pub fn on_redis_failure(mut self, mode: crate::FailureMode) -> Self {
-            self.failure.mode = mode;
+            self.$($field).+.mode = mode;
             self
         }
 
@@ -225,7 +225,7 @@ macro_rules! failure_setters {
         /// # let _ = b;
         /// ```
         pub fn redis_timeout(mut self, timeout: std::time::Duration) -> Self {
-            self.failure.timeout = timeout;
+            self.$($field).+.timeout = timeout;
             self
         }
 
@@ -240,7 +240,7 @@ macro_rules! failure_setters {
         /// # let _ = b;
         /// ```
         pub fn circuit_breaker(mut self, breaker: crate::failure::BreakerConfig) -> Self {
-            self.failure.breaker = breaker;
+            self.$($field).+.breaker = breaker;
             self
         }
     };

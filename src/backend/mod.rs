@@ -13,5 +13,4 @@ pub(crate) mod leases;
 pub(crate) mod local;
 pub(crate) mod lock;
 #[cfg(feature = "redis")]
-#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;

@@ -5,6 +5,10 @@ mod backend;
 mod body;
 mod builder;
 mod future;
+#[cfg(feature = "redis")]
+mod global;
+#[cfg(feature = "redis")]
+mod global_options;
 mod layer;
 #[cfg(feature = "redis")]
 mod lease;

@@ -77,7 +77,6 @@ impl Registry {
 
     /// The backend of every `scope = "global"` rule.
     #[cfg(feature = "redis")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
     pub fn redis(mut self, backend: RedisBackend) -> Self {
         self.redis = Some(backend);
         self

@@ -37,12 +37,10 @@ pub enum ControlError {
     KeySpaceFull(String),
     /// Redis failed or did not answer within the rule's timeout.
     #[cfg(feature = "redis")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
     Redis(crate::backend::redis::RedisBackendError),
     /// Redis did not answer within this long (the rule's patience: its
     /// `redis_timeout` many times over, as a decision's).
     #[cfg(feature = "redis")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
     Timeout(std::time::Duration),
 }
 

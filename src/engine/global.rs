@@ -112,14 +112,15 @@ impl Global {
             denies: DenyCache::new(Budget::new(rule.max_keys, KeySpaceFull::Refuse)),
             fallback: LocalStore::new(None, Budget::new(rule.max_keys, rule.on_key_space_full)),
             leases: rule
+                .global
                 .lease
                 .map(|l| Leases::new(l, rule.max_keys, rule.algorithm.has_burst())),
             holder: format!("{}.{n}", crate::backend::redis::process_id()),
-            counted: rule.lease.and_then(|l| {
+            counted: rule.global.lease.and_then(|l| {
                 let q = rule.static_quota()?;
                 Some((q, l.counted(q, rule.algorithm)?))
             }),
-            queues: rule.coalesce.then(Queues::new),
+            queues: rule.global.coalesce.then(Queues::new),
             rule: (
                 rule.name.clone(),
                 rule.algorithm,

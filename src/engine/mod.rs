@@ -18,6 +18,8 @@ mod lease;
 mod rule;
 mod spend;
 mod validate;
+#[cfg(feature = "redis")]
+mod validate_global;
 mod wait;
 
 #[cfg(test)]
@@ -29,4 +31,4 @@ pub(crate) use control::ControlOp;
 pub(crate) use decide::Verdict;
 pub(crate) use spend::Settlement;
 #[cfg(feature = "redis")]
-pub(crate) use validate::validate_global;
+pub(crate) use validate_global::validate_global;

@@ -151,7 +151,7 @@ impl CompiledRule {
             (Scope::Local, Scope::Local) => true,
             #[cfg(feature = "redis")]
             (Scope::Global(a), Scope::Global(b)) => {
-                a.same(b) && old.failure == new.failure && old.lease == new.lease
+                a.same(b) && old.failure == new.failure && old.global == new.global
             }
             #[cfg(feature = "redis")]
             _ => false,

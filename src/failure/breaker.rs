@@ -1,43 +1,15 @@
 //! A circuit breaker, so a dead Redis costs one timeout per probe instead
 //! of one per request.
 
-#[cfg(feature = "redis")]
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 // Tokio's clock, which tests can pause (the system clock otherwise).
-#[cfg(feature = "redis")]
 use tokio::time::Instant;
 
-#[cfg(feature = "redis")]
+use super::BreakerState;
 use crate::instant::after;
-#[cfg(feature = "redis")]
 use crate::policy::BreakerConfig;
 
-/// The breaker's state, as operators see it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BreakerState {
-    /// Calls go to Redis.
-    Closed,
-    /// Calls skip Redis until the open period ends.
-    Open,
-    /// One probe is in flight; other calls skip Redis.
-    HalfOpen,
-}
-
-/// One global rule's breaker, as
-/// [`RateLimitLayer::breakers`](crate::RateLimitLayer::breakers) reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct BreakerStatus {
-    /// The rule's name.
-    pub rule: std::sync::Arc<str>,
-    /// Closed, open or half-open.
-    pub state: BreakerState,
-    /// While open: how long until a request probes Redis again.
-    pub reopens_in: Option<Duration>,
-}
-
-#[cfg(feature = "redis")]
 #[derive(Debug)]
 enum State {
     Closed { failures: u32 },
@@ -46,7 +18,6 @@ enum State {
 }
 
 /// What a caller may do now.
-#[cfg(feature = "redis")]
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Admit {
     Call,
@@ -56,7 +27,6 @@ pub(crate) enum Admit {
     Skip(Duration),
 }
 
-#[cfg(feature = "redis")]
 #[derive(Debug)]
 pub(crate) struct CircuitBreaker {
     cfg: BreakerConfig,
@@ -66,7 +36,6 @@ pub(crate) struct CircuitBreaker {
     state: Mutex<State>,
 }
 
-#[cfg(feature = "redis")]
 impl CircuitBreaker {
     pub(crate) fn new(cfg: BreakerConfig, probe_deadline: Duration) -> Self {
         Self {

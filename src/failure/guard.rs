@@ -52,6 +52,17 @@ pub(crate) struct Guard {
     probe_log: Throttle,
 }
 
+impl FailureMode {
+    /// The decision's source when this mode decides.
+    pub(crate) fn source(self) -> Source {
+        match self {
+            Self::FailOpen => Source::FailOpen,
+            Self::FailClosed => Source::FailClosed,
+            Self::LocalFallback => Source::Fallback,
+        }
+    }
+}
+
 impl Guard {
     pub(crate) fn new(
         rule: Arc<str>,

@@ -4,6 +4,7 @@
     doc = "What a global (Redis) rule does when Redis fails: failure modes, the timeout and the circuit breaker. Needs feature `redis`."
 )]
 
+#[cfg(feature = "redis")]
 mod breaker;
 #[cfg(feature = "redis")]
 mod guard;
@@ -11,28 +12,14 @@ mod guard;
 mod live_count;
 #[cfg(feature = "redis")]
 mod liveness;
+mod status;
 
+#[cfg(feature = "redis")]
+pub(crate) use self::{
+    breaker::Admit,
+    guard::{CallError, Guard, PATIENCE},
+    live_count::LiveCount,
+    liveness::{Heard, Liveness},
+};
 pub use crate::policy::{BreakerConfig, FailureMode};
-#[cfg(feature = "redis")]
-pub(crate) use breaker::Admit;
-pub use breaker::{BreakerState, BreakerStatus};
-#[cfg(feature = "redis")]
-pub(crate) use guard::{CallError, Guard, PATIENCE};
-#[cfg(feature = "redis")]
-pub(crate) use live_count::LiveCount;
-#[cfg(feature = "redis")]
-pub(crate) use liveness::{Heard, Liveness};
-
-#[cfg(feature = "redis")]
-use crate::Source;
-
-#[cfg(feature = "redis")]
-impl FailureMode {
-    pub(crate) fn source(self) -> Source {
-        match self {
-            Self::FailOpen => Source::FailOpen,
-            Self::FailClosed => Source::FailClosed,
-            Self::LocalFallback => Source::Fallback,
-        }
-    }
-}
+pub use status::{BreakerState, BreakerStatus};

@@ -87,7 +87,7 @@ impl Default for FailurePolicy {
 /// use std::time::Duration;
 /// use keyed_rate_limit::failure::BreakerConfig;
 /// let cfg = BreakerConfig::default().failure_threshold(3).open_for(Duration::from_millis(500));
-/// assert_eq!(cfg.threshold(), 3);
+/// assert_eq!(cfg.get_failure_threshold(), 3);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BreakerConfig {
@@ -118,13 +118,13 @@ impl BreakerConfig {
         self
     }
 
-    /// The failure threshold.
-    pub fn threshold(&self) -> u32 {
+    /// The failure threshold (see [`failure_threshold`](Self::failure_threshold)).
+    pub fn get_failure_threshold(&self) -> u32 {
         self.threshold
     }
 
-    /// The open period.
-    pub fn open_period(&self) -> Duration {
+    /// The open period (see [`open_for`](Self::open_for)).
+    pub fn get_open_for(&self) -> Duration {
         self.open_for
     }
 }

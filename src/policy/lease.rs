@@ -156,3 +156,19 @@ mod tests {
         assert!(lease.validate().is_ok());
     }
 }
+
+/// A rule's settings that only a global rule reads: how it calls Redis.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct GlobalOptions {
+    pub(crate) lease: Option<LeasePolicy>,
+    pub(crate) coalesce: bool,
+}
+
+impl Default for GlobalOptions {
+    fn default() -> Self {
+        Self {
+            lease: None,
+            coalesce: true,
+        }
+    }
+}

@@ -10,12 +10,13 @@ mod failure;
 #[cfg(feature = "redis")]
 mod lease;
 
-#[cfg(feature = "redis")]
-pub(crate) use cause::Cause;
 pub use deny::{KeySpaceFull, Lockout, OnDeny};
 pub(crate) use failure::FailurePolicy;
 pub use failure::{BreakerConfig, FailureMode};
 #[cfg(feature = "redis")]
 pub use lease::LeasePolicy;
 #[cfg(feature = "redis")]
-pub(crate) use lease::flow;
+pub(crate) use {
+    cause::Cause,
+    lease::{GlobalOptions, flow},
+};

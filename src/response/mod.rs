@@ -274,7 +274,6 @@ impl RefusalBody for axum::body::Body {
 }
 
 #[cfg(feature = "tonic")]
-#[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
 impl RefusalBody for tonic::body::Body {
     fn from_refusal(body: Bytes) -> Self {
         Self::new(Full::new(body))

@@ -7,12 +7,13 @@ use std::fmt;
 use std::sync::Arc;
 
 #[cfg(feature = "redis")]
-#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use crate::policy::LeasePolicy;
 pub use crate::policy::{KeySpaceFull, Lockout, OnDeny};
 pub use missing_key::OnMissingKey;
 pub(crate) use missing_key::{Found, KeyWatch, Lookup, lookup};
 
+#[cfg(feature = "redis")]
+mod global;
 mod missing_key;
 
 use http::request::Parts;
@@ -58,7 +59,6 @@ pub(crate) enum Scope {
     /// In a shared Redis: every gateway instance sees the same counters.
     /// See [`Rule::global`].
     #[cfg(feature = "redis")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
     Global(RedisBackend),
 }
 
@@ -114,19 +114,12 @@ pub struct Rule {
     pub(crate) on_key_space_full: KeySpaceFull,
     pub(crate) lockout: Option<Lockout>,
     #[cfg(feature = "redis")]
-    pub(crate) lease: Option<LeasePolicy>,
-    #[cfg(feature = "redis")]
-    pub(crate) coalesce: bool,
+    pub(crate) global: crate::policy::GlobalOptions,
     pub(crate) count_if: Option<Arc<CountIfFn>>,
     pub(crate) cost_from_response: Option<Arc<ResponseCostFn>>,
 }
 
 impl Rule {
-    #[cfg(feature = "redis")]
-    crate::settings::failure_setters!(
-        "Rule::new(\"r\", KeyExtractor::global(), Quota::per_second(10))"
-    );
-
     /// A local GCRA rule with a cost of one per request.
     pub fn new(name: impl Into<Arc<str>>, key: KeyExtractor, quota: Quota) -> Self {
         Self {
@@ -147,9 +140,7 @@ impl Rule {
             on_key_space_full: KeySpaceFull::default(),
             lockout: None,
             #[cfg(feature = "redis")]
-            lease: None,
-            #[cfg(feature = "redis")]
-            coalesce: true,
+            global: crate::policy::GlobalOptions::default(),
             count_if: None,
             cost_from_response: None,
         }
@@ -163,7 +154,7 @@ impl Rule {
     /// use keyed_rate_limit::{KeyExtractor, Quota, Rule, rule::Lockout};
     /// let login = Rule::new("login", KeyExtractor::header("x-user"), Quota::per_minute(5))
     ///     .lockout(Lockout::new(5, Duration::from_secs(60), Duration::from_secs(900)));
-    /// assert_eq!(login.lockout_policy().map(|l| l.after()), Some(5));
+    /// assert_eq!(login.get_lockout().map(|l| l.after()), Some(5));
     /// ```
     pub fn lockout(mut self, lockout: Lockout) -> Self {
         self.lockout = Some(lockout);
@@ -171,101 +162,8 @@ impl Rule {
     }
 
     /// The rule's lockout, if it has one.
-    pub fn lockout_policy(&self) -> Option<Lockout> {
+    pub fn get_lockout(&self) -> Option<Lockout> {
         self.lockout
-    }
-
-    /// Counts in a shared Redis, so all gateway instances enforce one limit.
-    /// Every algorithm is available; decisions use Redis server time.
-    ///
-    /// ```no_run
-    /// use keyed_rate_limit::{Algorithm, Quota, Rule, backend::redis::RedisBackend, key::KeyExtractor};
-    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    /// let redis = RedisBackend::builder("redis://127.0.0.1:6379").build().await?;
-    /// let rule = Rule::new("api", KeyExtractor::header("x-api-key"), Quota::per_minute(600))
-    ///     .global(redis)
-    ///     .algorithm(Algorithm::SlidingWindow);
-    /// # Ok(()) }
-    /// ```
-    #[cfg(feature = "redis")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-    pub fn global(mut self, redis: RedisBackend) -> Self {
-        self.scope = Scope::Global(redis);
-        self
-    }
-
-    /// Leases the global quota in blocks instead of asking Redis for every
-    /// request: see [`LeasePolicy`] for the sizes and the bound. A request
-    /// spent from a lease costs about what a local rule's does and is
-    /// decided while Redis is down, until the lease ends; then the
-    /// rule's failure mode applies. Only for global rules; not with a
-    /// [`lockout`](Self::lockout), whose denies must all reach Redis.
-    ///
-    /// Under a lease the `RateLimit` headers are an estimate: this
-    /// gateway's lease left plus what Redis had free when it was granted.
-    /// A static quota that cannot keep the bound under leases (a calendar
-    /// quota, or a burst no larger than the units one `ttl` brings) is a
-    /// build error; such a quota from [`quota_fn`](Self::quota_fn) is
-    /// decided exactly, per request. Beside leases, Redis decides in the
-    /// leases' quota (the burst held back), so a request cost above that
-    /// burst is refused without `Retry-After`. The
-    /// [`Control`](crate::Control) handle acts on Redis and drops this
-    /// gateway's lease of the key; other gateways spend what they hold
-    /// until their leases end (at most `ttl`), and a blocked key gets no
-    /// new lease.
-    ///
-    /// ```no_run
-    /// use std::time::Duration;
-    /// use keyed_rate_limit::{Quota, Rule, backend::redis::RedisBackend, key::KeyExtractor, rule::LeasePolicy};
-    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    /// let redis = RedisBackend::builder("redis://127.0.0.1:6379").build().await?;
-    /// let rule = Rule::new("api", KeyExtractor::header("x-api-key"), Quota::per_second(1000))
-    ///     .global(redis)
-    ///     .lease(LeasePolicy::new(Duration::from_millis(100)));
-    /// assert!(rule.lease_policy().is_some());
-    /// # Ok(()) }
-    /// ```
-    #[cfg(feature = "redis")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-    pub fn lease(mut self, lease: LeasePolicy) -> Self {
-        self.lease = Some(lease);
-        self
-    }
-
-    /// Coalesces a global rule's concurrent requests for one key (on by
-    /// default): while a script call for the key is in flight, later
-    /// requests wait for it, and one call then decides them all, each cost
-    /// in turn, exactly as separate calls would (each gets its own decision
-    /// and headers). A hot key then costs about one Redis call per round
-    /// trip rather than one per request; a request that waits pays up to
-    /// one extra round trip. Requests of different keys never wait for
-    /// each other. `coalesce(false)` makes one call per request.
-    ///
-    /// ```
-    /// use keyed_rate_limit::{Quota, Rule, key::KeyExtractor};
-    /// let rule = Rule::new("api", KeyExtractor::header("x-api-key"), Quota::per_second(100));
-    /// assert!(rule.coalesces());
-    /// assert!(!rule.coalesce(false).coalesces());
-    /// ```
-    #[cfg(feature = "redis")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-    pub fn coalesce(mut self, on: bool) -> Self {
-        self.coalesce = on;
-        self
-    }
-
-    /// Whether the rule coalesces a key's concurrent requests.
-    #[cfg(feature = "redis")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-    pub fn coalesces(&self) -> bool {
-        self.coalesce
-    }
-
-    /// The rule's lease policy, if it leases.
-    #[cfg(feature = "redis")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-    pub fn lease_policy(&self) -> Option<LeasePolicy> {
-        self.lease
     }
 
     /// Computes the quota per request, e.g. from a plan an auth layer put in

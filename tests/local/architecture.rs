@@ -3,7 +3,8 @@
 //! `docs/adr/0015-module-layers.md` lists.
 //!
 //! An arrow is a `use crate::…`, `super::…` or `self::…` path, or an inline
-//! `crate::…` path (in macro calls too), outside `#[cfg(test)]` items. It
+//! `crate::…`, `super::…` or child-module path (macro calls: `crate::…` and
+//! `super::…`), outside `#[cfg(test)]` items. It
 //! points at the file that defines the name: a re-export (`pub use`) or a
 //! private import is followed to its source, so a `mod.rs` that only wires
 //! its children is never in a cycle of theirs.
@@ -215,7 +216,10 @@ impl<'ast> Visit<'ast> for Reader {
 
     fn visit_path(&mut self, p: &'ast syn::Path) {
         let segs: ModPath = p.segments.iter().map(|s| s.ident.to_string()).collect();
-        if segs.len() > 1 && matches!(segs[0].as_str(), "crate" | "super" | "self") {
+        // Any path of two segments or more: one that starts at a child
+        // module (`global::Options`) is resolved like `self::`, the rest
+        // (`std::…`, `Self::…`, enum variants) resolve to nothing.
+        if segs.len() > 1 {
             self.push(segs);
         }
         syn::visit::visit_path(self, p);

@@ -171,7 +171,7 @@ fn a_lockout_from_the_file_reaches_the_rule_and_describe() {
     )
     .unwrap();
     let layer = config.into_layer(&Registry::new()).unwrap();
-    let lockout = layer.rules()[0].lockout_policy().unwrap();
+    let lockout = layer.rules()[0].get_lockout().unwrap();
     assert_eq!(
         (lockout.after(), lockout.within(), lockout.block_for()),
         (5, Duration::from_secs(60), Duration::from_secs(900))
@@ -193,12 +193,12 @@ async fn lease_and_coalesce_from_the_file_reach_the_rules_and_describe() {
     )
     .unwrap();
     let layer = config.into_layer(&Registry::new().redis(redis)).unwrap();
-    let lease = layer.rules()[0].lease_policy().unwrap();
+    let lease = layer.rules()[0].get_lease().unwrap();
     assert_eq!(
         (lease.ttl(), lease.max_units()),
         (Duration::from_millis(50), 500)
     );
-    assert!(!layer.rules()[1].coalesces() && layer.rules()[1].lease_policy().is_none());
+    assert!(!layer.rules()[1].get_coalesce() && layer.rules()[1].get_lease().is_none());
     let scopes: Vec<String> = layer
         .describe()
         .rules()

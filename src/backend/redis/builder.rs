@@ -207,7 +207,6 @@ impl RedisBackend {
     ///     .prefix("gateway-rl");
     /// ```
     #[cfg(feature = "redis-cluster")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "redis-cluster")))]
     pub fn cluster_builder<I, S>(nodes: I) -> RedisBackendBuilder
     where
         I: IntoIterator<Item = S>,
@@ -221,7 +220,6 @@ impl RedisBackend {
 }
 
 #[cfg(feature = "redis-tls")]
-#[cfg_attr(docsrs, doc(cfg(feature = "redis-tls")))]
 impl RedisBackendBuilder {
     /// For `rediss://`: trust this PEM root certificate instead of the
     /// system's store, e.g. a private CA. Multiplexed and cluster modes.

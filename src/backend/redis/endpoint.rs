@@ -37,7 +37,6 @@ pub enum ConnectionMode {
     /// by key slot, `MOVED`/`ASK` redirections and failovers followed by the
     /// client. Set by [`RedisBackend::cluster_builder`](super::RedisBackend::cluster_builder).
     #[cfg(feature = "redis-cluster")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "redis-cluster")))]
     Cluster,
 }
 

@@ -1,0 +1,55 @@
+//! What a concurrency limit counted in Redis is built from, and the check
+//! that turns it into the Redis backend.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::backend::Backend;
+use crate::backend::redis::RedisBackend;
+use crate::engine::validate_global;
+use crate::error::BuildError;
+use crate::failure::Guard;
+use crate::policy::FailurePolicy;
+use crate::settings::Settings;
+
+/// What [`ConcurrencyLimitBuilder::global`] and its companions set.
+#[derive(Debug)]
+pub(super) struct GlobalOptions {
+    pub(super) redis: Option<RedisBackend>,
+    pub(super) lease_ttl: Duration,
+    pub(super) failure: FailurePolicy,
+}
+
+impl Default for GlobalOptions {
+    fn default() -> Self {
+        Self {
+            redis: None,
+            lease_ttl: Duration::from_secs(30),
+            failure: FailurePolicy::default(),
+        }
+    }
+}
+
+impl GlobalOptions {
+    /// The local backend, or the Redis one once its settings check out.
+    pub(super) fn backend(
+        self,
+        name: &Arc<str>,
+        settings: &Settings,
+    ) -> Result<Backend, BuildError> {
+        let Some(redis) = self.redis else {
+            return Ok(Backend::local());
+        };
+        validate_global(name, &self.failure, &redis, settings.instances)?;
+        if self.lease_ttl < Duration::from_millis(10) {
+            return Err(BuildError::InvalidSetting(
+                "lease_ttl must be at least 10 ms",
+            ));
+        }
+        // The fallback is the local backend's own count, not the guard's
+        // rate store.
+        let live = redis.live_count();
+        let guard = Guard::new(name.clone(), self.failure, settings.instances(), live);
+        Ok(Backend::redis(redis, guard, self.lease_ttl))
+    }
+}

@@ -1,0 +1,95 @@
+//! The build-time checks only global rules (and global concurrency limits)
+//! need: Redis names, the failure policy, leases.
+
+use crate::backend::redis::RedisBackend;
+use crate::error::BuildError;
+use crate::policy::{FailureMode, FailurePolicy};
+use crate::rule::{Cost, QuotaSource, Rule, Scope};
+
+/// A rule's Redis checks: its scope's, then its lease's.
+pub(super) fn validate(rule: &Rule, instances: Option<u32>) -> Result<(), BuildError> {
+    if let Scope::Global(redis) = &rule.scope {
+        validate_global(&rule.name, &rule.failure, redis, instances)?;
+    }
+    validate_lease(rule)
+}
+
+/// A lease needs a global rule without a lockout, and a static quota it
+/// can keep its bound for (request-time quotas that cannot are decided
+/// exactly).
+fn validate_lease(rule: &Rule) -> Result<(), BuildError> {
+    let Some(lease) = rule.global.lease else {
+        return Ok(());
+    };
+    lease.validate()?;
+    if matches!(rule.scope, Scope::Local) {
+        return Err(BuildError::InvalidSetting(
+            "a lease needs a global rule: local rules already decide in the gateway",
+        ));
+    }
+    if rule.lockout.is_some() {
+        return Err(BuildError::InvalidSetting(
+            "a lease and a lockout don't go together: every deny must reach Redis to count",
+        ));
+    }
+    if let QuotaSource::Static(q) = rule.quota {
+        let Some(counted) = lease.counted(q, rule.algorithm) else {
+            return Err(BuildError::InvalidSetting(
+                "this quota cannot be leased: a calendar quota, or a burst no larger than \
+                 the units one lease ttl brings (shorten the ttl or raise the burst)",
+            ));
+        };
+        if let Cost::Fixed(cost) = rule.cost
+            && cost > rule.algorithm.capacity(&counted)
+        {
+            return Err(BuildError::InvalidSetting(
+                "the request cost is above what Redis counts leases in (the burst less one ttl of units)",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// What a limit on Redis needs: a name that keeps the hash tag, a timeout
+/// and a breaker that can trip. Also warns, naming the limit, about settings
+/// that let a fleet over-admit: a local fallback with no instance count, and
+/// a Redis that may evict limit state.
+pub(crate) fn validate_global(
+    name: &str,
+    failure: &FailurePolicy,
+    redis: &RedisBackend,
+    instances: Option<u32>,
+) -> Result<(), BuildError> {
+    if RedisBackend::validate_rule_name(name).is_err() {
+        return Err(BuildError::InvalidRuleName(name.to_string()));
+    }
+    if failure.timeout.is_zero() {
+        return Err(BuildError::InvalidSetting("redis_timeout must be positive"));
+    }
+    if failure.breaker.get_failure_threshold() == 0 {
+        return Err(BuildError::InvalidSetting(
+            "failure_threshold must be at least 1",
+        ));
+    }
+    if instances.is_none()
+        && failure.mode == FailureMode::LocalFallback
+        && !redis.counts_live_instances()
+    {
+        tracing::warn!(
+            target: "keyed_rate_limit",
+            rule = name,
+            "local_fallback without instances(n): when Redis fails, every gateway admits the whole quota; \
+             set instances to the number of gateways (or instances(1) for one)"
+        );
+    }
+    if let Some(policy) = redis.evicting_policy() {
+        tracing::warn!(
+            target: "keyed_rate_limit",
+            rule = name,
+            maxmemory_policy = policy,
+            "redis may evict this rule's keys under memory pressure, resetting its limits; \
+             use maxmemory-policy noeviction"
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,111 @@
+//! The events and metrics of global rules: Redis latency, failure modes,
+//! settlements that missed Redis, and the circuit breaker.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{BREAKER_OPENED_TOTAL, DECISIONS_TOTAL, DENY_EVERY, Sampled, TARGET, count};
+
+/// One guarded backend call took `took`.
+pub(crate) fn backend_latency(rule: &Arc<str>, backend: &'static str, took: Duration) {
+    #[cfg(feature = "metrics")]
+    metrics::histogram!(super::BACKEND_SECONDS, "rule" => rule.to_string(), "backend" => backend)
+        .record(took.as_secs_f64());
+    #[cfg(not(feature = "metrics"))]
+    let _ = (rule, backend, took);
+}
+
+/// A breaker changed state: 0 closed, 1 open, 2 half-open.
+pub(crate) fn breaker_state(rule: &Arc<str>, state: u8) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!(super::BREAKER_STATE, "rule" => rule.to_string()).set(f64::from(state));
+    #[cfg(not(feature = "metrics"))]
+    let _ = (rule, state);
+}
+
+/// A refund or a charge after the response could not reach Redis:
+/// `outcome="settle_failed"`, with the cause. `fallback`: a charge went to
+/// the local fallback share instead.
+pub(crate) fn settle_failed(
+    rule: &Arc<str>,
+    key: &str,
+    units: i64,
+    cause: &crate::policy::Cause,
+    fallback: bool,
+) {
+    tracing::warn!(
+        target: TARGET,
+        rule = %rule,
+        key,
+        units,
+        cause = cause.kind(),
+        detail = %cause,
+        fallback,
+        "redis unavailable; units not settled in redis"
+    );
+    count(
+        DECISIONS_TOTAL,
+        rule,
+        &[("outcome", "settle_failed"), ("cause", cause.kind())],
+    );
+}
+
+/// A decision made without Redis: `mode` decided it, because of `cause`.
+/// Counted each time; logged at most once a second per rule, with how
+/// many it stands for.
+pub(crate) fn failure_mode(
+    rule: &Arc<str>,
+    key: impl FnOnce() -> String,
+    cause: &'static str,
+    detail: &dyn std::fmt::Display,
+    mode: &'static str,
+    allowed: bool,
+    log: &Sampled,
+) {
+    if let Some(suppressed) = log.take(DENY_EVERY) {
+        let key = key();
+        tracing::warn!(
+            target: TARGET,
+            rule = %rule,
+            %key,
+            cause,
+            detail = %detail,
+            mode,
+            allowed,
+            suppressed,
+            "redis unavailable; rule decided by its failure mode"
+        );
+    }
+    count(
+        DECISIONS_TOTAL,
+        rule,
+        &[("outcome", mode), ("cause", cause)],
+    );
+}
+
+/// A rule's circuit breaker opened after `detail`: a warning when an
+/// outage begins (`first`); a failed half-open probe re-opening it is
+/// logged when `log` (at most once a minute). Counted every time.
+pub(crate) fn breaker_opened(
+    rule: &Arc<str>,
+    detail: &dyn std::fmt::Display,
+    first: bool,
+    log: bool,
+    out_for: Duration,
+) {
+    if first {
+        tracing::warn!(target: TARGET, rule = %rule, detail = %detail, "redis circuit breaker opened");
+    } else if log {
+        let out_for_ms = out_for.as_millis() as u64;
+        tracing::warn!(target: TARGET, rule = %rule, detail = %detail, out_for_ms, "redis circuit breaker still open: half-open probe failed");
+    }
+    count(BREAKER_OPENED_TOTAL, rule, &[]);
+    breaker_state(rule, 1);
+}
+
+/// A rule's circuit breaker closed after an outage of `out_for`.
+pub(crate) fn breaker_closed(rule: &Arc<str>, out_for: Duration) {
+    let out_for_ms = out_for.as_millis() as u64;
+    tracing::info!(target: TARGET, rule = %rule, out_for_ms, "redis circuit breaker closed; redis answers again");
+    breaker_state(rule, 0);
+}
