@@ -224,6 +224,9 @@ impl Headers {
     /// into the header rather than cloned again: each clone touches a
     /// reference count that every core shares.
     pub(crate) fn render(self, decisions: &mut [RuleDecision], out: &mut Rendered) {
+        if self.style == HeaderStyle::None {
+            return;
+        }
         // Shadow rules are not the client's business; a fail-open rule knows no numbers.
         // A hidden rule's limits are not told either.
         let shown =
@@ -355,6 +358,9 @@ fn push_sf_string(out: &mut String, s: &str) {
 /// Appends the headers: lists may span several lines, so an outer layer's
 /// entries join an inner one's instead of replacing them.
 pub(crate) fn apply(headers: &mut HeaderMap, entries: &mut Rendered) {
+    if entries.is_empty() {
+        return;
+    }
     for (name, value) in entries.drain(..) {
         if name.as_str().starts_with("x-") {
             headers.insert(name, value);

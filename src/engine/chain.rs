@@ -193,16 +193,20 @@ impl Chain {
         }
     }
 
-    /// Evaluates without awaiting while every step is ready, else returns
-    /// where it stopped (boxed: it moves into a boxed future anyway).
-    pub(crate) fn evaluate(self: &Arc<Self>, parts: &Parts) -> Result<Verdict, Box<Suspended>> {
+    /// Evaluates into `decisions` without awaiting while every step is
+    /// ready, else returns where it stopped (boxed: it moves into a boxed
+    /// future anyway), the decisions so far with it.
+    pub(crate) fn evaluate(
+        self: &Arc<Self>,
+        parts: &Parts,
+        decisions: &mut Decisions,
+    ) -> Result<Verdict, Box<Suspended>> {
         self.start_sweeper();
-        let mut decisions = Decisions::new();
         let mut spends = Spends::default();
         for (i, rule) in self.rules.iter().enumerate() {
             match rule.step(parts) {
                 Step::Now(o) => {
-                    if let Some(v) = fold(&rule.rule, &mut decisions, &mut spends, o) {
+                    if let Some(v) = fold(&rule.rule, decisions, &mut spends, o) {
                         return Ok(v);
                     }
                 }
@@ -210,34 +214,34 @@ impl Chain {
                     return Err(Box::new(Suspended {
                         chain: self.clone(),
                         next: i + 1,
-                        decisions,
+                        decisions: std::mem::take(decisions),
                         spends,
                         pending,
                     }));
                 }
             }
         }
-        Ok(allow(decisions, spends))
+        Ok(allow(spends))
     }
 }
 
 impl Suspended {
     /// Finishes an evaluation that had to await, on the chain it began on.
-    pub(crate) async fn resume(self: Box<Self>, parts: Parts) -> (Parts, Verdict) {
+    pub(crate) async fn resume(self: Box<Self>, parts: Parts) -> (Parts, Decisions, Verdict) {
         let s = *self;
         let this = s.chain;
         let (mut decisions, mut spends) = (s.decisions, s.spends);
         let outcome = s.pending.await;
         let rule = &this.rules[s.next - 1].rule;
         if let Some(v) = fold(rule, &mut decisions, &mut spends, outcome) {
-            return (parts, v);
+            return (parts, decisions, v);
         }
         for rule in &this.rules[s.next..] {
             let outcome = rule.step(&parts).resolve().await;
             if let Some(v) = fold(&rule.rule, &mut decisions, &mut spends, outcome) {
-                return (parts, v);
+                return (parts, decisions, v);
             }
         }
-        (parts, allow(decisions, spends))
+        (parts, decisions, allow(spends))
     }
 }

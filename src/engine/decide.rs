@@ -34,29 +34,31 @@ pub(crate) enum Outcome {
 
 pub(crate) type Step = NowOrLater<Outcome>;
 
-/// The chain's verdict on a request.
+/// The chain's verdict on a request. The decisions it rests on are in the
+/// caller's [`Decisions`], filled in place: they are too big to move
+/// through every step.
 pub(crate) enum Verdict {
-    /// Go on; these rules applied, and these settle on the response.
-    Allow(Decisions, Option<Box<Settlement>>),
-    /// The last decision is the deny (or the rejection's rule is `rule`).
-    Deny(Decisions),
+    /// Go on; these settle on the response.
+    Allow(Option<Box<Settlement>>),
+    /// The last decision is the deny.
+    Deny,
+    /// `rule` rejects the request with `status`.
     Reject {
         rule: Arc<str>,
         status: StatusCode,
         misconfig: Option<Misconfig>,
-        decisions: Decisions,
     },
 }
 
 /// An allow, with the spends the response settles.
 #[inline]
-pub(super) fn allow(decisions: Decisions, spends: Spends) -> Verdict {
+pub(super) fn allow(spends: Spends) -> Verdict {
     let settle = if spends.0.is_empty() {
         None
     } else {
         spends.into_settlement()
     };
-    Verdict::Allow(decisions, settle)
+    Verdict::Allow(settle)
 }
 
 /// Adds one outcome; returns the verdict when it ends evaluation, after
@@ -75,7 +77,6 @@ pub(super) fn fold(
                 rule: rule.name.clone(),
                 status,
                 misconfig,
-                decisions: std::mem::take(decisions),
             })
         }
         Outcome::Decided(d, spend) => {
@@ -83,7 +84,7 @@ pub(super) fn fold(
             decisions.push(d);
             if deny {
                 spends.refund();
-                return Some(Verdict::Deny(std::mem::take(decisions)));
+                return Some(Verdict::Deny);
             }
             if let Some(s) = spend {
                 spends.0.push(*s);

@@ -7,6 +7,7 @@ use http::StatusCode;
 use http::request::Parts;
 
 use crate::RateLimitDecision;
+use crate::decision::Decisions;
 use crate::engine::{Chain, ChainConfig, Settlement, Suspended, Verdict};
 use crate::gate::{Admission, Pending};
 use crate::headers::Headers;
@@ -59,8 +60,11 @@ impl Shared {
         parts: &mut Parts,
     ) -> Result<Admission<Option<Box<Settlement>>>, Box<Suspended>> {
         // One chain for the whole request, even if a reload lands meanwhile.
-        let verdict = self.chain.with(|chain| chain.evaluate(parts))?;
-        Ok(self.conclude(verdict, parts))
+        let mut decisions = Decisions::new();
+        let verdict = self
+            .chain
+            .with(|chain| chain.evaluate(parts, &mut decisions))?;
+        Ok(self.conclude(verdict, decisions, parts))
     }
 
     /// The rest of a decision that had to await, on the chain it began on.
@@ -70,9 +74,9 @@ impl Shared {
         suspended: Box<Suspended>,
     ) -> Pending<Option<Box<Settlement>>> {
         Box::pin(async move {
-            let verdict;
-            (parts, verdict) = suspended.resume(parts).await;
-            let admission = self.conclude(verdict, &mut parts);
+            let (decisions, verdict);
+            (parts, decisions, verdict) = suspended.resume(parts).await;
+            let admission = self.conclude(verdict, decisions, &mut parts);
             (parts, admission)
         })
     }
@@ -82,11 +86,12 @@ impl Shared {
     pub(crate) fn conclude(
         &self,
         verdict: Verdict,
+        mut rules: Decisions,
         parts: &mut Parts,
     ) -> Admission<Option<Box<Settlement>>> {
         let mut headers = crate::headers::Rendered::new();
         match verdict {
-            Verdict::Allow(mut rules, settle) => {
+            Verdict::Allow(settle) => {
                 self.headers.render(&mut rules, &mut headers);
                 if self.extension {
                     // Under an outer rate limiter, its decisions come first.
@@ -98,7 +103,7 @@ impl Shared {
                 }
                 Admission::Go(headers, settle)
             }
-            Verdict::Deny(mut rules) => {
+            Verdict::Deny => {
                 // Only the refusing rule: the rules before it had their
                 // units given back, so their numbers are stale, and its `t`
                 // is the Retry-After.
@@ -118,9 +123,8 @@ impl Shared {
                 rule,
                 status,
                 misconfig,
-                mut decisions,
             } => {
-                self.headers.render(&mut decisions, &mut headers);
+                self.headers.render(&mut rules, &mut headers);
                 let denied = Denied {
                     rule,
                     retry_after: None,
