@@ -66,6 +66,7 @@
 //! | `metrics` | yes | counters, a gauge and a histogram through the [`metrics`](https://docs.rs/metrics) facade ([`observe`]); `tracing` events are always on |
 //! | `redis` | | global rate rules and global concurrency limits on Redis (`backend::redis`, `Rule::global`, `ConcurrencyLimitBuilder::global`), on redis-rs and bb8 |
 //! | `redis-cluster` | | `RedisBackend::cluster_builder`: Redis Cluster (implies `redis`) |
+//! | `redis-sentinel` | | `RedisBackend::sentinel_builder`: a master watched by Redis Sentinel, followed through failovers (implies `redis`) |
 //! | `redis-tls` | | `rediss://` URLs with rustls (ring), `tls_root_cert`, `tls_client_cert` (implies `redis`) |
 //! | `tonic` | | tonic's body type for refusals, and `peer_ip()` from tonic's `TcpConnectInfo` |
 //! | `config` | | rules from TOML or YAML files (`config::RulesConfig`), reloaded on change with `notify` (`RulesConfig::watch`) |

@@ -7,11 +7,13 @@
 //! Unpublished; it does not depend on the crate it tests.
 
 mod redis_cluster;
+mod redis_sentinel;
 mod redis_server;
 pub mod rounds;
 mod serve;
 mod tls;
 
 pub use redis_cluster::RedisCluster;
+pub use redis_sentinel::{MASTER_NAME, SentinelGroup, role};
 pub use redis_server::{FREE_PORT, RedisServer, free_port};
 pub use serve::{runtime, serve_on};

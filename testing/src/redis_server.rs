@@ -17,6 +17,8 @@ pub struct RedisServer {
     extra: Vec<String>,
     password: Option<String>,
     tls: Option<Certificates>,
+    /// A sentinel's configuration file (it rewrites it), removed on drop.
+    conf: Option<std::path::PathBuf>,
     child: Option<Child>,
 }
 
@@ -38,6 +40,25 @@ impl RedisServer {
         Self::launch(&[], Some(Certificates::make()))
     }
 
+    /// Starts a sentinel (`redis-server <file> --sentinel`) whose
+    /// configuration file holds `conf` (`sentinel monitor …` lines).
+    pub fn start_sentinel(conf: &str) -> Self {
+        let port = free_port();
+        let file =
+            std::env::temp_dir().join(format!("krl-sentinel-{}-{port}.conf", std::process::id()));
+        std::fs::write(&file, conf).expect("write the sentinel configuration");
+        let mut server = Self {
+            port,
+            extra: vec!["--sentinel".to_owned()],
+            password: None,
+            tls: None,
+            conf: Some(file),
+            child: None,
+        };
+        server.spawn();
+        server
+    }
+
     fn launch(extra: &[&str], tls: Option<Certificates>) -> Self {
         let port = free_port();
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
@@ -50,6 +71,7 @@ impl RedisServer {
             extra,
             password,
             tls,
+            conf: None,
             child: None,
         };
         server.spawn();
@@ -88,6 +110,7 @@ impl RedisServer {
                 }
             };
             let child = Command::new("redis-server")
+                .args(&self.conf)
                 .args(&listen)
                 .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
                 .args(&self.extra)
@@ -277,6 +300,9 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
+        if let Some(conf) = &self.conf {
+            let _ = std::fs::remove_file(conf);
+        }
     }
 }
 

@@ -4,58 +4,13 @@
 use std::time::Duration;
 
 use crate::support::Backend as _;
+use crate::support::gateway::{HEALTHY_TIMEOUT, app, hit, layer_with, until_global};
 use crate::support::metrics::{counter, counter_with, gauge, samples, snapshotter};
 use crate::support::{client, header, serve};
-use axum::{Extension, Router, routing::get};
 use keyed_rate_limit::backend::redis::RedisBackend;
 use keyed_rate_limit::failure::{BreakerConfig, BreakerState, FailureMode};
-use keyed_rate_limit::{
-    Algorithm, Quota, RateLimitDecision, RateLimitLayer, Rule, key::KeyExtractor,
-};
+use keyed_rate_limit::{Algorithm, Quota, RateLimitLayer, Rule, key::KeyExtractor};
 use keyed_rate_limit_testing::RedisServer;
-
-/// Generous: a loaded 2-core CI box must not turn a healthy Redis into a failure.
-const HEALTHY_TIMEOUT: Duration = Duration::from_millis(500);
-
-async fn redis(server: &RedisServer, prefix: &str) -> RedisBackend {
-    server.backend(prefix).await
-}
-
-/// `GET /` answers with the source of the first rule's decision.
-fn app(layer: RateLimitLayer) -> Router {
-    Router::new()
-        .route(
-            "/",
-            get(|Extension(d): Extension<RateLimitDecision>| async move {
-                d.rules()
-                    .first()
-                    .map_or("none", |r| r.source.as_str())
-                    .to_owned()
-            }),
-        )
-        .layer(layer)
-}
-
-/// Sends one request: (status, body).
-async fn hit(c: &reqwest::Client, url: &str) -> (u16, String) {
-    let res = c.get(url).send().await.unwrap();
-    (res.status().as_u16(), res.text().await.unwrap())
-}
-
-/// Polls until the rule decides through Redis again.
-async fn until_global(c: &reqwest::Client, url: &str) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    loop {
-        if hit(c, url).await == (200, "global".to_owned()) {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "redis never came back"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 #[tokio::test]
 async fn separate_gateways_sharing_redis_admit_the_quota_exactly() {
@@ -67,7 +22,7 @@ async fn separate_gateways_sharing_redis_admit_the_quota_exactly() {
             let layer = RateLimitLayer::builder()
                 .rule(
                     Rule::new("shared", KeyExtractor::global(), Quota::per_hour(20))
-                        .global(redis(&server, &prefix).await)
+                        .global(server.backend(&prefix).await)
                         .algorithm(algo)
                         .redis_timeout(HEALTHY_TIMEOUT),
                 )
@@ -108,7 +63,7 @@ async fn headers_come_from_the_script() {
                 KeyExtractor::header("x-api-key"),
                 Quota::new(5, Duration::from_secs(10)),
             )
-            .global(redis(&server, "hdr").await)
+            .global(server.backend("hdr").await)
             .redis_timeout(HEALTHY_TIMEOUT),
         )
         .build()
@@ -134,31 +89,12 @@ async fn headers_come_from_the_script() {
     assert_eq!(header(&res, "ratelimit").unwrap(), r#""api";r=0;t=2"#);
 }
 
-fn layer_with(
-    server_backend: RedisBackend,
-    rule: &str,
-    mode: FailureMode,
-    quota: Quota,
-) -> RateLimitLayer {
-    RateLimitLayer::builder()
-        .rule(
-            Rule::new(rule, KeyExtractor::global(), quota)
-                .global(server_backend)
-                .on_redis_failure(mode)
-                .redis_timeout(HEALTHY_TIMEOUT)
-                .circuit_breaker(BreakerConfig::default().open_for(Duration::from_millis(200))),
-        )
-        .instances(2)
-        .build()
-        .unwrap()
-}
-
 #[tokio::test]
 async fn killed_redis_fails_open_loudly() {
     snapshotter(); // installed before anything is counted
     let mut server = RedisServer::start();
     let url = serve(app(layer_with(
-        redis(&server, "open").await,
+        server.backend("open").await,
         "kill-open",
         FailureMode::FailOpen,
         Quota::per_hour(2),
@@ -188,7 +124,7 @@ async fn killed_redis_fails_closed_with_429_not_503() {
     snapshotter(); // installed before anything is counted
     let mut server = RedisServer::start();
     let url = serve(app(layer_with(
-        redis(&server, "closed").await,
+        server.backend("closed").await,
         "kill-closed",
         FailureMode::FailClosed,
         Quota::per_hour(100),
@@ -215,7 +151,7 @@ async fn killed_redis_falls_back_to_the_local_share() {
     let mut server = RedisServer::start();
     // 10 per hour over 2 instances: each may admit 5 on its own.
     let url = serve(app(layer_with(
-        redis(&server, "fb").await,
+        server.backend("fb").await,
         "kill-fallback",
         FailureMode::LocalFallback,
         Quota::per_hour(10),
@@ -243,7 +179,7 @@ async fn killed_redis_falls_back_to_the_local_share() {
 async fn restarted_redis_recovers_and_reloads_its_scripts() {
     let mut server = RedisServer::start();
     let layer = layer_with(
-        redis(&server, "restart").await,
+        server.backend("restart").await,
         "restart",
         FailureMode::FailOpen,
         Quota::per_hour(1000),
@@ -273,7 +209,7 @@ async fn a_stalled_redis_times_out_and_the_breaker_opens_then_closes() {
     let layer = RateLimitLayer::builder()
         .rule(
             Rule::new("stall", KeyExtractor::global(), Quota::per_hour(1000))
-                .global(redis(&server, "stall").await)
+                .global(server.backend("stall").await)
                 .on_redis_failure(FailureMode::FailOpen)
                 .redis_timeout(Duration::from_millis(100))
                 .circuit_breaker(
@@ -339,7 +275,7 @@ async fn an_abusive_key_is_answered_from_the_deny_cache() {
         let layer = RateLimitLayer::builder()
             .rule(
                 Rule::new("abuse", KeyExtractor::global(), Quota::per_hour(5))
-                    .global(redis(&server, &format!("abuse-{algo}")).await)
+                    .global(server.backend(&format!("abuse-{algo}")).await)
                     .algorithm(algo)
                     .redis_timeout(HEALTHY_TIMEOUT),
             )
@@ -378,39 +314,12 @@ async fn an_abusive_key_is_answered_from_the_deny_cache() {
     }
 }
 
-#[tokio::test]
-async fn a_gateway_starts_while_redis_is_down_and_picks_it_up_later() {
-    let mut server = RedisServer::start();
-    server.kill();
-    let lazy = RedisBackend::builder(server.url())
-        .prefix("lazy")
-        .connect_lazily()
-        .build()
-        .await
-        .expect("no connection is made at build");
-    let url = serve(app(layer_with(
-        lazy,
-        "lazy",
-        FailureMode::FailClosed,
-        Quota::per_hour(100),
-    )))
-    .await;
-    let c = client();
-    assert_eq!(
-        hit(&c, &url).await.0,
-        429,
-        "fail-closed while Redis is down"
-    );
-    server.restart();
-    until_global(&c, &url).await;
-}
-
 /// Rule names may contain `:`: rule `api` with key `v2:victim` and rule
 /// `api:v2` with key `victim` must not share one counter.
 #[tokio::test]
 async fn rules_whose_name_and_key_concatenate_alike_keep_their_own_counters() {
     let server = RedisServer::start();
-    let redis = redis(&server, "collide").await;
+    let redis = server.backend("collide").await;
     let layer = |name: &str| {
         RateLimitLayer::builder()
             .rule(
@@ -452,7 +361,7 @@ async fn a_killed_redis_opens_the_breaker_on_the_first_lost_connection() {
     let layer = RateLimitLayer::builder()
         .rule(
             Rule::new("killed", KeyExtractor::global(), Quota::per_minute(100))
-                .global(redis(&server, "killed").await)
+                .global(server.backend("killed").await)
                 .on_redis_failure(FailureMode::FailOpen)
                 .redis_timeout(HEALTHY_TIMEOUT)
                 .circuit_breaker(
@@ -503,7 +412,7 @@ async fn a_killed_redis_opens_the_breaker_on_the_first_lost_connection() {
 #[tokio::test]
 async fn a_reload_keeps_the_breaker_of_an_unchanged_global_rule() {
     let mut server = RedisServer::start();
-    let backend = redis(&server, "reload").await;
+    let backend = server.backend("reload").await;
     let rule = |timeout| {
         Rule::new("api", KeyExtractor::global(), Quota::per_minute(100))
             .global(backend.clone())

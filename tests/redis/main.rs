@@ -15,7 +15,10 @@ mod describe;
 mod invariants;
 #[cfg(feature = "metrics")]
 mod layer;
+mod lazy;
 mod lease;
+#[cfg(feature = "redis-sentinel")]
+mod sentinel;
 mod soak;
 mod stress;
 #[cfg(all(feature = "redis-tls", feature = "redis-cluster"))]

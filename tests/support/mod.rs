@@ -7,6 +7,8 @@
 #[cfg(feature = "redis")]
 pub mod admits;
 pub mod events;
+#[cfg(feature = "redis")]
+pub mod gateway;
 pub mod metrics;
 pub mod sf;
 #[cfg(feature = "redis")]

@@ -58,6 +58,8 @@ impl fmt::Debug for RedisBackend {
             Conn::Pool(_) => "pool",
             #[cfg(feature = "redis-cluster")]
             Conn::Cluster(_) => "cluster",
+            #[cfg(feature = "redis-sentinel")]
+            Conn::Sentinel(_) => "sentinel",
         };
         f.debug_struct("RedisBackend")
             .field("prefix", &self.inner.prefix)

@@ -62,10 +62,12 @@ fn redact(url: &str) -> String {
 }
 
 impl RedisBackendBuilder {
-    /// With [`ConnectionMode::Multiplexed`]: don't connect in `build`, but
-    /// on the first decision. A gateway then starts while Redis is down, and
-    /// its global rules follow their failure modes until Redis answers. The
-    /// eviction-policy check is skipped (it has no server to ask).
+    /// Don't connect in `build`, but on the first decision, in every
+    /// connection mode (multiplexed, pool, cluster, sentinel). A gateway
+    /// then starts while Redis is down, and its global rules follow their
+    /// failure modes until Redis answers. The eviction-policy check and the
+    /// scripts' preloading are skipped (there is no server to ask); scripts
+    /// load on first use.
     ///
     /// ```
     /// # use keyed_rate_limit::backend::redis::RedisBackend;
@@ -160,7 +162,7 @@ impl RedisBackendBuilder {
             }
             instances::start(Arc::downgrade(&backend.inner), ttl);
         }
-        if !(self.lazy && self.endpoint.mode == ConnectionMode::Multiplexed) {
+        if !self.lazy {
             backend.read_eviction_policy().await;
             // Loads every script now: the first requests don't pay for it,
             // and an ACL that forbids scripts fails here, not per request.
@@ -189,6 +191,8 @@ impl RedisBackend {
                 mode: ConnectionMode::default(),
                 #[cfg(feature = "redis-tls")]
                 tls: Tls::default(),
+                #[cfg(feature = "redis-sentinel")]
+                sentinel: None,
             },
             prefix: "krl".to_owned(),
             lazy: false,

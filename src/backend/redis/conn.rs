@@ -2,12 +2,17 @@
 //! reload after `NOSCRIPT`, on one multiplexed connection, a pool or a
 //! cluster.
 
+#[cfg(feature = "redis-cluster")]
+use std::sync::Arc;
+
 use bb8_redis::{RedisConnectionManager, bb8};
 use redis::aio::ConnectionManager;
 #[cfg(feature = "redis-cluster")]
 use redis::cluster_async::ClusterConnection;
 
 use super::error::RedisBackendError;
+#[cfg(feature = "redis-cluster")]
+use super::reconnect::Reconnecting;
 use crate::failure::Liveness;
 
 /// Extra `EVALSHA`/`SCRIPT LOAD` rounds after the redis crate's own one.
@@ -21,8 +26,11 @@ const NOSCRIPT_ROUNDS: u32 = 20;
 pub(super) enum Conn {
     Multiplexed(ConnectionManager),
     Pool(bb8::Pool<RedisConnectionManager>),
+    /// Connected in the background: at once, or lazily.
     #[cfg(feature = "redis-cluster")]
-    Cluster(ClusterConnection),
+    Cluster(Arc<Reconnecting<ClusterConnection>>),
+    #[cfg(feature = "redis-sentinel")]
+    Sentinel(super::sentinel::Master),
 }
 
 /// `PING`, on every master of a cluster.
@@ -45,7 +53,14 @@ impl Conn {
                 Conn::Multiplexed(conn) => invocation.invoke_async(&mut conn.clone()).await,
                 Conn::Pool(pool) => invocation.invoke_async(&mut *pool.get().await?).await,
                 #[cfg(feature = "redis-cluster")]
-                Conn::Cluster(conn) => invocation.invoke_async(&mut conn.clone()).await,
+                Conn::Cluster(c) => match c.get().await {
+                    Ok((mut conn, _)) => invocation.invoke_async(&mut conn).await,
+                    Err(e) => Err(e),
+                },
+                #[cfg(feature = "redis-sentinel")]
+                Conn::Sentinel(m) => {
+                    super::sentinel::on_master(m, async |c| invocation.invoke_async(c).await).await
+                }
             };
             // A cluster's replies come from whichever node owns the key, so
             // they prove nothing of a silent one: there only the pinger's
@@ -84,7 +99,11 @@ impl Conn {
         Ok(match self {
             Conn::Multiplexed(conn) => cmd.query_async(&mut conn.clone()).await?,
             #[cfg(feature = "redis-cluster")]
-            Conn::Cluster(conn) => cmd.query_async(&mut conn.clone()).await?,
+            Conn::Cluster(c) => cmd.query_async(&mut c.get().await?.0).await?,
+            #[cfg(feature = "redis-sentinel")]
+            Conn::Sentinel(m) => {
+                super::sentinel::on_master(m, async |c| cmd.query_async(c).await).await?
+            }
             Conn::Pool(pool) => cmd.query_async(&mut *pool.get().await?).await?,
         })
     }

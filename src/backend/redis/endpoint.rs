@@ -4,6 +4,8 @@
 use std::time::Duration;
 
 use bb8_redis::{RedisConnectionManager, bb8};
+#[cfg(feature = "redis-cluster")]
+use futures_util::FutureExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 #[cfg(feature = "redis-cluster")]
 use redis::cluster::ClusterClient;
@@ -38,6 +40,11 @@ pub enum ConnectionMode {
     /// client. Set by [`RedisBackend::cluster_builder`](super::RedisBackend::cluster_builder).
     #[cfg(feature = "redis-cluster")]
     Cluster,
+    /// The master Redis Sentinel monitors, followed through failovers: one
+    /// multiplexed connection to it, remade when it moves. Set by
+    /// [`RedisBackend::sentinel_builder`](super::RedisBackend::sentinel_builder).
+    #[cfg(feature = "redis-sentinel")]
+    Sentinel,
 }
 
 impl ConnectionMode {
@@ -69,6 +76,9 @@ pub(super) struct Endpoint {
     pub(super) mode: ConnectionMode,
     #[cfg(feature = "redis-tls")]
     pub(super) tls: Tls,
+    /// The master to follow and its credentials (sentinel mode only).
+    #[cfg(feature = "redis-sentinel")]
+    pub(super) sentinel: Option<super::sentinel::Target>,
 }
 
 impl Endpoint {
@@ -79,6 +89,12 @@ impl Endpoint {
     ) -> Result<Conn, RedisBackendError> {
         let url = self.urls.first().map_or("", String::as_str);
         tls_available(&self.urls, cfg!(feature = "redis-tls"))?;
+        #[cfg(feature = "redis-sentinel")]
+        if self.sentinel.is_some() && mode != ConnectionMode::Sentinel {
+            return Err(RedisBackendError::Unsupported(
+                "sentinel_master_auth needs RedisBackend::sentinel_builder",
+            ));
+        }
         #[cfg(feature = "redis-tls")]
         let certs = self.tls.certificates();
         Ok(match mode {
@@ -118,15 +134,18 @@ impl Endpoint {
             }
             ConnectionMode::Pool { max_size } => {
                 let manager = RedisConnectionManager::new(url)?;
-                // The first connection is made here so a bad URL fails the build,
-                // at once rather than after bb8's 30 s of retries.
                 let pool = bb8::Pool::builder()
                     .max_size(max_size.max(1))
                     .min_idle(Some(1))
-                    .retry_connection(false)
-                    .build(manager)
-                    .await?;
-                Conn::Pool(pool)
+                    .retry_connection(false);
+                Conn::Pool(if lazy {
+                    pool.build_unchecked(manager)
+                } else {
+                    // The first connection is made here so a bad URL fails
+                    // the build, at once rather than after bb8's 30 s of
+                    // retries.
+                    pool.build(manager).await?
+                })
             }
             #[cfg(feature = "redis-cluster")]
             ConnectionMode::Cluster => {
@@ -147,8 +166,27 @@ impl Endpoint {
                     None => client,
                 };
                 let client = client.build()?;
-                Conn::Cluster(client.get_async_connection().await?)
+                let cluster = super::reconnect::Reconnecting::new(move || {
+                    let client = client.clone();
+                    async move { client.get_async_connection().await }.boxed()
+                });
+                if !lazy {
+                    cluster.get().await?;
+                }
+                Conn::Cluster(cluster)
             }
+            #[cfg(feature = "redis-sentinel")]
+            ConnectionMode::Sentinel => Conn::Sentinel(
+                super::sentinel::connect(
+                    &self.urls,
+                    self.sentinel.as_ref(),
+                    #[cfg(feature = "redis-tls")]
+                    certs,
+                    UNGUARDED_TIMEOUT,
+                    lazy,
+                )
+                .await?,
+            ),
         })
     }
 }

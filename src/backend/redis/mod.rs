@@ -1,6 +1,7 @@
 #![doc = include_str!("../../../docs/redis.md")]
 #![cfg_attr(feature = "redis-tls", doc = include_str!("../../../docs/redis_tls.md"))]
 #![cfg_attr(feature = "redis-cluster", doc = include_str!("../../../docs/redis_cluster.md"))]
+#![cfg_attr(feature = "redis-sentinel", doc = include_str!("../../../docs/redis_sentinel.md"))]
 
 mod backend;
 mod builder;
@@ -12,7 +13,13 @@ mod instances;
 mod keys;
 mod membership;
 mod pinger;
+#[cfg(any(feature = "redis-cluster", feature = "redis-sentinel"))]
+mod reconnect;
 mod script;
+#[cfg(feature = "redis-sentinel")]
+mod sentinel;
+#[cfg(feature = "redis-sentinel")]
+mod sentinel_builder;
 #[cfg(feature = "redis-tls")]
 mod tls;
 

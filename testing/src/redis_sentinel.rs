@@ -1,0 +1,163 @@
+//! A private Redis Sentinel set-up: a master, a replica and three
+//! sentinels with quorum 2, on free ports, torn down on drop.
+
+use std::time::{Duration, Instant};
+
+use crate::redis_server::RedisServer;
+
+/// The name the sentinels monitor.
+pub const MASTER_NAME: &str = "krl-master";
+
+pub struct SentinelGroup {
+    /// `servers[0]` starts as the master, `servers[1]` as its replica.
+    pub servers: Vec<RedisServer>,
+    pub sentinels: Vec<RedisServer>,
+}
+
+impl SentinelGroup {
+    /// Starts the master, its replica (synced), and three sentinels that
+    /// call a master down after 1 s of silence.
+    pub fn start() -> Self {
+        let master = RedisServer::start();
+        let port = master.port().to_string();
+        let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+        let conf = format!(
+            "sentinel monitor {MASTER_NAME} 127.0.0.1 {port} 2\n\
+             sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
+             sentinel failover-timeout {MASTER_NAME} 3000\n\
+             sentinel parallel-syncs {MASTER_NAME} 1\n"
+        );
+        let sentinels = (0..3).map(|_| RedisServer::start_sentinel(&conf)).collect();
+        let group = Self {
+            servers: vec![master, replica],
+            sentinels,
+        };
+        group.wait_synced(Duration::from_secs(10));
+        group.wait_sentinels_see_each_other(Duration::from_secs(10));
+        group
+    }
+
+    /// `redis://127.0.0.1:<port>` of each sentinel, down ones included.
+    pub fn sentinel_urls(&self) -> Vec<String> {
+        self.sentinels.iter().map(RedisServer::url).collect()
+    }
+
+    /// The port the first running sentinel names as the master.
+    pub fn master_port(&self) -> Option<u16> {
+        self.sentinels
+            .iter()
+            .filter(|s| s.is_running())
+            .find_map(|s| {
+                let mut c = s.connection().ok()?;
+                let (_, port): (String, u16) = redis::cmd("SENTINEL")
+                    .arg("get-master-addr-by-name")
+                    .arg(MASTER_NAME)
+                    .query(&mut c)
+                    .ok()?;
+                Some(port)
+            })
+    }
+
+    /// The server on `port`.
+    pub fn server(&mut self, port: u16) -> &mut RedisServer {
+        self.servers
+            .iter_mut()
+            .find(|s| s.port() == port)
+            .expect("one of the group's servers")
+    }
+
+    /// Waits until the sentinels name a master other than `old`; its port.
+    pub fn wait_failover(&self, old: u16, timeout: Duration) -> u16 {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(p) = self.master_port().filter(|p| *p != old)
+                && role(&self.servers, p).as_deref() == Some("master")
+            {
+                return p;
+            }
+            assert!(Instant::now() < deadline, "no failover within {timeout:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits until every running replica has the master's whole stream.
+    pub fn wait_synced(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        let master = self.master_port().unwrap_or(self.servers[0].port());
+        loop {
+            let synced = self.servers.iter().all(|s| {
+                !s.is_running() || s.port() == master || {
+                    let info = info(s, "replication");
+                    info.contains("master_link_status:up")
+                        && offset(&info, "slave_repl_offset")
+                            == offset(
+                                &info_of(&self.servers, master, "replication"),
+                                "master_repl_offset",
+                            )
+                }
+            });
+            if synced {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "replica not synced within {timeout:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits until each sentinel knows the two others (a failover needs a
+    /// quorum that can agree).
+    fn wait_sentinels_see_each_other(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let known = self.sentinels.iter().all(|s| {
+                s.connection()
+                    .and_then(|mut c| {
+                        redis::cmd("SENTINEL")
+                            .arg("sentinels")
+                            .arg(MASTER_NAME)
+                            .query::<Vec<redis::Value>>(&mut c)
+                    })
+                    .is_ok_and(|others| others.len() >= 2)
+            });
+            if known {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "sentinels did not meet within {timeout:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn info(s: &RedisServer, section: &str) -> String {
+    s.connection()
+        .and_then(|mut c| redis::cmd("INFO").arg(section).query::<String>(&mut c))
+        .unwrap_or_default()
+}
+
+fn info_of(servers: &[RedisServer], port: u16, section: &str) -> String {
+    servers
+        .iter()
+        .find(|s| s.port() == port && s.is_running())
+        .map(|s| info(s, section))
+        .unwrap_or_default()
+}
+
+fn offset(info: &str, field: &str) -> Option<u64> {
+    info.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// `role:` of the server on `port`, from `INFO replication`.
+pub fn role(servers: &[RedisServer], port: u16) -> Option<String> {
+    info_of(servers, port, "replication")
+        .lines()
+        .find_map(|l| l.strip_prefix("role:"))
+        .map(|r| r.trim().to_owned())
+}
