@@ -3,6 +3,11 @@
 //! is a list of statements, put in a function body. A hidden doctest line
 //! (`# …`) fails the build: it would show on GitHub and crates.io and break
 //! a paste.
+//!
+//! README.md and every guide that needs no feature compile with the
+//! crate's default features; a guide about a feature (`docs/redis*.md`,
+//! `docs/config.md`, …) compiles when this crate's feature of that name is
+//! on, as it would in an app that turned it on. CI builds both ways.
 
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
@@ -17,6 +22,19 @@ const OTHER: [&str; 7] = [
     "json",
     "compile_fail",
 ];
+
+/// The features a guide's blocks need, by file stem; the rest need none.
+fn features(stem: &str) -> &'static [&'static str] {
+    match stem {
+        "config" => &["config"],
+        "config_redis" => &["config", "redis"],
+        "concurrency_redis" | "describe_redis" | "failure" | "front_redis" | "redis" => &["redis"],
+        "redis_cluster" => &["redis-cluster"],
+        "redis_tls" => &["redis-tls"],
+        "redis_sentinel" => &["redis-sentinel"],
+        _ => &[],
+    }
+}
 
 fn main() {
     let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap()).join("..");
@@ -49,9 +67,19 @@ fn main() {
             } else {
                 format!("pub fn snippet() {{\n{block}\n}}")
             };
+            let stem = file.file_stem().unwrap().to_string_lossy();
+            let cfg: Vec<String> = features(&stem)
+                .iter()
+                .map(|f| format!("feature = \"{f}\""))
+                .collect();
+            let gate = if cfg.is_empty() {
+                String::new()
+            } else {
+                format!("#[cfg(all({}))]\n", cfg.join(", "))
+            };
             writeln!(
                 out,
-                "// {}:{}\n#[rustfmt::skip]\nmod {name} {{\n{body}\n}}\n",
+                "// {}:{}\n{gate}#[rustfmt::skip]\nmod {name} {{\n{body}\n}}\n",
                 file.display(),
                 line
             )

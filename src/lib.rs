@@ -15,20 +15,19 @@
 //! use std::time::Duration;
 //!
 //! use axum::{Router, http::StatusCode, routing::get};
-//! use keyed_rate_limit::{KeyExtractor, OnMissingKey, Quota, RateLimitLayer, Rule};
+//! use keyed_rate_limit::{BuildError, KeyExtractor, OnMissingKey, Quota, RateLimitLayer, Rule};
 //!
-//! let limit = RateLimitLayer::builder()
-//!     // Evaluated in order; the first rule that refuses answers the request.
-//!     .rule(
-//!         Rule::new("per-key", KeyExtractor::header("x-api-key"), Quota::per_minute(100).with_burst(20))
-//!             .on_missing_key(OnMissingKey::Reject(StatusCode::UNAUTHORIZED)),
-//!     )
-//!     .rule(Rule::new("per-route", KeyExtractor::matched_route(), Quota::new(10_000, Duration::from_secs(60))))
-//!     .build()?; // every static quota, cost and name is checked here
-//!
-//! let app: Router = Router::new().route("/", get(|| async { "hi" })).layer(limit);
-//! # let _ = app;
-//! # Ok::<(), keyed_rate_limit::BuildError>(())
+//! fn app() -> Result<Router, BuildError> {
+//!     let limit = RateLimitLayer::builder()
+//!         // Evaluated in order; the first rule that refuses answers the request.
+//!         .rule(
+//!             Rule::new("per-key", KeyExtractor::header("x-api-key"), Quota::per_minute(100).with_burst(20))
+//!                 .on_missing_key(OnMissingKey::Reject(StatusCode::UNAUTHORIZED)),
+//!         )
+//!         .rule(Rule::new("per-route", KeyExtractor::matched_route(), Quota::new(10_000, Duration::from_secs(60))))
+//!         .build()?; // every static quota, cost and name is checked here
+//!     Ok(Router::new().route("/", get(|| async { "hi" })).layer(limit))
+//! }
 //! ```
 //!
 //! `cargo run --example quickstart` serves a limited `GET /` on
@@ -95,35 +94,11 @@
 //! [`BreakerConfig`], [`HeaderStyle`], [`RateLimitDecision`], [`Control`]
 //! and [`BuildError`].
 //!
-//! # A global rule
-//!
-//! With the `redis` feature, [`Rule::global`](https://docs.rs/keyed-rate-limit/latest/keyed_rate_limit/struct.Rule.html#method.global)
-//! moves a rule's counters to Redis, so every gateway shares them:
-//!
-//! ```no_run
-//! # #[cfg(not(feature = "redis"))] fn main() {}
-//! # #[cfg(feature = "redis")]
-//! # #[tokio::main]
-//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use std::time::Duration;
-//!
-//! use keyed_rate_limit::backend::redis::RedisBackend;
-//! use keyed_rate_limit::{FailureMode, KeyExtractor, Quota, RateLimitLayer, Rule};
-//!
-//! let redis = RedisBackend::builder("redis://127.0.0.1:6379").prefix("api-rl").build().await?;
-//! let limit = RateLimitLayer::builder()
-//!     .rule(
-//!         Rule::new("per-key", KeyExtractor::header("x-api-key"), Quota::per_minute(600))
-//!             .global(redis)
-//!             .on_redis_failure(FailureMode::LocalFallback)
-//!             .redis_timeout(Duration::from_millis(20)),
-//!     )
-//!     .instances(4) // while Redis is down, each gateway enforces 600 / 4
-//!     .build()?;
-//! # let _ = limit;
-//! # Ok(())
-//! # }
-//! ```
+#![cfg_attr(feature = "redis", doc = include_str!("../docs/front_redis.md"))]
+#![cfg_attr(
+    not(feature = "redis"),
+    doc = "# A global rule\n\nWith the `redis` feature, `Rule::global` moves a rule's counters to Redis, so every gateway shares them; see the `backend::redis` module."
+)]
 //!
 //! [tower]: https://docs.rs/tower
 //! [axum]: https://docs.rs/axum

@@ -12,7 +12,7 @@ use futures_util::FutureExt;
 use http::{HeaderValue, Request, Response};
 use http_body_util::Full;
 use keyed_rate_limit::{HeaderStyle, Quota, RateLimitLayer, Rule, key::KeyExtractor};
-use tower::{Layer, Service, service_fn};
+use tower::{Service, service_fn};
 
 /// Counts this thread's allocations, so tests running beside it don't count.
 struct Counting;

@@ -19,7 +19,7 @@ use http::{HeaderValue, Request, Response};
 use http_body_util::Full;
 use keyed_rate_limit::{Key, Quota, RateLimitLayer, Rule, key::KeyExtractor};
 use keyed_rate_limit_testing::rounds::{median, order};
-use tower::{Layer, Service, service_fn};
+use tower::{Service, service_fn};
 
 const KEYS: usize = 100_000;
 

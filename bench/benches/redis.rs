@@ -50,7 +50,7 @@ use keyed_rate_limit::backend::redis::{ConnectionMode, RedisBackend};
 use keyed_rate_limit::failure::BreakerState;
 use keyed_rate_limit::{Algorithm, Key, Quota, RateLimitLayer, Rule, key::KeyExtractor};
 use redis_server::RedisServer;
-use tower::{Layer, Service, ServiceExt, service_fn};
+use tower::{Service, ServiceExt, service_fn};
 
 const GCRA: &str = include_str!("../../src/backend/redis/lua/gcra.lua");
 const PIPELINE: usize = 256;

@@ -26,7 +26,7 @@ use http_body_util::Full;
 use keyed_rate_limit::backend::redis::RedisBackend;
 use keyed_rate_limit::rule::LeasePolicy;
 use keyed_rate_limit::{FailureMode, Quota, RateLimitLayer, Rule, key::KeyExtractor};
-use tower::{Layer, ServiceExt, service_fn};
+use tower::{ServiceExt, service_fn};
 
 pub const GATEWAYS: usize = 4;
 

@@ -33,6 +33,12 @@ pub struct ConcurrencyLimitLayer {
 }
 
 impl ConcurrencyLimitLayer {
+    /// Wraps `inner`, as [`tower::Layer::layer`](Layer::layer) does, without
+    /// naming `tower` (an axum app has no direct dependency on it).
+    pub fn layer<S>(&self, inner: S) -> ConcurrencyLimitService<S> {
+        ConcurrencyLimitService::new(inner, self.shared.clone())
+    }
+
     /// The limit's name.
     ///
     /// ```
@@ -88,7 +94,7 @@ impl<S> Layer<S> for ConcurrencyLimitLayer {
     type Service = ConcurrencyLimitService<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        ConcurrencyLimitService::new(inner, self.shared.clone())
+        ConcurrencyLimitLayer::layer(self, inner)
     }
 }
 

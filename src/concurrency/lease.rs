@@ -32,6 +32,8 @@ pub(crate) struct Global {
     held: Mutex<HashMap<Key, Held>>,
     /// Whether the renewal task runs; it ends when no lease is held.
     renewing: AtomicBool,
+    /// At most one renewal or release warning a second.
+    warn_log: crate::observe::Sampled,
 }
 
 struct Held {
@@ -51,6 +53,7 @@ impl Global {
             local: Arc::default(),
             held: Mutex::default(),
             renewing: AtomicBool::new(false),
+            warn_log: crate::observe::Sampled::default(),
         }
     }
 
@@ -102,15 +105,20 @@ impl Global {
             Ok(flags) => {
                 for (id, held) in ids.iter().zip(flags) {
                     // Not held because its request ended meanwhile: no news.
-                    if !held && self.unregister(&key, id) {
+                    if !held
+                        && self.unregister(&key, id)
+                        && let Some(suppressed) = self.warn_log.take(crate::observe::DENY_EVERY)
+                    {
                         tracing::warn!(target: crate::observe::TARGET, rule = %name, key = %key.fingerprint(),
-                            "concurrency lease expired before it was renewed; its slot may be given away");
+                            suppressed, "concurrency lease expired before it was renewed; its slot may be given away");
                     }
                 }
             }
             Err(cause) => {
-                tracing::warn!(target: crate::observe::TARGET, rule = %name, key = %key.fingerprint(),
-                    leases = ids.len(), %cause, "cannot renew concurrency leases; retrying");
+                if let Some(suppressed) = self.warn_log.take(crate::observe::DENY_EVERY) {
+                    tracing::warn!(target: crate::observe::TARGET, rule = %name, key = %key.fingerprint(),
+                        leases = ids.len(), %cause, suppressed, "cannot renew concurrency leases; retrying");
+                }
             }
         }
     }
@@ -296,15 +304,19 @@ impl Drop for Lease {
 /// fails, the TTL frees the slot.
 fn release_later(g: &Arc<Global>, name: &Arc<str>, key: &Key, id: &Arc<str>) {
     let Ok(rt) = tokio::runtime::Handle::try_current() else {
-        tracing::warn!(target: crate::observe::TARGET, rule = %name,
-            "no tokio runtime to release a concurrency lease; it expires after its TTL");
+        if let Some(suppressed) = g.warn_log.take(crate::observe::DENY_EVERY) {
+            tracing::warn!(target: crate::observe::TARGET, rule = %name, suppressed,
+                "no tokio runtime to release a concurrency lease; it expires after its TTL");
+        }
         return;
     };
     let (g, name, key, id) = (g.clone(), name.clone(), key.clone(), id.clone());
     rt.spawn(async move {
-        if let Err(cause) = g.call(&name, &key, LeaseOp::Release { id: &id }).await {
+        if let Err(cause) = g.call(&name, &key, LeaseOp::Release { id: &id }).await
+            && let Some(suppressed) = g.warn_log.take(crate::observe::DENY_EVERY)
+        {
             tracing::warn!(target: crate::observe::TARGET, rule = %name, key = %key.fingerprint(),
-                %cause, "cannot release concurrency lease; it expires after its TTL");
+                %cause, suppressed, "cannot release concurrency lease; it expires after its TTL");
         }
     });
 }

@@ -211,7 +211,7 @@ mod tests {
     use bytes::Bytes;
     use http::Response;
     use http_body_util::Full;
-    use tower::{Layer, Service, ServiceExt};
+    use tower::{Service, ServiceExt};
 
     #[tokio::test]
     async fn grpc_refusal_is_resource_exhausted_with_pushback() {

@@ -95,6 +95,7 @@ impl Chain {
                 records,
                 key_space_warned: Throttle::default(),
                 deny_log: Default::default(),
+                misuse_log: Default::default(),
                 waiters,
                 backend,
                 locks,

@@ -140,7 +140,9 @@ impl CompiledRule {
         // Static quotas and fixed costs were checked at build time.
         let dynamic = matches!(self.rule.quota, QuotaSource::Dynamic(_));
         if let Some(error) = dynamic.then(|| quota.validate().err()).flatten() {
-            tracing::warn!(target: observe::TARGET, rule = %self.rule.name, %quota, %error, "request-time quota admits nothing; denying");
+            if let Some(suppressed) = self.misuse_log.take(observe::DENY_EVERY) {
+                tracing::warn!(target: observe::TARGET, rule = %self.rule.name, %quota, %error, suppressed, "request-time quota admits nothing; denying");
+            }
             let d = Decision::never(quota.limit(), quota.window());
             return Step::Now(self.outcome(&key, d, self.local_source()));
         }
@@ -148,7 +150,9 @@ impl CompiledRule {
         // cost (a panic in debug, an admit in release).
         let capacity = self.rule.algorithm.capacity(&quota);
         if cost.get() > capacity {
-            tracing::warn!(target: observe::TARGET, rule = %self.rule.name, cost = cost.get(), capacity, "request cost above the rule's capacity; denying");
+            if let Some(suppressed) = self.misuse_log.take(observe::DENY_EVERY) {
+                tracing::warn!(target: observe::TARGET, rule = %self.rule.name, cost = cost.get(), capacity, suppressed, "request cost above the rule's capacity; denying");
+            }
             let d = Decision::never(quota.limit(), quota.window());
             return Step::Now(self.outcome(&key, d, self.local_source()));
         }

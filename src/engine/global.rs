@@ -43,6 +43,8 @@ pub(super) struct Global {
     pub(super) queues: Option<Arc<Queues<Result<Decided, Cause>>>>,
     /// For giving leases back when dropped.
     pub(super) rule: (Arc<str>, crate::Algorithm, Duration),
+    /// At most one unsettled-units line a second.
+    pub(super) settle_log: observe::Sampled,
 }
 
 impl Drop for Global {
@@ -126,6 +128,7 @@ impl Global {
                 rule.algorithm,
                 rule.failure.timeout.saturating_mul(PATIENCE),
             ),
+            settle_log: observe::Sampled::default(),
         }
     }
 
@@ -537,6 +540,13 @@ impl Global {
         if fallback {
             self.adjust_fallback(key, quota, units);
         }
-        observe::settle_failed(&rule.name, &key.fingerprint(), units, &cause, fallback);
+        observe::settle_failed(
+            &rule.name,
+            || key.fingerprint(),
+            units,
+            &cause,
+            fallback,
+            &self.settle_log,
+        );
     }
 }

@@ -23,6 +23,10 @@ pub(crate) struct CompiledRule {
     pub(super) watch: Arc<KeyWatch>,
     /// At most one deny event a second.
     pub(super) deny_log: observe::Sampled,
+    /// At most one request-time misuse line a second (a quota from
+    /// `quota_fn` that admits nothing, a cost above the capacity, a
+    /// settling closure that panicked).
+    pub(super) misuse_log: observe::Sampled,
     /// At most one key-space warning a minute.
     pub(super) key_space_warned: Throttle,
     /// Requests waiting per key, for `OnDeny::Wait`.

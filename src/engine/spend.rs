@@ -66,9 +66,12 @@ impl Settlement {
     pub(crate) fn settle(self, res: &http::response::Parts) {
         for s in self.0 {
             let rule = &s.rule.rule;
+            let misuse = &s.rule.misuse_log;
             let call = |what: &'static str, f: &dyn Fn() -> u32| {
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|_| {
-                    tracing::error!(target: observe::TARGET, rule = %rule.name, what, "closure panicked; the request keeps its reserved cost");
+                    if let Some(suppressed) = misuse.take(observe::DENY_EVERY) {
+                        tracing::error!(target: observe::TARGET, rule = %rule.name, what, suppressed, "closure panicked; the request keeps its reserved cost");
+                    }
                 })
             };
             if let Some(f) = &rule.count_if {

@@ -24,25 +24,30 @@ pub(crate) fn breaker_state(rule: &Arc<str>, state: u8) {
 }
 
 /// A refund or a charge after the response could not reach Redis:
-/// `outcome="settle_failed"`, with the cause. `fallback`: a charge went to
-/// the local fallback share instead.
+/// `outcome="settle_failed"`, with the cause, counted each time and logged
+/// at most once a second per rule. `fallback`: a charge went to the local
+/// fallback share instead.
 pub(crate) fn settle_failed(
     rule: &Arc<str>,
-    key: &str,
+    key: impl FnOnce() -> String,
     units: i64,
     cause: &crate::policy::Cause,
     fallback: bool,
+    log: &Sampled,
 ) {
-    tracing::warn!(
-        target: TARGET,
-        rule = %rule,
-        key,
-        units,
-        cause = cause.kind(),
-        detail = %cause,
-        fallback,
-        "redis unavailable; units not settled in redis"
-    );
+    if let Some(suppressed) = log.take(DENY_EVERY) {
+        tracing::warn!(
+            target: TARGET,
+            rule = %rule,
+            key = %key(),
+            units,
+            cause = cause.kind(),
+            detail = %cause,
+            fallback,
+            suppressed,
+            "redis unavailable; units not settled in redis"
+        );
+    }
     count(
         DECISIONS_TOTAL,
         rule,

@@ -147,7 +147,7 @@ pub(crate) struct Sampled {
 impl Sampled {
     /// `Some(held back since the last event)` when this one is logged.
     #[inline]
-    fn take(&self, every: Duration) -> Option<u64> {
+    pub(crate) fn take(&self, every: Duration) -> Option<u64> {
         if self.gate.ready(every) {
             Some(self.held.swap(0, Ordering::Relaxed))
         } else {
@@ -157,8 +157,9 @@ impl Sampled {
     }
 }
 
-/// At most one deny event per rule per second.
-pub(super) const DENY_EVERY: Duration = Duration::from_secs(1);
+/// At most one deny event per rule per second; also the period of the
+/// other lines that could repeat on every request.
+pub(crate) const DENY_EVERY: Duration = Duration::from_secs(1);
 
 /// Every deny is counted; at most one a second per rule is logged (with the
 /// key's fingerprint, never the key, and how many denies it stands for).

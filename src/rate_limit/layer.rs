@@ -33,6 +33,13 @@ pub struct RateLimitLayer {
 }
 
 impl RateLimitLayer {
+    /// Wraps `inner`, as [`tower::Layer::layer`](Layer::layer) does, without
+    /// naming `tower` (an axum app has no direct dependency on it): e.g. a
+    /// whole `Router`, served with axum's `ServiceExt`.
+    pub fn layer<S>(&self, inner: S) -> RateLimitService<S> {
+        RateLimitService::new(inner, self.shared.clone())
+    }
+
     /// The rules, in evaluation order: those of the last
     /// [`reload`](Self::reload), if any.
     ///
@@ -158,7 +165,7 @@ impl<S> Layer<S> for RateLimitLayer {
     type Service = RateLimitService<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        RateLimitService::new(inner, self.shared.clone())
+        RateLimitLayer::layer(self, inner)
     }
 }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 use axum::body::Body;
 use http::Request;
 use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
-use tower::{Layer, ServiceExt};
+use tower::ServiceExt;
 
 use crate::support::{events, metrics};
 

@@ -11,7 +11,6 @@ use axum::{Router, routing::get};
 use keyed_rate_limit::key::KeyExtractor;
 use keyed_rate_limit::rule::OnMissingKey;
 use keyed_rate_limit::{Key, Quota, RateLimitLayer, Rule};
-use tower::Layer;
 
 use crate::support::{client, events, serve, statuses};
 

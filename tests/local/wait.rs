@@ -13,7 +13,7 @@ use axum::{Router, routing::get};
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use keyed_rate_limit::{KeyExtractor, OnDeny, Quota, RateLimitLayer, Rule};
-use tower::{Layer, ServiceExt, service_fn};
+use tower::{ServiceExt, service_fn};
 
 type Body = Full<bytes::Bytes>;
 

@@ -16,7 +16,7 @@ use keyed_rate_limit::{
     Algorithm, FailureMode, Quota, RateLimitDecision, RateLimitLayer, Rule, key::KeyExtractor,
 };
 use keyed_rate_limit_testing::RedisServer;
-use tower::{Layer, ServiceExt, service_fn};
+use tower::{ServiceExt, service_fn};
 
 fn coalescing(redis: RedisBackend, algorithm: Algorithm, q: Quota) -> RateLimitLayer {
     RateLimitLayer::builder()

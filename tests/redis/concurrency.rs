@@ -445,7 +445,7 @@ async fn a_timed_out_acquire_leaves_no_lease_behind() {
 async fn ten_thousand_requests_in_flight_share_one_renewal_task() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use tower::{Layer, ServiceExt};
+    use tower::ServiceExt;
 
     let server = RedisServer::start();
     // Renewed every ttl/3: 3 s leaves slack for a debug build sharing two

@@ -18,7 +18,7 @@ use keyed_rate_limit::{
     key::KeyExtractor,
 };
 use keyed_rate_limit_testing::RedisServer;
-use tower::{Layer, ServiceExt, service_fn};
+use tower::{ServiceExt, service_fn};
 
 const ALL: [Algorithm; 4] = [
     Algorithm::Gcra,

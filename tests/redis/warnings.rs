@@ -168,3 +168,59 @@ async fn the_breaker_logs_an_outage_once_when_it_begins_and_once_when_it_ends() 
     );
     assert_eq!(with_message(&events, "circuit breaker opened").len(), 1);
 }
+
+/// Refunds that cannot reach Redis are counted each, and logged once a
+/// second per rule with how many the line stands for.
+#[tokio::test]
+async fn unsettled_refunds_during_an_outage_log_once_a_second() {
+    use axum::{Router, http::StatusCode, routing::get};
+
+    let mut server = RedisServer::start();
+    let layer = RateLimitLayer::builder()
+        .rule(
+            Rule::new("spent", KeyExtractor::global(), Quota::per_minute(1000))
+                .global(server.backend("settle").await)
+                .on_redis_failure(FailureMode::FailOpen)
+                // A 404 is not counted: its unit goes back after the response.
+                .count_if(|res| res.status.is_success()),
+        )
+        .instances(1)
+        .build()
+        .unwrap();
+    // Decided while Redis is up; answered once it is gone.
+    let app = Router::new()
+        .route(
+            "/",
+            get(|| async {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                StatusCode::NOT_FOUND
+            }),
+        )
+        .layer(layer);
+    let url = serve(app).await;
+    let c = client();
+    let sent = 40;
+    let requests: Vec<_> = (0..sent)
+        .map(|_| tokio::spawn(c.get(&url).send()))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let (events, _guard) = capture();
+    server.kill();
+    for r in requests {
+        assert_eq!(r.await.unwrap().unwrap().status(), 404);
+    }
+    // The refunds run after each response: give the last ones a moment.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let lines = with_message(&events, "units not settled in redis");
+    assert!(
+        (1..=2).contains(&lines.len()),
+        "{} lines for {sent} unsettled refunds",
+        lines.len()
+    );
+    let stood_for: u64 = lines.len() as u64
+        + lines
+            .iter()
+            .map(|l| l["suppressed"].parse::<u64>().unwrap())
+            .sum::<u64>();
+    assert!(stood_for <= sent, "{stood_for} > {sent}");
+}

@@ -26,7 +26,7 @@ use futures_util::FutureExt;
 use http::{HeaderValue, Request, Response};
 use http_body_util::Full;
 use keyed_rate_limit::{Key, Quota, RateLimitLayer, Rule, key::KeyExtractor};
-use tower::{Layer, Service, service_fn};
+use tower::{Service, service_fn};
 
 /// The system allocator, counting live bytes.
 struct Counting;
