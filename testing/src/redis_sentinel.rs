@@ -18,16 +18,37 @@ impl SentinelGroup {
     /// Starts the master, its replica (synced), and three sentinels that
     /// call a master down after 1 s of silence.
     pub fn start() -> Self {
-        let master = RedisServer::start();
+        Self::start_with_auth(None)
+    }
+
+    /// [`start`](Self::start), with `(data, sentinel)` passwords: the
+    /// master's and replica's (`requirepass`, `masterauth`), and the
+    /// sentinels' own.
+    pub fn start_with_auth(auth: Option<(&str, &str)>) -> Self {
+        let data_auth: Vec<&str> = match auth {
+            Some((pw, _)) => vec!["--requirepass", pw, "--masterauth", pw],
+            None => Vec::new(),
+        };
+        let master = RedisServer::start_with(&data_auth);
         let port = master.port().to_string();
-        let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-        let conf = format!(
+        let mut replica_args = vec!["--replicaof", "127.0.0.1", &port];
+        replica_args.extend(&data_auth);
+        let replica = RedisServer::start_with(&replica_args);
+        let mut conf = format!(
             "sentinel monitor {MASTER_NAME} 127.0.0.1 {port} 2\n\
              sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
              sentinel failover-timeout {MASTER_NAME} 3000\n\
              sentinel parallel-syncs {MASTER_NAME} 1\n"
         );
-        let sentinels = (0..3).map(|_| RedisServer::start_sentinel(&conf)).collect();
+        if let Some((pw, sentinel_pw)) = auth {
+            conf.push_str(&format!("sentinel auth-pass {MASTER_NAME} {pw}\n"));
+            // The sentinels' own password, to talk to each other.
+            conf.push_str(&format!("sentinel sentinel-pass {sentinel_pw}\n"));
+        }
+        let sentinel_pw = auth.map(|(_, s)| s);
+        let sentinels = (0..3)
+            .map(|_| RedisServer::start_sentinel(&conf, sentinel_pw))
+            .collect();
         let group = Self {
             servers: vec![master, replica],
             sentinels,

@@ -41,16 +41,21 @@ impl RedisServer {
     }
 
     /// Starts a sentinel (`redis-server <file> --sentinel`) whose
-    /// configuration file holds `conf` (`sentinel monitor …` lines).
-    pub fn start_sentinel(conf: &str) -> Self {
+    /// configuration file holds `conf` (`sentinel monitor …` lines), with
+    /// its own password when `password` is given.
+    pub fn start_sentinel(conf: &str, password: Option<&str>) -> Self {
         let port = free_port();
         let file =
             std::env::temp_dir().join(format!("krl-sentinel-{}-{port}.conf", std::process::id()));
         std::fs::write(&file, conf).expect("write the sentinel configuration");
+        let mut extra = vec!["--sentinel".to_owned()];
+        if let Some(pw) = password {
+            extra.extend(["--requirepass".to_owned(), pw.to_owned()]);
+        }
         let mut server = Self {
             port,
-            extra: vec!["--sentinel".to_owned()],
-            password: None,
+            extra,
+            password: password.map(str::to_owned),
             tls: None,
             conf: Some(file),
             child: None,

@@ -1,10 +1,11 @@
-//! The chaos soak: four gateways on one private `redis-server`, or on a
-//! private 3-master cluster with a replica per master, a fixed offered rate
-//! over 200 keys and a hot key, and a fault every few seconds: SIGKILL and
-//! restart (on the cluster: of a master, until its replica takes over),
-//! SIGSTOP/SIGCONT (of a master), `SCRIPT FLUSH`, `CLIENT KILL`. Run by
-//! `examples/soak.rs` (long, with figures) and `tests/soak.rs` (short).
-//! Every loop is bounded by count and time.
+//! The chaos soak: four gateways on one private `redis-server`, on a
+//! private 3-master cluster with a replica per master, or on a master, a
+//! replica and three sentinels; a fixed offered rate over 200 keys and a
+//! hot key, and a fault every few seconds: SIGKILL and restart (on the
+//! cluster and under Sentinel: of a master, until its replica takes over),
+//! SIGSTOP/SIGCONT (of a master), a sentinel killed and restarted,
+//! `SCRIPT FLUSH`, `CLIENT KILL`. Run by `tests/redis/soak.rs` (short, or
+//! long with `SOAK_SECS`). Every loop is bounded by count and time.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -19,6 +20,8 @@ use keyed_rate_limit::{Quota, RateLimitDecision, RateLimitLayer, Rule, key::KeyE
 #[cfg(feature = "redis-cluster")]
 use keyed_rate_limit_testing::RedisCluster;
 use keyed_rate_limit_testing::RedisServer;
+#[cfg(feature = "redis-sentinel")]
+use keyed_rate_limit_testing::{MASTER_NAME, SentinelGroup};
 
 pub struct Config {
     pub duration: Duration,
@@ -26,8 +29,18 @@ pub struct Config {
     pub rate: u32,
     pub fault_every: Duration,
     pub keys: usize,
-    /// The 3-master cluster (feature `redis-cluster`) instead of one server.
-    pub cluster: bool,
+    pub topology: Topology,
+}
+
+/// What the gateways share.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Topology {
+    /// One server.
+    Single,
+    /// A 3-master cluster with a replica each (feature `redis-cluster`).
+    Cluster,
+    /// A master, a replica and three sentinels (feature `redis-sentinel`).
+    Sentinel,
 }
 
 /// The Redis the gateways share, and the faults it takes.
@@ -35,17 +48,21 @@ enum Target {
     Single(RedisServer),
     #[cfg(feature = "redis-cluster")]
     Cluster(RedisCluster),
+    #[cfg(feature = "redis-sentinel")]
+    Sentinel(SentinelGroup, usize),
 }
 
 impl Target {
-    fn start(cluster: bool) -> Self {
-        if cluster {
+    fn start(topology: Topology) -> Self {
+        match topology {
+            Topology::Single => Self::Single(RedisServer::start()),
             #[cfg(feature = "redis-cluster")]
-            return Self::Cluster(RedisCluster::start_with_replicas(1));
-            #[cfg(not(feature = "redis-cluster"))]
-            panic!("the cluster soak needs feature redis-cluster");
+            Topology::Cluster => Self::Cluster(RedisCluster::start_with_replicas(1)),
+            #[cfg(feature = "redis-sentinel")]
+            Topology::Sentinel => Self::Sentinel(SentinelGroup::start(), 0),
+            #[allow(unreachable_patterns)]
+            other => panic!("the {other:?} soak needs its feature"),
         }
-        Self::Single(RedisServer::start())
     }
 
     fn kinds(&self) -> [&'static str; 4] {
@@ -53,6 +70,13 @@ impl Target {
             Self::Single(_) => ["kill", "stop", "script_flush", "client_kill"],
             #[cfg(feature = "redis-cluster")]
             Self::Cluster(_) => ["failover", "stop", "script_flush", "client_kill"],
+            #[cfg(feature = "redis-sentinel")]
+            Self::Sentinel(..) => [
+                "failover",
+                "sentinel_restart",
+                "script_flush",
+                "client_kill",
+            ],
         }
     }
 
@@ -61,6 +85,8 @@ impl Target {
             Self::Single(s) => RedisBackend::builder(s.url()),
             #[cfg(feature = "redis-cluster")]
             Self::Cluster(c) => RedisBackend::cluster_builder(c.urls()),
+            #[cfg(feature = "redis-sentinel")]
+            Self::Sentinel(g, _) => RedisBackend::sentinel_builder(g.sentinel_urls(), MASTER_NAME),
         }
         .prefix("soak")
         .connect_lazily()
@@ -75,6 +101,8 @@ impl Target {
             Self::Single(s) => vec![s],
             #[cfg(feature = "redis-cluster")]
             Self::Cluster(c) => c.nodes.iter().filter(|n| n.is_running()).collect(),
+            #[cfg(feature = "redis-sentinel")]
+            Self::Sentinel(g, _) => g.servers.iter().filter(|n| n.is_running()).collect(),
         }
     }
 
@@ -114,6 +142,39 @@ impl Target {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 tokio::task::block_in_place(|| c.nodes[master].restart());
+            }
+            // The master dies; the fault lasts until the sentinels have
+            // promoted the replica. The old master then comes back, and the
+            // sentinels demote it.
+            #[cfg(feature = "redis-sentinel")]
+            (Self::Sentinel(g, _), "failover") => {
+                let old = tokio::task::block_in_place(|| g.master_port()).expect("a master");
+                g.server(old).kill();
+                let deadline = Instant::now() + Duration::from_secs(15);
+                loop {
+                    let promoted = tokio::task::block_in_place(|| {
+                        g.master_port().filter(|p| {
+                            *p != old
+                                && keyed_rate_limit_testing::role(&g.servers, *p).as_deref()
+                                    == Some("master")
+                        })
+                    });
+                    if promoted.is_some() {
+                        break;
+                    }
+                    assert!(Instant::now() < deadline, "no promotion within 15 s");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                tokio::task::block_in_place(|| g.server(old).restart());
+            }
+            // One sentinel at a time, in turn: the others keep answering.
+            #[cfg(feature = "redis-sentinel")]
+            (Self::Sentinel(g, next), "sentinel_restart") => {
+                let i = *next % g.sentinels.len();
+                *next += 1;
+                g.sentinels[i].kill();
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                tokio::task::block_in_place(|| g.sentinels[i].restart());
             }
             // Shorter than the node timeout: a stall, not a failover.
             #[cfg(feature = "redis-cluster")]
@@ -208,7 +269,8 @@ impl Report {
             v.push(format!("recovery took {:.2} s", self.slowest_recovery));
         }
         // A cluster client opens a connection (two tasks) to each new
-        // master: growth with failovers, not with requests.
+        // master, a sentinel backend one to the promoted master: growth
+        // with failovers, not with requests.
         let failovers = self.faults.iter().filter(|f| f.0 == "failover").count();
         if self.tasks.1 > self.tasks.0 + 2 * GATEWAYS * failovers {
             v.push(format!("tasks {} -> {}", self.tasks.0, self.tasks.1));
@@ -301,7 +363,7 @@ async fn gateway(redis: RedisBackend) -> String {
 }
 
 pub async fn run(cfg: Config) -> Report {
-    let mut target = Target::start(cfg.cluster);
+    let mut target = Target::start(cfg.topology);
     let metrics = tokio::runtime::Handle::current().metrics();
     let mut urls = Vec::new();
     for _ in 0..GATEWAYS {

@@ -90,9 +90,15 @@ impl Endpoint {
         let url = self.urls.first().map_or("", String::as_str);
         tls_available(&self.urls, cfg!(feature = "redis-tls"))?;
         #[cfg(feature = "redis-sentinel")]
-        if self.sentinel.is_some() && mode != ConnectionMode::Sentinel {
+        if let Some(target) = &self.sentinel
+            && mode != ConnectionMode::Sentinel
+        {
             return Err(RedisBackendError::Unsupported(
-                "sentinel_master_auth needs RedisBackend::sentinel_builder",
+                if target.master_name.is_empty() {
+                    "sentinel_master_auth needs RedisBackend::sentinel_builder"
+                } else {
+                    "a sentinel backend keeps one multiplexed connection to the master: no other connection mode"
+                },
             ));
         }
         #[cfg(feature = "redis-tls")]

@@ -3,7 +3,7 @@
 //!
 //! Connecting runs in a task of its own, so a caller's timeout (a rule's
 //! 20 ms) cannot cancel it halfway; callers wait for the one attempt in
-//! flight. A failed attempt backs off (50 ms, doubling to 1 s) before the
+//! flight. A failed attempt backs off (50 ms, doubling to 250 ms) before the
 //! next, so a dead server costs one attempt per backoff, not one per call.
 
 use std::sync::{Arc, Mutex, PoisonError};
@@ -17,7 +17,9 @@ use tokio::time::Instant;
 use crate::instant::after;
 
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
-const BACKOFF_MAX: Duration = Duration::from_secs(1);
+// Low: a lookup costs a sentinel a few commands, and a promoted master
+// should be found soon after the sentinels announce it.
+const BACKOFF_MAX: Duration = Duration::from_millis(250);
 /// The most often a connection that may be stale is checked.
 #[cfg_attr(not(feature = "redis-sentinel"), allow(dead_code))]
 const RECHECK_EVERY: Duration = Duration::from_secs(1);
