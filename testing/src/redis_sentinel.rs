@@ -58,6 +58,33 @@ impl SentinelGroup {
         group
     }
 
+    /// A TLS-only master, replica and three sentinels sharing one CA; the
+    /// sentinels reach the servers over TLS. Not waited on beyond each
+    /// process's start: this crate's client speaks no TLS. See
+    /// [`RedisServer::pem`] for the certificates.
+    pub fn start_tls() -> Self {
+        let master = RedisServer::start_tls();
+        let port = master.port().to_string();
+        let replica = RedisServer::start_tls_like(
+            &master,
+            &[
+                "--replicaof",
+                "127.0.0.1",
+                &port,
+                "--tls-replication",
+                "yes",
+            ],
+        );
+        let conf = format!("sentinel monitor {MASTER_NAME} 127.0.0.1 {port} 2\n");
+        let sentinels = (0..3)
+            .map(|_| RedisServer::start_sentinel_tls(&conf, &master))
+            .collect();
+        Self {
+            servers: vec![master, replica],
+            sentinels,
+        }
+    }
+
     /// `redis://127.0.0.1:<port>` of each sentinel, down ones included.
     pub fn sentinel_urls(&self) -> Vec<String> {
         self.sentinels.iter().map(RedisServer::url).collect()

@@ -16,7 +16,7 @@ pub struct RedisServer {
     port: u16,
     extra: Vec<String>,
     password: Option<String>,
-    tls: Option<Certificates>,
+    tls: Option<std::sync::Arc<Certificates>>,
     /// A sentinel's configuration file (it rewrites it), removed on drop.
     conf: Option<std::path::PathBuf>,
     child: Option<Child>,
@@ -37,13 +37,34 @@ impl RedisServer {
     /// certificates, with a private CA and a leaf certificate for
     /// `127.0.0.1` made by `openssl`; see [`RedisServer::pem`].
     pub fn start_tls() -> Self {
-        Self::launch(&[], Some(Certificates::make()))
+        Self::launch(&[], Some(std::sync::Arc::new(Certificates::make())))
+    }
+
+    /// A TLS-only server with extra arguments that trusts and presents the
+    /// certificates of `peer` (a TLS server): servers that talk to each
+    /// other (a replica, a sentinel) share one CA.
+    pub fn start_tls_like(peer: &RedisServer, extra: &[&str]) -> Self {
+        Self::launch(extra, Some(peer.tls.clone().expect("a TLS peer")))
     }
 
     /// Starts a sentinel (`redis-server <file> --sentinel`) whose
     /// configuration file holds `conf` (`sentinel monitor …` lines), with
     /// its own password when `password` is given.
     pub fn start_sentinel(conf: &str, password: Option<&str>) -> Self {
+        Self::sentinel(conf, password, None)
+    }
+
+    /// A TLS-only sentinel with `peer`'s certificates, reaching the servers
+    /// it watches over TLS.
+    pub fn start_sentinel_tls(conf: &str, peer: &RedisServer) -> Self {
+        Self::sentinel(conf, None, Some(peer.tls.clone().expect("a TLS peer")))
+    }
+
+    fn sentinel(
+        conf: &str,
+        password: Option<&str>,
+        tls: Option<std::sync::Arc<Certificates>>,
+    ) -> Self {
         let port = free_port();
         let file =
             std::env::temp_dir().join(format!("krl-sentinel-{}-{port}.conf", std::process::id()));
@@ -52,11 +73,14 @@ impl RedisServer {
         if let Some(pw) = password {
             extra.extend(["--requirepass".to_owned(), pw.to_owned()]);
         }
+        if tls.is_some() {
+            extra.extend(["--tls-replication".to_owned(), "yes".to_owned()]);
+        }
         let mut server = Self {
             port,
             extra,
             password: password.map(str::to_owned),
-            tls: None,
+            tls,
             conf: Some(file),
             child: None,
         };
@@ -64,7 +88,7 @@ impl RedisServer {
         server
     }
 
-    fn launch(extra: &[&str], tls: Option<Certificates>) -> Self {
+    fn launch(extra: &[&str], tls: Option<std::sync::Arc<Certificates>>) -> Self {
         let port = free_port();
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         let password = extra

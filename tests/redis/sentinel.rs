@@ -256,3 +256,34 @@ async fn a_killed_master_is_followed_and_its_units_are_kept() {
     );
     assert_ne!(promoted, old);
 }
+
+/// TLS to the sentinels and to the master they name: `rediss://` sentinel
+/// URLs, the data nodes reached over TLS too, with a private CA and a
+/// client certificate for both.
+#[cfg(feature = "redis-tls")]
+#[tokio::test]
+async fn tls_reaches_the_sentinels_and_the_master() {
+    let group = SentinelGroup::start_tls();
+    let pem = |name| group.servers[0].pem(name);
+    let urls = group.sentinel_urls();
+    assert!(urls.iter().all(|u| u.starts_with("rediss://")), "{urls:?}");
+    let untrusted = RedisBackend::sentinel_builder(urls.clone(), MASTER_NAME)
+        .build()
+        .await;
+    assert!(
+        untrusted.is_err(),
+        "the private CA is not trusted by default"
+    );
+    let be = RedisBackend::sentinel_builder(urls, MASTER_NAME)
+        .tls_root_cert(pem("ca.pem"))
+        .tls_client_cert(pem("cert.pem"), pem("key.pem"))
+        .prefix("tls")
+        .build()
+        .await
+        .expect("TLS to the sentinels and to the TLS-only master");
+    let d = be
+        .check("r", &Key::from("k"), Algorithm::Gcra, &yearly(3), 1)
+        .await
+        .unwrap();
+    assert_eq!(d.remaining(), 2);
+}

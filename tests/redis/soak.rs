@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use crate::support::soak::{Config, Topology, run};
 
-/// The soaks measure latency, RSS and tasks: each runs in a process of its
-/// own, one at a time.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// The soaks read RSS and tasks: each runs in a process of its own, two at
+/// a time (latency is reported, not judged; the long run's figures come
+/// from one soak at a time, `SOAK_SECS=60 … soak::<name>`).
+static TWO_AT_A_TIME: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
 
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -23,15 +24,14 @@ fn env(name: &str, default: u64) -> u64 {
 /// Set in the process a soak runs in.
 const CHILD: &str = "KRL_SOAK_CHILD";
 
-/// Runs test `name` alone, in a process of its own: the soak reads the
-/// process's RSS and tasks, which the other tests of this binary would
-/// move. True in that process (run the soak); false in the test that
+/// Runs test `name` in a process of its own: the soak reads the process's
+/// RSS and tasks, which the other tests of this binary would move. True in that process (run the soak); false in the test that
 /// started it, once the child passed.
 async fn alone(name: &str) -> bool {
     if std::env::var_os(CHILD).is_some() {
         return true;
     }
-    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
+    let _two_at_a_time = TWO_AT_A_TIME.acquire().await.expect("never closed");
     let exe = std::env::current_exe().expect("the test binary");
     let status = tokio::process::Command::new(exe)
         .args([name, "--exact", "--nocapture", "--test-threads=1"])
