@@ -8,3 +8,4 @@ pub mod app;
 pub mod fleet;
 #[cfg(feature = "redis")]
 pub mod gateway;
+pub mod spread;

@@ -114,71 +114,58 @@ impl SentinelGroup {
             .expect("one of the group's servers")
     }
 
-    /// Waits until the sentinels name a master other than `old`; its port.
-    pub fn wait_failover(&self, old: u16, timeout: Duration) -> u16 {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(p) = self.master_port().filter(|p| *p != old)
-                && role(&self.servers, p).as_deref() == Some("master")
-            {
-                return p;
-            }
-            assert!(Instant::now() < deadline, "no failover within {timeout:?}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
     /// Waits until every running replica has the master's whole stream.
     pub fn wait_synced(&self, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
         let master = self.master_port().unwrap_or(self.servers[0].port());
-        loop {
-            let synced = self.servers.iter().all(|s| {
-                !s.is_running() || s.port() == master || {
-                    let info = info(s, "replication");
-                    info.contains("master_link_status:up")
-                        && offset(&info, "slave_repl_offset")
-                            == offset(
-                                &info_of(&self.servers, master, "replication"),
-                                "master_repl_offset",
-                            )
-                }
-            });
-            if synced {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "replica not synced within {timeout:?}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        poll(
+            timeout,
+            "the replica's sync",
+            Duration::from_millis(20),
+            || {
+                self.servers.iter().all(|s| {
+                    !s.is_running() || s.port() == master || {
+                        let info = info(s, "replication");
+                        info.contains("master_link_status:up")
+                            && offset(&info, "slave_repl_offset")
+                                == offset(
+                                    &info_of(&self.servers, master, "replication"),
+                                    "master_repl_offset",
+                                )
+                    }
+                })
+            },
+        );
     }
 
     /// Waits until each sentinel knows the two others (a failover needs a
     /// quorum that can agree).
     fn wait_sentinels_see_each_other(&self, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let known = self.sentinels.iter().all(|s| {
-                s.connection()
-                    .and_then(|mut c| {
-                        redis::cmd("SENTINEL")
-                            .arg("sentinels")
-                            .arg(MASTER_NAME)
-                            .query::<Vec<redis::Value>>(&mut c)
-                    })
-                    .is_ok_and(|others| others.len() >= 2)
-            });
-            if known {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "sentinels did not meet within {timeout:?}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        poll(
+            timeout,
+            "the sentinels to meet",
+            Duration::from_millis(50),
+            || {
+                self.sentinels.iter().all(|s| {
+                    s.connection()
+                        .and_then(|mut c| {
+                            redis::cmd("SENTINEL")
+                                .arg("sentinels")
+                                .arg(MASTER_NAME)
+                                .query::<Vec<redis::Value>>(&mut c)
+                        })
+                        .is_ok_and(|others| others.len() >= 2)
+                })
+            },
+        );
+    }
+}
+
+/// Calls `done` every `every` until it is true; panics after `timeout`.
+fn poll(timeout: Duration, what: &str, every: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        assert!(Instant::now() < deadline, "no {what} within {timeout:?}");
+        std::thread::sleep(every);
     }
 }
 

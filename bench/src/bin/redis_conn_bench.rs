@@ -5,39 +5,24 @@
 
 use keyed_rate_limit_testing as redis_server;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
-
 use keyed_rate_limit::backend::redis::{ConnectionMode, RedisBackend};
 use keyed_rate_limit::{Algorithm, Key, Quota};
+use keyed_rate_limit_bench::spread::per_second;
 use redis_server::RedisServer;
 
 async fn run(backend: &RedisBackend, decisions: usize, concurrency: usize) -> f64 {
-    let next = Arc::new(AtomicUsize::new(0));
-    let quota = Quota::per_hour(1_000_000);
-    let start = Instant::now();
-    let tasks: Vec<_> = (0..concurrency)
-        .map(|_| {
-            let (b, next) = (backend.clone(), next.clone());
-            tokio::spawn(async move {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= decisions {
-                        break;
-                    }
-                    let key = Key::from((i % 1000) as u64);
-                    b.check("bench", &key, Algorithm::Gcra, &quota, 1)
-                        .await
-                        .expect("check");
-                }
-            })
-        })
-        .collect();
-    for t in tasks {
-        t.await.expect("task");
-    }
-    decisions as f64 / start.elapsed().as_secs_f64()
+    let backend = backend.clone();
+    per_second(decisions, concurrency, move |i| {
+        let b = backend.clone();
+        async move {
+            let quota = Quota::per_hour(1_000_000);
+            let key = Key::from((i % 1000) as u64);
+            b.check("bench", &key, Algorithm::Gcra, &quota, 1)
+                .await
+                .expect("check");
+        }
+    })
+    .await
 }
 
 #[tokio::main]

@@ -6,10 +6,7 @@
 //!
 //! `cargo run -p keyed-rate-limit-bench --release --bin redis_wait --features redis [decisions] [rounds]`
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
-
+use keyed_rate_limit_bench::spread::per_second;
 use keyed_rate_limit_testing::RedisServer;
 use keyed_rate_limit_testing::rounds::{median, order};
 use redis::aio::MultiplexedConnection;
@@ -24,42 +21,23 @@ async fn run(
     concurrency: usize,
     wait: bool,
 ) -> f64 {
-    let next = Arc::new(AtomicUsize::new(0));
-    let script = redis::Script::new(SCRIPT);
-    let start = Instant::now();
-    let tasks: Vec<_> = (0..concurrency)
-        .map(|_| {
-            let (mut c, next, script) = (conn.clone(), next.clone(), script.clone());
-            tokio::spawn(async move {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= decisions {
-                        break;
-                    }
-                    let key = format!("k{}", i % 1000);
-                    if wait {
-                        let mut p = redis::pipe();
-                        p.cmd("EVALSHA").arg(script.get_hash()).arg(1).arg(&key);
-                        p.cmd("WAIT").arg(1).arg(100);
-                        let (_, acked): (i64, i64) = p.query_async(&mut c).await.expect("pipeline");
-                        assert_eq!(acked, 1, "the replica acknowledged");
-                    } else {
-                        let _: i64 = redis::cmd("EVALSHA")
-                            .arg(script.get_hash())
-                            .arg(1)
-                            .arg(&key)
-                            .query_async(&mut c)
-                            .await
-                            .expect("evalsha");
-                    }
-                }
-            })
-        })
-        .collect();
-    for t in tasks {
-        t.await.expect("task");
-    }
-    decisions as f64 / start.elapsed().as_secs_f64()
+    let (conn, script) = (conn.clone(), redis::Script::new(SCRIPT));
+    per_second(decisions, concurrency, move |i| {
+        let (mut c, hash) = (conn.clone(), script.get_hash().to_owned());
+        async move {
+            let key = format!("k{}", i % 1000);
+            let mut p = redis::pipe();
+            p.cmd("EVALSHA").arg(&hash).arg(1).arg(&key);
+            if wait {
+                p.cmd("WAIT").arg(1).arg(100);
+                let (_, acked): (i64, i64) = p.query_async(&mut c).await.expect("pipeline");
+                assert_eq!(acked, 1, "the replica acknowledged");
+            } else {
+                let (_,): (i64,) = p.query_async(&mut c).await.expect("evalsha");
+            }
+        }
+    })
+    .await
 }
 
 #[tokio::main]
