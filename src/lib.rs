@@ -82,7 +82,7 @@
 //! | choose a key: headers, IPs behind proxies, extensions set by auth, composing the limiter with auth | [`key`] |
 //! | read the headers and the 429 a client gets, or replace its body | [`headers`] |
 //! | watch the limiter: `tracing` events, metrics, the decision extension | [`observe`] |
-//! | share limits across gateways on Redis, Redis Cluster, TLS, coalescing and leases | [`backend::redis`][redis] (feature `redis`) |
+//! | share limits across gateways on Redis, Redis Cluster, Redis Sentinel, TLS, coalescing and leases | [`backend::redis`][redis] (feature `redis`) |
 //! | decide what a global rule does while Redis fails | [`failure`] |
 //! | limit requests in flight per key | [`concurrency`] |
 //! | load rules from a TOML or YAML file, and reload them on change | [`config`][config] (feature `config`) |
