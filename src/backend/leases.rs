@@ -30,10 +30,9 @@ pub(crate) struct Leases {
     map: DashMap<Key, Held>,
     max_keys: usize,
     policy: LeasePolicy,
-    /// Unspent units go back to a smooth bucket. A window's would land in
-    /// whichever window is current when they arrive, which may be a later
-    /// one than they were counted in: they are dropped instead.
-    gives_back: bool,
+    /// A smooth bucket refills while units are away, so less of them goes
+    /// back; a window's go back whole, to the window they were counted in.
+    smooth: bool,
 }
 
 struct Held {
@@ -51,6 +50,8 @@ struct Held {
     reset_at: Instant,
     /// The next ask's size.
     want: u32,
+    /// For a window algorithm, the window the lease is in.
+    window: Option<u64>,
     /// No ask before this: too few units were free.
     denied: Option<(Instant, Decision)>,
     /// While one request asks Redis: the requests waiting for it.
@@ -96,12 +97,12 @@ pub(crate) struct Flight {
 }
 
 impl Leases {
-    pub(crate) fn new(policy: LeasePolicy, max_keys: usize, gives_back: bool) -> Arc<Self> {
+    pub(crate) fn new(policy: LeasePolicy, max_keys: usize, smooth: bool) -> Arc<Self> {
         Arc::new(Self {
             map: DashMap::new(),
             max_keys,
             policy,
-            gives_back,
+            smooth,
         })
     }
 
@@ -163,7 +164,7 @@ impl Leases {
                 }
                 let want = h.next_want(self.policy, now);
                 let left = std::mem::take(h.left.get_mut());
-                let unspent = (self.gives_back && left > 0).then(|| h.unspent(key, left));
+                let unspent = h.unspent(key, left, self.smooth);
                 h.flight = Some(Vec::new());
                 h.denied = None;
                 (want, unspent)
@@ -210,6 +211,17 @@ impl Leases {
         rest
     }
 
+    /// The unspent units of `key`'s lease asked for at `asked`, once it has
+    /// ended: `None` when another lease or an ask has taken its place.
+    pub(crate) fn ended(&self, key: &Key, asked: Instant) -> Option<Unspent> {
+        let mut h = self.map.get_mut(key)?;
+        if h.flight.is_some() || h.asked != asked || Instant::now() < h.until {
+            return None;
+        }
+        let left = std::mem::take(h.left.get_mut());
+        h.unspent(key, left, self.smooth)
+    }
+
     /// Drops `key`'s lease (the control handle changed the key in Redis).
     pub(crate) fn forget(&self, key: &Key) {
         self.map.remove_if(key, |_, h| h.flight.is_none());
@@ -229,9 +241,7 @@ impl Leases {
                 return true;
             }
             let left = *h.left.get_mut();
-            if self.gives_back && left > 0 {
-                back.push(h.unspent(key, left));
-            }
+            back.extend(h.unspent(key, left, self.smooth));
             false
         });
         self.map.shrink_to_fit();
@@ -241,14 +251,9 @@ impl Leases {
     /// Every lease's unspent units, for Redis (the rule is dropped).
     pub(crate) fn drain(&self) -> Vec<Unspent> {
         let mut back = Vec::new();
-        if !self.gives_back {
-            return back;
-        }
         for mut h in self.map.iter_mut() {
             let left = std::mem::take(h.left.get_mut());
-            if left > 0 {
-                back.push(h.unspent(h.key(), left));
-            }
+            back.extend(h.unspent(h.key(), left, self.smooth));
         }
         back
     }
@@ -269,13 +274,17 @@ fn min_ask(want: u32, counted: Quota) -> u32 {
     (want / 4).min(capacity / MIN_ASK_DIVISOR).max(1)
 }
 
-/// Unspent units of a smooth bucket's lease, on their way back to Redis.
-/// How many may go back is worked out as they are sent: the bucket refills
-/// meanwhile, and units it has refilled must not be freed twice.
+/// Unspent units of a lease, on their way back to Redis. For a smooth
+/// bucket, how many may go back is worked out as they are sent: the bucket
+/// refills meanwhile, and units it has refilled must not be freed twice. A
+/// window's go back whole, to the window they were counted in (Redis drops
+/// them once it has ended).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Unspent {
     pub(crate) key: Key,
     pub(crate) counted: Quota,
+    /// The window the units were counted in; `None` for a smooth bucket.
+    pub(crate) window: Option<u64>,
     left: u32,
     asked: Instant,
 }
@@ -289,19 +298,25 @@ impl Unspent {
     /// `left` less what has flowed into the bucket since the lease was
     /// asked for: that much of it is back already.
     fn units_at(&self, now: Instant) -> u32 {
+        if self.window.is_some() {
+            return self.left;
+        }
         let flowed = flow(&self.counted, now.saturating_duration_since(self.asked));
         u32::try_from(u64::from(self.left).saturating_sub(flowed)).unwrap_or(0)
     }
 }
 
 impl Held {
-    fn unspent(&self, key: &Key, left: u32) -> Unspent {
-        Unspent {
+    /// The units left, to go back; none when there are none, or for a
+    /// window lease that does not name its window.
+    fn unspent(&self, key: &Key, left: u32, smooth: bool) -> Option<Unspent> {
+        (left > 0 && (smooth || self.window.is_some())).then(|| Unspent {
             key: key.clone(),
             counted: self.counted,
+            window: self.window.filter(|_| !smooth),
             left,
             asked: self.asked,
-        }
+        })
     }
 
     fn asking(counted: Quota, now: Instant) -> Self {
@@ -314,6 +329,7 @@ impl Held {
             free: 0,
             reset_at: now,
             want: 1,
+            window: None,
             denied: None,
             flight: Some(Vec::new()),
         }
@@ -371,7 +387,7 @@ impl Flight {
         cost: u32,
         asked: Instant,
         (granted, free): (u32, u32),
-        lease: Duration,
+        (lease, window): (Duration, Option<u64>),
         reset: Duration,
     ) -> Decision {
         self.done = true;
@@ -389,6 +405,7 @@ impl Flight {
         h.free = free;
         h.reset_at = after(now, reset);
         h.want = self.want;
+        h.window = window;
         let d = h.decision(shown, now);
         wake(&mut h, Woken::Retry);
         d
@@ -458,7 +475,15 @@ mod tests {
         let Take::Wait(rx) = l.take_at(&k, q, q, 1, || t0) else {
             panic!("a second request waits for the flight")
         };
-        let d = f.granted(q, q, 1, t0, (10, 500), TTL, Duration::from_millis(400));
+        let d = f.granted(
+            q,
+            q,
+            1,
+            t0,
+            (10, 500),
+            (TTL, None),
+            Duration::from_millis(400),
+        );
         assert!(d.is_allowed());
         assert_eq!(d.remaining(), 509, "lease left plus free in Redis");
         assert_eq!(rx.await.unwrap(), Woken::Retry);
@@ -477,7 +502,7 @@ mod tests {
         let (l, q, k) = (leases(), Quota::per_second(100), Key::from("k"));
         let t0 = Instant::now();
         let f = ask(l.take_at(&k, q, q, 1, || t0));
-        f.granted(q, q, 1, t0, (100, 0), TTL, TTL);
+        f.granted(q, q, 1, t0, (100, 0), (TTL, None), TTL);
         for _ in 0..19 {
             assert!(matches!(l.take_at(&k, q, q, 1, || t0), Take::Spent(_)));
         }
@@ -521,7 +546,7 @@ mod tests {
             l.take_at(&Key::from("b"), q, q, 1, || t0),
             Take::Exact
         ));
-        f.granted(q, q, 1, t0, (5, 0), TTL, TTL);
+        f.granted(q, q, 1, t0, (5, 0), (TTL, None), TTL);
         assert!(l.sweep_at(t0).is_empty(), "a live lease stays");
         // Four left, one flowed in during the ttl.
         let back = l.sweep_at(t0 + TTL);
@@ -538,7 +563,7 @@ mod tests {
         let (l, q, k) = (leases(), Quota::per_second(1000), Key::from("k"));
         let t0 = Instant::now();
         let f = ask(l.take_at(&k, q, q, 1, || t0));
-        f.granted(q, q, 1, t0, (10, 0), TTL, TTL);
+        f.granted(q, q, 1, t0, (10, 0), (TTL, None), TTL);
         assert_eq!(l.adjust(&k, q, -100), 0);
         assert_eq!(l.map.get(&k).unwrap().left.load(Ordering::Relaxed), 10);
         assert_eq!(l.adjust(&k, q, 15), 5, "the part the lease cannot take");

@@ -13,7 +13,7 @@ use crate::backend::keyspace::{Budget, KeySpaceFull};
 use crate::backend::leases::{Leases, Take, Unspent, Woken};
 use crate::backend::local::LocalStore;
 use crate::backend::lock::Locks;
-use crate::backend::redis::{ControlScriptOp, Decided, RedisBackend};
+use crate::backend::redis::{ControlScriptOp, Decided, RedisBackend, Shard};
 use crate::failure::PATIENCE;
 use crate::failure::{Admit, BreakerStatus, FailureMode, Guard};
 use crate::policy::Cause;
@@ -39,8 +39,9 @@ pub(super) struct Global {
     pub(super) holder: String,
     /// A static quota, and the quota its leases are counted in.
     pub(super) counted: Option<(Quota, Quota)>,
-    /// Requests queued behind a key's call in flight, when the rule coalesces.
-    pub(super) queues: Option<Arc<Queues<Result<Decided, Cause>>>>,
+    /// Requests queued behind their group's call in flight, when the rule
+    /// coalesces.
+    pub(super) queues: Option<Arc<Queues<Group, Answer>>>,
     /// For giving leases back when dropped.
     pub(super) rule: (Arc<str>, crate::Algorithm, Duration),
     /// At most one unsettled-units line a second.
@@ -82,7 +83,7 @@ pub(super) async fn return_unspent(
     if units == 0 {
         return Ok(());
     }
-    let op = ControlScriptOp::Adjust(-i64::from(units));
+    let op = ControlScriptOp::GiveBack(units, unspent.window);
     let (key, counted) = (&unspent.key, &unspent.counted);
     redis
         .control(name, key, algorithm, counted, op)
@@ -92,6 +93,13 @@ pub(super) async fn return_unspent(
 
 /// The most requests one script call decides.
 const MAX_BATCH: usize = 128;
+
+/// The requests one script call may decide together: one quota, and on a
+/// cluster one slot.
+type Group = (Quota, Shard);
+
+/// A queued request's decision, or why Redis gave none.
+type Answer = Result<Decided, Cause>;
 
 /// What [`Global::decide_now`] leaves to Redis.
 pub(super) enum Pending {
@@ -367,16 +375,16 @@ impl Global {
         }
     }
 
-    /// One exact decision from Redis, coalesced with the key's other
+    /// One exact decision from Redis, committed with the group's other
     /// requests when the rule coalesces: the first asks alone, those that
-    /// arrive meanwhile are decided together when it returns.
+    /// arrive meanwhile, any key, are decided together when it returns.
     async fn call_exact(
         self: &Arc<Self>,
         rule: &Rule,
         key: &Key,
         quota: Quota,
         cost: NonZeroU32,
-    ) -> Result<Decided, Cause> {
+    ) -> Answer {
         let lockout = rule.lockout.filter(|_| !rule.shadow);
         let one = || {
             let check =
@@ -387,8 +395,8 @@ impl Global {
         let Some(queues) = &self.queues else {
             return one().await;
         };
-        match queues.join(key, quota, cost.get()) {
-            Join::Alone => one().await,
+        let shard = self.redis.shard(&rule.name, key, rule.algorithm, &quota);
+        match queues.join((quota, shard), key, cost.get()) {
             // Closed: the leader went away first.
             Join::Wait(rx) => match rx.await {
                 Ok(decided) => decided,
@@ -396,7 +404,7 @@ impl Global {
             },
             Join::Lead(mut leader) => {
                 let decided = one().await;
-                if let Some(batch) = leader.next() {
+                if let Some(batch) = leader.next(MAX_BATCH) {
                     let (this, failed) = (self.clone(), decided.is_err());
                     let drain = this.drain(rule, quota, leader, batch, failed);
                     match tokio::runtime::Handle::try_current() {
@@ -411,55 +419,51 @@ impl Global {
 
     /// Decides the requests queued behind a call, a batch per script call,
     /// until none are left; off the leader's request. After a failed call
-    /// the queue fails too, rather than wait out another timeout.
+    /// the queue fails too, once, rather than wait out another timeout.
     fn drain(
         self: Arc<Self>,
         rule: &Rule,
         quota: Quota,
-        mut leader: Leader<Result<Decided, Cause>>,
-        mut batch: Batch<Result<Decided, Cause>>,
+        mut leader: Leader<Group, Answer>,
+        mut batch: Batch<Answer>,
         mut failed: bool,
     ) -> impl Future<Output = ()> + Send + 'static {
         let (name, algorithm) = (rule.name.clone(), rule.algorithm);
         let lockout = rule.lockout.filter(|_| !rule.shadow);
         async move {
             loop {
-                while !batch.is_empty() {
-                    let rest = batch.split_off(batch.len().min(MAX_BATCH));
-                    let now = std::mem::replace(&mut batch, rest);
-                    let skip = matches!(self.guard.admit(), Admit::Skip(_));
-                    if failed || skip {
-                        for (_, tx) in now {
-                            let cause = if failed {
-                                Cause::Waited
-                            } else {
-                                Cause::CircuitOpen
-                            };
-                            let _ = tx.send(Err(cause));
-                        }
-                        continue;
+                let skip = matches!(self.guard.admit(), Admit::Skip(_));
+                if failed || skip {
+                    for (_, _, tx) in batch {
+                        let cause = if failed {
+                            Cause::Waited
+                        } else {
+                            Cause::CircuitOpen
+                        };
+                        let _ = tx.send(Err(cause));
                     }
-                    let costs: Vec<u32> = now.iter().map(|(c, _)| *c).collect();
-                    let key = leader.key();
+                } else {
+                    let requests: Vec<(&Key, u32)> =
+                        batch.iter().map(|(key, cost, _)| (key, *cost)).collect();
                     let call = self
                         .redis
-                        .check_batch(&name, key, algorithm, &quota, &costs, lockout);
+                        .check_batch(&name, &requests, algorithm, &quota, lockout);
                     match self.guard.call(self.redis.liveness(), call).await {
                         Ok(decided) => {
-                            for ((_, tx), d) in now.into_iter().zip(decided) {
+                            for ((_, _, tx), d) in batch.into_iter().zip(decided) {
                                 let _ = tx.send(Ok(d));
                             }
                         }
                         Err(cause) => {
                             self.guard.failed(&cause);
                             failed = true;
-                            for (_, tx) in now {
+                            for (_, _, tx) in batch {
                                 let _ = tx.send(Err(Cause::Waited));
                             }
                         }
                     }
                 }
-                match leader.next() {
+                match leader.next(MAX_BATCH) {
                     Some(next) => batch = next,
                     None => break,
                 }

@@ -2,7 +2,7 @@
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::global::{Global, return_unspent};
 use crate::backend::leases::{Flight, Unspent};
@@ -29,23 +29,23 @@ impl Global {
         }
         // Given back in the grant call, unless counted in another quota.
         let back = match flight.unspent.take() {
-            Some(unspent) if unspent.counted == counted => unspent.units(),
+            Some(unspent) if unspent.counted == counted => (unspent.units(), unspent.window),
             Some(unspent) => {
                 self.give_back(rule, unspent);
-                0
+                (0, None)
             }
-            None => 0,
+            None => (0, None),
         };
         let ttl = self
             .leases
             .as_ref()
             .map_or(Duration::ZERO, |l| l.policy().ttl());
-        let asked = std::time::Instant::now();
+        let asked = Instant::now();
         let sizes = (flight.need, flight.want);
         let call = async {
             // A key too slow for more than this request's units: the rate
             // script, lighter than a grant that keeps the holders.
-            if back == 0 && flight.want <= cost.get() {
+            if back.0 == 0 && flight.want <= cost.get() {
                 let d = self
                     .redis
                     .check_next(&rule.name, key, rule.algorithm, &counted, cost.get(), None)
@@ -58,6 +58,7 @@ impl Global {
                     wait: d.retry_after().unwrap_or_default(),
                     reset: d.reset(),
                     lease: ttl,
+                    window: None,
                 });
             }
             let holder = &self.holder;
@@ -68,13 +69,20 @@ impl Global {
         };
         match self.guard.call(self.redis.liveness(), call).await {
             Ok(g) if g.granted > 0 => {
+                // A window lease that ends before its window does: what it
+                // has left goes back when it ends, while the window still
+                // counts it, not at the next ask or sweep (a quiet gateway
+                // would strand it).
+                if g.window.is_some() && g.lease >= ttl {
+                    self.give_back_at(rule, key, asked, g.lease);
+                }
                 let d = flight.granted(
                     counted,
                     quota,
                     cost.get(),
                     asked,
                     (g.granted, g.remaining),
-                    g.lease,
+                    (g.lease, g.window),
                     g.reset,
                 );
                 (d, Source::Leased)
@@ -103,6 +111,22 @@ impl Global {
             let call = return_unspent(&this.redis, &name, algorithm, &unspent);
             if let Err(cause) = this.guard.call(this.redis.liveness(), call).await {
                 tracing::debug!(target: observe::TARGET, rule = %name, %cause, "could not give back a lease's unspent units");
+            }
+        });
+    }
+
+    /// Gives back what `key`'s lease asked for at `asked` has left when it
+    /// ends, `lease` later, unless another has taken its place.
+    fn give_back_at(self: &Arc<Self>, rule: &Rule, key: &Key, asked: Instant, lease: Duration) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (this, rule, key) = (self.clone(), rule.clone(), key.clone());
+        rt.spawn(async move {
+            tokio::time::sleep_until(crate::instant::after(asked, lease).into()).await;
+            let ended = this.leases.as_ref().and_then(|l| l.ended(&key, asked));
+            if let Some(unspent) = ended {
+                this.give_back(&rule, unspent);
             }
         });
     }

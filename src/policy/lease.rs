@@ -12,8 +12,9 @@ use crate::{Algorithm, Quota};
 /// call and spends it locally, at local cost, for at most `ttl`. For GCRA
 /// and the token bucket, what is left when a lease ends goes back to Redis,
 /// less what has flowed into the bucket since the lease was taken (that
-/// much is back already); a window's leftovers are dropped, as they would
-/// land in a later window. Block sizes follow the key's
+/// much is back already); a window lease's leftovers go back when it ends,
+/// to its own window only (Redis drops them once that window has ended).
+/// Block sizes follow the key's
 /// observed rate on this gateway (enough for one `ttl`, at most
 /// [`max_units`](Self::max_units)), and never exceed an even share of what
 /// is left among the gateways holding leases on the key.

@@ -63,14 +63,16 @@ impl Rule {
         self
     }
 
-    /// Coalesces a global rule's concurrent requests for one key (on by
-    /// default): while a script call for the key is in flight, later
-    /// requests wait for it, and one call then decides them all, each cost
-    /// in turn, exactly as separate calls would (each gets its own decision
-    /// and headers). A hot key then costs about one Redis call per round
-    /// trip rather than one per request; a request that waits pays up to
-    /// one extra round trip. Requests of different keys never wait for
-    /// each other. `coalesce(false)` makes one call per request.
+    /// Commits a global rule's concurrent requests together (on by
+    /// default): while one of the rule's script calls is in flight on this
+    /// gateway, later requests, any key, wait for it, and one call then
+    /// decides them all (up to 128), each key and cost in arrival order,
+    /// exactly as separate calls would (each gets its own decision and
+    /// headers). A gateway then costs Redis about one call per round trip
+    /// rather than one per request; a request that waits pays up to one
+    /// extra round trip, and an idle gateway never waits. On a cluster a
+    /// call holds the keys of one slot. `coalesce(false)` makes one call
+    /// per request.
     ///
     /// ```
     /// use keyed_rate_limit::{Quota, Rule, key::KeyExtractor};
@@ -83,7 +85,7 @@ impl Rule {
         self
     }
 
-    /// Whether the rule coalesces a key's concurrent requests (see
+    /// Whether the rule commits its concurrent requests together (see
     /// [`coalesce`](Self::coalesce)).
     pub fn get_coalesce(&self) -> bool {
         self.global.coalesce

@@ -2,6 +2,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use crate::coalesce::{coalescing, crowd_over};
 use crate::support::{client, serve, statuses};
 use axum::{Router, routing::get};
 use keyed_rate_limit::backend::redis::RedisBackend;
@@ -77,6 +78,29 @@ async fn every_algorithm_is_exact_and_stays_on_one_slot_across_nodes() {
         sliding >= 60,
         "sliding window keeps two windows per limit: {sliding}"
     );
+
+    // Group commit over four gateways: 400 concurrent requests, for one key
+    // and over 10 keys of several slots, admit exactly the quota.
+    for (i, algo) in ALL.into_iter().enumerate() {
+        let mut layers = Vec::new();
+        for _ in 0..4 {
+            let be = backend(&cluster, &format!("crowd{i}")).await;
+            layers.push(coalescing(be, algo, Quota::per_hour(30)));
+        }
+        let hot = crowd_over(&layers, 400, |_| "hot".into()).await;
+        let told: HashSet<u32> = hot.iter().filter_map(|(_, t)| *t).collect();
+        let admitted = hot.iter().filter(|(_, t)| t.is_some()).count();
+        assert_eq!((admitted, told), (30, (0..30).collect()), "{algo}, one key");
+        let many = crowd_over(&layers, 400, |i| format!("m{}", i % 10)).await;
+        let mut per_key: HashMap<&str, usize> = HashMap::new();
+        for (key, told) in &many {
+            *per_key.entry(key).or_default() += usize::from(told.is_some());
+        }
+        assert!(
+            per_key.len() == 10 && per_key.values().all(|n| *n == 30),
+            "{algo}, 10 keys: {per_key:?}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -24,3 +24,4 @@ mod stress;
 #[cfg(all(feature = "redis-tls", feature = "redis-cluster"))]
 mod tls;
 mod warnings;
+mod window_lease;

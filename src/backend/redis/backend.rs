@@ -2,6 +2,7 @@
 //! control operations its scripts run, and this gateway's membership in
 //! the live instance count.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,6 +19,14 @@ use crate::{Algorithm, Decision, Key, Quota};
 
 /// The longest a call outside a rule's guard waits for its reply.
 pub(super) const UNGUARDED_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The requests one script call may decide together: on a cluster, those
+/// whose keys share a slot; elsewhere, all of them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub(crate) struct Shard {
+    #[cfg(feature = "redis-cluster")]
+    slot: Option<redis::cluster_routing::Slot>,
+}
 
 /// A global rate-limit backend on a shared Redis. Cloning is cheap and clones
 /// share the connection.
@@ -127,45 +136,72 @@ impl RedisBackend {
                 lock_started: false,
             });
         }
-        let redis_key = self.state_key(rule, key, algorithm, quota);
+        let keys = vec![self.state_key(rule, key, algorithm, quota)];
         if let Some(period) = quota.period() {
-            let invocation = script::calendar(redis_key, quota, period, &[cost], lockout);
+            let invocation = script::calendar(keys, quota, period, &[(0, cost)], lockout);
             let reply: script::CalendarReply = self.invoke(&invocation).await?;
             return Ok(script::calendar_decision(quota, reply));
         }
-        let invocation = script::rate(algorithm, redis_key, quota, &[cost], lockout);
+        let invocation = script::rate(algorithm, keys, quota, &[(0, cost)], lockout);
         let reply: script::Reply = self.invoke(&invocation).await?;
         Ok(script::decision(quota, reply))
     }
 
-    /// [`check_next`](Self::check_next) for several requests of one key
-    /// in one script call: each cost decided in turn, as if each were its
-    /// own call, in order. Every cost must fit the quota's capacity (the
-    /// chain checks before asking).
+    /// [`check_next`](Self::check_next) for a batch of requests in one
+    /// script call: each (key, cost) decided in turn, in order, as if each
+    /// were its own call. Every cost must fit the quota's capacity (the
+    /// chain checks before asking), and on a cluster every key must be of
+    /// one [`Shard`].
     pub(crate) async fn check_batch(
         &self,
         rule: &str,
-        key: &Key,
+        requests: &[(&Key, u32)],
         algorithm: Algorithm,
         quota: &Quota,
-        costs: &[u32],
         lockout: Option<Lockout>,
     ) -> Result<Vec<Decided>, RedisBackendError> {
-        let redis_key = self.state_key(rule, key, algorithm, quota);
+        let mut index: HashMap<&Key, usize> = HashMap::with_capacity(requests.len());
+        let mut keys = Vec::with_capacity(requests.len());
+        let items: Vec<script::Item> = requests
+            .iter()
+            .map(|&(key, cost)| {
+                let i = *index.entry(key).or_insert_with(|| {
+                    keys.push(self.state_key(rule, key, algorithm, quota));
+                    keys.len() - 1
+                });
+                (i, cost)
+            })
+            .collect();
         let (invocation, width) = match quota.period() {
-            Some(period) => (
-                script::calendar(redis_key, quota, period, costs, lockout),
-                6,
-            ),
-            None => (script::rate(algorithm, redis_key, quota, costs, lockout), 5),
+            Some(period) => (script::calendar(keys, quota, period, &items, lockout), 6),
+            None => (script::rate(algorithm, keys, quota, &items, lockout), 5),
         };
         let flat: Vec<i64> = self.invoke(&invocation).await?;
         Ok(script::batch_decisions(quota, &flat, width))
     }
 
+    /// Which requests of `rule` may share a script call with this one's:
+    /// on a cluster, those whose keys hash to its slot; elsewhere, all.
+    pub(crate) fn shard(
+        &self,
+        rule: &str,
+        key: &Key,
+        algorithm: Algorithm,
+        quota: &Quota,
+    ) -> Shard {
+        #[cfg(feature = "redis-cluster")]
+        if let Conn::Cluster(_) = &self.inner.conn {
+            let slot =
+                redis::cluster_routing::Slot::for_key(self.state_key(rule, key, algorithm, quota));
+            return Shard { slot: Some(slot) };
+        }
+        let _ = (rule, key, algorithm, quota);
+        Shard::default()
+    }
+
     /// Leases `need` units of `key`'s quota or none, up to `want`, to
     /// `holder` for at most `lease`, after giving back `back` units of its
-    /// last lease: one `grant.lua` call on the state the rate script of
+    /// last lease (for a window, of the window it names): one `grant.lua` call on the state the rate script of
     /// `algorithm` keeps (the caller passes the quota the lease is counted
     /// in).
     #[allow(clippy::too_many_arguments)]
@@ -178,7 +214,7 @@ impl RedisBackend {
         sizes: (u32, u32),
         holder: &str,
         lease: Duration,
-        back: u32,
+        back: (u32, Option<u64>),
     ) -> Result<Grant, RedisBackendError> {
         let redis_key = self.state_key(rule, key, algorithm, quota);
         let invocation = script::grant(algorithm, redis_key, quota, sizes, holder, lease, back);

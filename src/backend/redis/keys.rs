@@ -11,7 +11,10 @@
 //! Everything a script touches shares the `{...}` hash tag, so it lands in
 //! one cluster slot; the sliding window's per-window suffix comes after the
 //! closing brace. The algorithm suffix keeps state of different shapes apart
-//! when a rule changes algorithm during a rolling deploy (no WRONGTYPE).
+//! when a rule changes algorithm during a rolling deploy (no WRONGTYPE); it
+//! changes with the state's shape too (`tb2`, `fw2`: one string each, where
+//! `tb` was a hash and `fw` a bare count), so that gateways of
+//! two versions never read each other's state.
 
 use crate::{Algorithm, Key};
 
@@ -31,8 +34,8 @@ pub(crate) fn validate_name(what: &'static str, name: &str) -> Result<(), RedisB
 const fn suffix(algorithm: Algorithm) -> &'static [u8] {
     match algorithm {
         Algorithm::Gcra => b"gcra",
-        Algorithm::TokenBucket => b"tb",
-        Algorithm::FixedWindow => b"fw",
+        Algorithm::TokenBucket => b"tb2",
+        Algorithm::FixedWindow => b"fw2",
         Algorithm::SlidingWindow => b"sw",
     }
 }
@@ -109,7 +112,7 @@ mod tests {
         }
         names.sort();
         names.dedup();
-        let suffixes: Vec<&[u8]> = vec![b"gcra", b"tb", b"fw", b"sw", LEASE, CALENDAR];
+        let suffixes: Vec<&[u8]> = vec![b"gcra", b"tb2", b"fw2", b"sw", LEASE, CALENDAR];
         let mut seen = HashMap::new();
         for rule in names
             .iter()

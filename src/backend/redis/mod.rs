@@ -24,6 +24,7 @@ mod sentinel_builder;
 mod tls;
 
 pub use backend::RedisBackend;
+pub(crate) use backend::Shard;
 pub use builder::RedisBackendBuilder;
 pub use endpoint::ConnectionMode;
 pub use error::RedisBackendError;

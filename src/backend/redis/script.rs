@@ -9,29 +9,28 @@ use crate::policy::Lockout;
 use crate::quota::Period;
 use crate::{Algorithm, Decision, Quota};
 
-/// An algorithm's decision as the body of `decide(cost)`, which may set
-/// `left_ms`, the time left in its window.
+/// An algorithm's `decide(key, lock, cost)` after `clock.lua` (Redis time,
+/// read once per call) and the prelude the body needs.
 macro_rules! decide {
     ($body:literal $(, prelude = $prelude:literal)?) => {
         concat!(
+            include_str!("lua/clock.lua"),
             $(include_str!($prelude),)?
-            "local left_ms\nlocal function decide(cost)\n",
             include_str!($body),
-            "\nend\n",
         )
     };
 }
 
-/// A rate script: `decide`, then `lock.lua` around it (the lock check
-/// before, the lockout count after), for one cost or a batch.
-macro_rules! locked {
+/// A rate script: `decide`, then `batch.lua`, which decides each request
+/// of a batch in turn, the lock check before and the lockout count after.
+macro_rules! batched {
     ($body:literal, wide = $wide:literal $(, prelude = $prelude:literal)?) => {
         concat!(
             decide!($body $(, prelude = $prelude)?),
             "local wide = ",
             $wide,
             "\n",
-            include_str!("lua/lock.lua")
+            include_str!("lua/batch.lua")
         )
     };
 }
@@ -43,13 +42,13 @@ macro_rules! granting {
     };
 }
 
-const GCRA_LUA: &str = locked!("lua/gcra.lua", wide = "false");
-const TOKEN_BUCKET_LUA: &str = locked!("lua/token_bucket.lua", wide = "false");
-const FIXED_WINDOW_LUA: &str = locked!("lua/fixed_window.lua", wide = "false");
-const SLIDING_WINDOW_LUA: &str = locked!("lua/sliding_window.lua", wide = "false");
+const GCRA_LUA: &str = batched!("lua/gcra.lua", wide = "false");
+const TOKEN_BUCKET_LUA: &str = batched!("lua/token_bucket.lua", wide = "false");
+const FIXED_WINDOW_LUA: &str = batched!("lua/fixed_window.lua", wide = "false");
+const SLIDING_WINDOW_LUA: &str = batched!("lua/sliding_window.lua", wide = "false");
 const LEASE_LUA: &str = include_str!("lua/lease.lua");
 /// The calendar sums, then the window that uses them: one script.
-const CALENDAR_WINDOW_LUA: &str = locked!(
+const CALENDAR_WINDOW_LUA: &str = batched!(
     "lua/calendar_window.lua",
     wide = "true",
     prelude = "lua/calendar.lua"
@@ -111,8 +110,8 @@ pub(crate) fn instances(
     invocation
 }
 
-/// The script for an algorithm; all take `ARGV = limit, window_us, burst,
-/// cost`, then the lockout's three (see [`lockout_args`]).
+/// The script for an algorithm; all take `ARGV = limit, window_us, burst`,
+/// then the batch (see [`batch_args`]).
 fn script(algorithm: Algorithm) -> &'static Script {
     match algorithm {
         Algorithm::Gcra => &GCRA,
@@ -122,41 +121,49 @@ fn script(algorithm: Algorithm) -> &'static Script {
     }
 }
 
-/// The invocation of an algorithm's script for `costs` on `key`, decided
-/// in turn (one reply each, concatenated).
+/// One request of a batch: the index of its key among the batch's keys,
+/// and its cost.
+pub(crate) type Item = (usize, u32);
+
+/// The invocation of an algorithm's script deciding `items` in turn over
+/// `keys` (one reply each, concatenated). Every key must hash to one
+/// cluster slot when the server is a cluster.
 pub(crate) fn rate(
     algorithm: Algorithm,
-    key: Vec<u8>,
+    keys: Vec<Vec<u8>>,
     quota: &Quota,
-    costs: &[u32],
+    items: &[Item],
     lockout: Option<Lockout>,
 ) -> redis::ScriptInvocation<'static> {
-    let mut invocation = script(algorithm).key(key);
+    let mut invocation = script(algorithm).prepare_invoke();
     invocation
         .arg(quota.limit())
         .arg(window_us(quota))
         .arg(quota.burst());
-    cost_args(&mut invocation, costs, lockout);
+    batch_args(&mut invocation, keys, items, lockout);
     invocation
 }
 
-/// `lock.lua`'s `ARGV[4..]`: the first cost, the lockout's three, then
-/// the other costs.
-fn cost_args(
+/// `batch.lua`'s keys and `ARGV[4..]`: the lockout's three, then a pair
+/// (key index, from 1, and cost) per request.
+fn batch_args(
     invocation: &mut redis::ScriptInvocation<'_>,
-    costs: &[u32],
+    keys: Vec<Vec<u8>>,
+    items: &[Item],
     lockout: Option<Lockout>,
 ) {
-    invocation.arg(costs.first().copied().unwrap_or(1));
+    for key in keys {
+        invocation.key(key);
+    }
     lockout_args(invocation, lockout);
-    for cost in costs.iter().skip(1) {
-        invocation.arg(*cost);
+    for &(index, cost) in items {
+        invocation.arg(index + 1).arg(cost);
     }
 }
 
 /// The invocation of an algorithm's lease script: `need` units or none,
 /// up to `want`, for `holder`, lasting at most `lease`, after giving back
-/// `back` units of its last lease.
+/// `back` units of its last lease (for a window, of the window it names).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn grant(
     algorithm: Algorithm,
@@ -165,7 +172,7 @@ pub(crate) fn grant(
     (need, want): (u32, u32),
     holder: &str,
     lease: Duration,
-    back: u32,
+    (back, back_window): (u32, Option<u64>),
 ) -> redis::ScriptInvocation<'static> {
     let script: &Script = match algorithm {
         Algorithm::Gcra => &GRANT_GCRA,
@@ -182,12 +189,14 @@ pub(crate) fn grant(
         .arg(want)
         .arg(holder)
         .arg(ms(lease))
-        .arg(back);
+        .arg(back)
+        .arg(back_window.unwrap_or(0));
     invocation
 }
 
-/// `grant.lua` returns `{granted, remaining, wait_ms, reset_ms, lease_ms}`.
-pub(crate) type GrantReply = (i64, i64, i64, i64, i64);
+/// `grant.lua` returns `{granted, remaining, wait_ms, reset_ms, lease_ms,
+/// window}`.
+pub(crate) type GrantReply = (i64, i64, i64, i64, i64, i64);
 
 /// A lease script's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -201,9 +210,12 @@ pub(crate) struct Grant {
     pub(crate) reset: Duration,
     /// How long the lease may be spent (to its window's end at most).
     pub(crate) lease: Duration,
+    /// For a window algorithm, the window the lease is in: its unspent
+    /// units go back to that window only.
+    pub(crate) window: Option<u64>,
 }
 
-pub(crate) fn grant_reply((granted, remaining, wait, reset, lease): GrantReply) -> Grant {
+pub(crate) fn grant_reply((granted, remaining, wait, reset, lease, window): GrantReply) -> Grant {
     let n = |v: i64| u32::try_from(v.max(0)).unwrap_or(u32::MAX);
     let ms = |v: i64| Duration::from_millis(u64::try_from(v).unwrap_or(0));
     Grant {
@@ -212,10 +224,11 @@ pub(crate) fn grant_reply((granted, remaining, wait, reset, lease): GrantReply) 
         wait: ms(wait),
         reset: ms(reset),
         lease: ms(lease),
+        window: u64::try_from(window).ok().filter(|w| *w > 0),
     }
 }
 
-/// `lock.lua`'s `ARGV[5..7]`: denies, period and block, or none.
+/// `batch.lua`'s `ARGV[4..6]`: denies, period and block, or none.
 fn lockout_args(invocation: &mut redis::ScriptInvocation<'_>, lockout: Option<Lockout>) {
     match lockout {
         Some(l) => invocation
@@ -226,21 +239,21 @@ fn lockout_args(invocation: &mut redis::ScriptInvocation<'_>, lockout: Option<Lo
     };
 }
 
-/// The invocation of `calendar_window.lua` for a calendar quota on `key`,
-/// for `costs` in turn.
+/// The invocation of `calendar_window.lua` for a calendar quota deciding
+/// `items` in turn over `keys`.
 pub(crate) fn calendar(
-    key: Vec<u8>,
+    keys: Vec<Vec<u8>>,
     quota: &Quota,
     period: Period,
-    costs: &[u32],
+    items: &[Item],
     lockout: Option<Lockout>,
 ) -> redis::ScriptInvocation<'static> {
-    let mut invocation = CALENDAR_WINDOW.key(key);
+    let mut invocation = CALENDAR_WINDOW.prepare_invoke();
     invocation
         .arg(quota.limit())
         .arg(period.as_str())
         .arg(quota.utc_offset());
-    cost_args(&mut invocation, costs, lockout);
+    batch_args(&mut invocation, keys, items, lockout);
     invocation
 }
 
@@ -290,6 +303,8 @@ pub(crate) struct Decided {
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum ControlScriptOp {
     Adjust(i64),
+    /// Units of a lease given back; for a window, to the window it names.
+    GiveBack(u32, Option<u64>),
     Reset,
     Block(Duration),
     Unblock,
@@ -306,6 +321,7 @@ pub(crate) fn control(
     let mut invocation = CONTROL.key(key);
     let (name, units, block) = match op {
         ControlScriptOp::Adjust(u) => ("adjust", u, Duration::ZERO),
+        ControlScriptOp::GiveBack(u, _) => ("adjust", -i64::from(u), Duration::ZERO),
         ControlScriptOp::Reset => ("reset", 0, Duration::ZERO),
         ControlScriptOp::Block(d) => ("block", 0, d),
         ControlScriptOp::Unblock => ("unblock", 0, Duration::ZERO),
@@ -327,6 +343,9 @@ pub(crate) fn control(
         .arg(ms(block))
         .arg(quota.period().map_or("", Period::as_str))
         .arg(quota.utc_offset());
+    if let ControlScriptOp::GiveBack(_, Some(window)) = op {
+        invocation.arg(window);
+    }
     invocation
 }
 

@@ -3,7 +3,8 @@
 -- the lockout's deny count are the rule and key's own, as in lock.lua.
 -- ARGV: op ('adjust' | 'reset' | 'block' | 'unblock'), algorithm ('gcra' |
 -- 'tb' | 'fw' | 'sw' | 'cal'), limit, window_us, burst, units (adjust:
--- > 0 spends, < 0 gives back, 0 reads), block_ms, period, utc_offset_s.
+-- > 0 spends, < 0 gives back, 0 reads), block_ms, period, utc_offset_s,
+-- and for a window optionally the window an adjustment is for.
 -- Returns {remaining, wait_ms, reset_ms, locked_ms}: what a request of one
 -- unit would be told now, without spending it.
 -- Spending stops at an empty bucket, giving back at a whole one.
@@ -13,6 +14,10 @@ local limit = tonumber(ARGV[3])
 local window = tonumber(ARGV[4])
 local burst = tonumber(ARGV[5])
 local units = tonumber(ARGV[6])
+-- A lease's leftovers name the window they were granted in (the fixed
+-- window's end, the sliding window's index): a return that arrives after
+-- that window ended is void.
+local of_window = tonumber(ARGV[10])
 local tag = string.match(KEYS[1], '^(.*})')
 local lock = tag .. ':lock'
 local denies = tag .. ':denies'
@@ -44,7 +49,7 @@ if alg == 'sw' then
   local curr = tonumber(redis.call('GET', curr_key)) or 0
   local prev = tonumber(redis.call('GET', prev_key)) or 0
   local weighted = prev * (1 - elapsed / window)
-  if op == 'adjust' and units ~= 0 then
+  if op == 'adjust' and units ~= 0 and (not of_window or of_window == idx) then
     local next = math.max(0, math.min(curr + units, math.max(curr, math.floor(limit - weighted + eps))))
     if next ~= curr then
       redis.call('SET', curr_key, next, 'PX', math.ceil((2 * window - elapsed) / 1000))
@@ -89,15 +94,20 @@ if alg == 'gcra' then
 end
 
 if alg == 'tb' then
-  local st = redis.call('HMGET', KEYS[1], 't', 'ts')
-  local tokens = tonumber(st[1]) or burst
-  local ts = tonumber(st[2]) or now
+  local tokens, ts
+  local st = redis.call('GET', KEYS[1])
+  if st then
+    local a, b = string.match(st, '^(%S+) (%S+)$')
+    tokens, ts = tonumber(a), tonumber(b)
+  end
+  tokens = tokens or burst
+  ts = ts or now
   tokens = math.min(burst, tokens + math.max(0, now - ts) * limit / window)
   if op == 'adjust' and units ~= 0 then
     tokens = math.max(0, math.min(burst, tokens - units))
     if tokens + eps < burst then
-      redis.call('HSET', KEYS[1], 't', tokens, 'ts', now)
-      redis.call('PEXPIRE', KEYS[1], math.max(1, math.ceil((burst - tokens) * window / limit / 1000)))
+      local full_ms = math.max(1, math.ceil((burst - tokens) * window / limit / 1000))
+      redis.call('SET', KEYS[1], string.format('%.17g %.17g', tokens, now), 'PX', full_ms)
     else
       redis.call('DEL', KEYS[1])
     end
@@ -125,13 +135,22 @@ if alg == 'cal' then
     redis.call('PEXPIREAT', KEYS[1], finish * 1000 + 1000)
   end
 else
-  count = tonumber(redis.call('GET', KEYS[1])) or 0
-  ttl = redis.call('PTTL', KEYS[1])
-  if ttl < 0 then ttl = math.max(1, math.ceil(window / 1000)) end
-  if op == 'adjust' and units ~= 0 then
+  -- fixed_window.lua's state: "<units spent> <window end, ms>".
+  local now_ms = math.floor(now / 1000)
+  local finish
+  local st = redis.call('GET', KEYS[1])
+  if st then
+    local c, e = string.match(st, '^(%d+) (%d+)$')
+    count, finish = tonumber(c), tonumber(e)
+  end
+  if not (count and finish and finish > now_ms) then
+    count, finish = 0, now_ms + math.max(1, math.ceil(window / 1000))
+  end
+  ttl = finish - now_ms
+  if op == 'adjust' and units ~= 0 and (not of_window or of_window == finish) then
     count = math.max(0, math.min(limit, count + units))
     if count > 0 then
-      redis.call('SET', KEYS[1], count, 'PX', ttl)
+      redis.call('SET', KEYS[1], count .. ' ' .. finish, 'PX', ttl)
     else
       redis.call('DEL', KEYS[1])
     end

@@ -1,44 +1,46 @@
--- GCRA, as governor's test_n_all. KEYS[1]: string, the theoretical arrival time (us).
--- ARGV: limit, window_us, burst; `cost` is decide's argument.
--- Returns {allowed, remaining, wait_ms, reset_ms}. On a deny wait_ms is the
--- retry-after; on an allow, the wait until one unit more than `remaining`
--- fits (0 when the quota is whole): the draft's `t`.
+-- GCRA, as governor's test_n_all. State: a string, the theoretical arrival
+-- time (us). ARGV: limit, window_us, burst.
+-- `decide(key, lock, cost)` returns {allowed, remaining, wait_ms, reset_ms},
+-- or nil and the lock's time left. On a deny wait_ms is the retry-after; on
+-- an allow, the wait until one unit more than `remaining` fits (0 when the
+-- quota is whole): the draft's `t`. A deny writes nothing.
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local burst = tonumber(ARGV[3])
--- Server time only: clients' clocks disagree.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-
 local interval = window / limit
 local tolerance = (burst - 1) * interval
 -- Absorbs float error on exact boundaries.
 local eps = 1e-6
 
-local tat = tonumber(redis.call('GET', KEYS[1])) or now
-local earliest = tat + (cost - 1) * interval - tolerance
-if now + eps < earliest then
-  local reset = math.ceil(math.max(0, tat - now) / 1000)
-  return {0, 0, math.max(1, math.ceil((earliest - now) / 1000)), reset}
-end
+local function decide(key, lock, cost)
+  local v = redis.call('MGET', key, lock)
+  local locked = lock_left(lock, v[2])
+  if locked > 0 then return nil, locked end
+  local tat = tonumber(v[1]) or now
+  local earliest = tat + (cost - 1) * interval - tolerance
+  if now + eps < earliest then
+    local reset = math.ceil(math.max(0, tat - now) / 1000)
+    return {0, 0, math.max(1, math.ceil((earliest - now) / 1000)), reset}
+  end
 
-local new_tat = math.max(tat, now) + cost * interval
-local reset_ms = math.ceil((new_tat - now) / 1000)
-if reset_ms > 0 then
-  redis.call('SET', KEYS[1], string.format('%.17g', new_tat), 'PX', reset_ms)
-else
-  -- Only a negative cost (units given back, grant.lua) gets here: whole.
-  redis.call('DEL', KEYS[1])
+  local new_tat = math.max(tat, now) + cost * interval
+  local reset_ms = math.ceil((new_tat - now) / 1000)
+  if reset_ms > 0 then
+    redis.call('SET', key, string.format('%.17g', new_tat), 'PX', reset_ms)
+  else
+    -- Only a negative cost (units given back, grant.lua) gets here: whole.
+    redis.call('DEL', key)
+  end
+  -- Single cells still allowed now: those with new_tat + j*interval - tolerance <= now.
+  local room = now + tolerance - new_tat
+  local remaining = 0
+  if room + eps >= 0 then
+    remaining = math.floor(room / interval + eps) + 1
+  end
+  -- Cell `remaining + 1` fits once new_tat + remaining * interval - tolerance <= now.
+  local next_ms = 0
+  if remaining < burst then
+    next_ms = math.max(1, math.ceil((new_tat + remaining * interval - tolerance - now) / 1000))
+  end
+  return {1, remaining, next_ms, reset_ms}
 end
--- Single cells still allowed now: those with new_tat + j*interval - tolerance <= now.
-local room = now + tolerance - new_tat
-local remaining = 0
-if room + eps >= 0 then
-  remaining = math.floor(room / interval + eps) + 1
-end
--- Cell `remaining + 1` fits once new_tat + remaining * interval - tolerance <= now.
-local next_ms = 0
-if remaining < burst then
-  next_ms = math.max(1, math.ceil((new_tat + remaining * interval - tolerance - now) / 1000))
-end
-return {1, remaining, next_ms, reset_ms}
