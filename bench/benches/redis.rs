@@ -21,9 +21,20 @@
 //!
 //! - the fleet: four gateways with exact, coalesced and leased global rules
 //!   beside the local rule, on this server and on a 3-master cluster; see
-//!   `benches/support/fleet.rs` (`FLEET_ONLY=1` runs only that section,
+//!   `bench/src/fleet.rs` (`FLEET_ONLY=1` runs only that section,
 //!   `FLEET_SECS` per run (default 2), `FLEET_ROUNDS` (default 3),
 //!   `FLEET_CLUSTER=0` skips the cluster rows).
+//!
+//! - Redis CPU per decision, the way a fleet pays for it (`CPU_ONLY=1` runs
+//!   only that section): the servers' `used_cpu_sys + used_cpu_user` over a
+//!   run of four gateways, per decision, for envoyproxy/ratelimit's
+//!   `INCRBY` + `PEXPIRE` pipeline (the baseline), this crate's exact rules
+//!   (coalesced, each algorithm) and GCRA leases (per grant too), with
+//!   10,000 keys or a hot key, at concurrency 1 and 64, on this server and
+//!   the cluster; ratios to the same round's baseline. See
+//!   `bench/src/cpu.rs` (`CPU_SECS` per row at most (default 2), 80,000
+//!   decisions per gateway at most, `CPU_ROUNDS` (default 3),
+//!   `CPU_CLUSTER=0` skips the cluster rows).
 //!
 //! Environment: `REDIS_BENCH_SECS` (default 2) per run, `REDIS_BENCH_ROUNDS`
 //! (default 2, alternating order, medians reported), `DENY_SECS` (default 3),
@@ -389,7 +400,7 @@ impl FleetCase {
 }
 
 /// The fleet section: cost (req/s, latency, script calls per request) and
-/// accuracy (over- and under-admission); see `support/fleet.rs`.
+/// accuracy (over- and under-admission); see `bench/src/fleet.rs`.
 fn fleet_section(server: &RedisServer) {
     use fleet::{Keys, Mode, Target};
     let dur = secs("FLEET_SECS", 2);
@@ -543,6 +554,10 @@ fn main() {
         .max(1);
     let server = RedisServer::start();
     let url = server.url();
+    if std::env::var_os("CPU_ONLY").is_some() {
+        keyed_rate_limit_bench::cpu::section(&server, huge());
+        return;
+    }
     if std::env::var_os("FLEET_ONLY").is_some() {
         fleet_section(&server);
         return;

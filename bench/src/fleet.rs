@@ -17,6 +17,7 @@
 //!   (stamped before each call).
 
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -25,7 +26,7 @@ use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use keyed_rate_limit::backend::redis::RedisBackend;
 use keyed_rate_limit::rule::LeasePolicy;
-use keyed_rate_limit::{FailureMode, Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit::{Algorithm, FailureMode, Quota, RateLimitLayer, Rule, key::KeyExtractor};
 use tower::{ServiceExt, service_fn};
 
 pub const GATEWAYS: usize = 4;
@@ -55,6 +56,23 @@ pub enum Keys {
     Many(u64),
 }
 
+impl Keys {
+    /// Task `task`'s keys, in order: every scheme measured with the same
+    /// task count draws the same sequence.
+    pub fn stream(self, task: usize) -> impl FnMut() -> String {
+        let mut x = (task as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        move || match self {
+            Keys::Hot => "hot".to_owned(),
+            Keys::Many(n) => {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                format!("k{}", x % n)
+            }
+        }
+    }
+}
+
 /// Where the gateways' backends connect.
 #[derive(Clone)]
 pub enum Target {
@@ -74,16 +92,27 @@ impl Target {
 
 pub const LEASE_TTL: Duration = Duration::from_millis(50);
 
-/// Four gateways' layers for `mode`, each with its own backend.
+/// Four gateways' layers for `mode`, each with its own backend (GCRA).
 pub async fn gateways(
     target: &Target,
     prefix: &str,
     mode: Mode,
     quota: Quota,
 ) -> Vec<RateLimitLayer> {
+    gateways_with(target, prefix, mode, quota, Algorithm::Gcra).await
+}
+
+/// [`gateways`] counting with `algorithm`.
+pub async fn gateways_with(
+    target: &Target,
+    prefix: &str,
+    mode: Mode,
+    quota: Quota,
+    algorithm: Algorithm,
+) -> Vec<RateLimitLayer> {
     let mut out = Vec::new();
     for _ in 0..GATEWAYS {
-        let rule = Rule::new("fleet", KeyExtractor::header("x-key"), quota);
+        let rule = Rule::new("fleet", KeyExtractor::header("x-key"), quota).algorithm(algorithm);
         let rule = match mode {
             Mode::Local => rule,
             _ => rule
@@ -114,6 +143,21 @@ pub struct Outcome {
     pub admitted: Vec<Instant>,
 }
 
+impl Outcome {
+    /// Counts, rate and percentiles of `lat` (µs), taken over `elapsed`.
+    pub fn from_latencies(mut lat: Vec<f64>, elapsed: Duration) -> Self {
+        lat.sort_by(f64::total_cmp);
+        let pct = |p: f64| lat[((lat.len() as f64 - 1.0) * p) as usize];
+        Outcome {
+            requests: lat.len() as u64,
+            rps: lat.len() as f64 / elapsed.as_secs_f64(),
+            p50_us: pct(0.5),
+            p99_us: pct(0.99),
+            ..Outcome::default()
+        }
+    }
+}
+
 /// Runs `tasks` loops for `dur`; task `i` uses gateway `pick(i)`.
 /// `track` keeps every arrival and admission time (accuracy runs).
 pub async fn run(
@@ -124,36 +168,44 @@ pub async fn run(
     pick: impl Fn(usize) -> usize,
     track: bool,
 ) -> Outcome {
+    run_capped(layers, keys, tasks, dur, None, pick, track).await
+}
+
+/// [`run`], stopping a gateway's tasks once it has decided `cap` requests
+/// (a fast mode would otherwise make a slow one's figures from far more work).
+pub async fn run_capped(
+    layers: &[RateLimitLayer],
+    keys: Keys,
+    tasks: usize,
+    dur: Duration,
+    cap: Option<u64>,
+    pick: impl Fn(usize) -> usize,
+    track: bool,
+) -> Outcome {
     let admitted = Arc::new(Mutex::new(Vec::new()));
+    let counts: Arc<Vec<AtomicU64>> = Arc::new(layers.iter().map(|_| AtomicU64::new(0)).collect());
     let start = Instant::now();
     let deadline = start + dur;
     let handles: Vec<_> = (0..tasks)
         .map(|i| {
             let sink = admitted.clone();
-            let svc = layers[pick(i) % layers.len()].layer(service_fn(
-                move |_req: Request<Full<Bytes>>| {
-                    let sink = sink.clone();
-                    async move {
-                        if track {
-                            sink.lock().unwrap().push(Instant::now());
-                        }
-                        Ok::<_, Infallible>(Response::new(Full::<Bytes>::default()))
+            let (counts, g) = (counts.clone(), pick(i) % layers.len());
+            let svc = layers[g].layer(service_fn(move |_req: Request<Full<Bytes>>| {
+                let sink = sink.clone();
+                async move {
+                    if track {
+                        sink.lock().unwrap().push(Instant::now());
                     }
-                },
-            ));
+                    Ok::<_, Infallible>(Response::new(Full::<Bytes>::default()))
+                }
+            }));
             tokio::spawn(async move {
-                let mut x = (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+                let mut next_key = keys.stream(i);
                 let (mut lat, mut arrivals) = (Vec::new(), Vec::new());
-                while Instant::now() < deadline {
-                    let key = match keys {
-                        Keys::Hot => "hot".to_owned(),
-                        Keys::Many(n) => {
-                            x ^= x << 13;
-                            x ^= x >> 7;
-                            x ^= x << 17;
-                            format!("k{}", x % n)
-                        }
-                    };
+                while Instant::now() < deadline
+                    && cap.is_none_or(|c| counts[g].fetch_add(1, Ordering::Relaxed) < c)
+                {
+                    let key = next_key();
                     let req = Request::get("/")
                         .header("x-key", key)
                         .body(Full::default())
@@ -179,19 +231,14 @@ pub async fn run(
         lat.extend(l);
         arrivals.extend(a);
     }
-    let elapsed = start.elapsed().as_secs_f64();
-    lat.sort_by(f64::total_cmp);
-    let pct = |p: f64| lat[((lat.len() as f64 - 1.0) * p) as usize];
+    let elapsed = start.elapsed();
     let mut admitted = std::mem::take(&mut *admitted.lock().unwrap());
     admitted.sort();
     arrivals.sort();
     Outcome {
-        requests: lat.len() as u64,
-        rps: lat.len() as f64 / elapsed,
-        p50_us: pct(0.5),
-        p99_us: pct(0.99),
         arrivals,
         admitted,
+        ..Outcome::from_latencies(lat, elapsed)
     }
 }
 

@@ -5,6 +5,8 @@
 
 pub mod app;
 #[cfg(feature = "redis-cluster")]
+pub mod cpu;
+#[cfg(feature = "redis-cluster")]
 pub mod fleet;
 #[cfg(feature = "redis")]
 pub mod gateway;

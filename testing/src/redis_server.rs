@@ -319,6 +319,22 @@ impl RedisServer {
             .sum()
     }
 
+    /// The CPU time the server process has used, in seconds:
+    /// `used_cpu_sys + used_cpu_user` of `INFO cpu` (all its threads). The
+    /// sum, because the kernel splits one precise total into the two by
+    /// sampling.
+    pub fn cpu_seconds(&self) -> f64 {
+        let mut c = self.connection().expect("connect");
+        let info: String = redis::cmd("INFO").arg("cpu").query(&mut c).expect("INFO");
+        info.lines()
+            .filter_map(|l| {
+                l.strip_prefix("used_cpu_sys:")
+                    .or_else(|| l.strip_prefix("used_cpu_user:"))
+            })
+            .filter_map(|v| v.trim().parse::<f64>().ok())
+            .sum()
+    }
+
     /// The keys matching a pattern (binary-safe).
     pub fn keys(&self, pattern: &str) -> Vec<Vec<u8>> {
         let mut c = self.connection().expect("connect");
