@@ -378,7 +378,7 @@ impl Global {
     /// One exact decision from Redis, committed with the group's other
     /// requests when the rule coalesces: the first asks alone, those that
     /// arrive meanwhile, any key, are decided together when it returns.
-    async fn call_exact(
+    pub(super) async fn call_exact(
         self: &Arc<Self>,
         rule: &Rule,
         key: &Key,

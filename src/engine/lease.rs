@@ -42,32 +42,30 @@ impl Global {
             .map_or(Duration::ZERO, |l| l.policy().ttl());
         let asked = Instant::now();
         let sizes = (flight.need, flight.want);
-        let call = async {
-            // A key too slow for more than this request's units: the rate
-            // script, lighter than a grant that keeps the holders.
-            if back.0 == 0 && flight.want <= cost.get() {
-                let d = self
-                    .redis
-                    .check_next(&rule.name, key, rule.algorithm, &counted, cost.get(), None)
-                    .await?
-                    .decision;
-                let granted = if d.is_allowed() { cost.get() } else { 0 };
-                return Ok(Grant {
-                    granted,
+        // A key too slow for more than this request's units: the rate
+        // script, lighter than a grant that keeps the holders, and committed
+        // with the rule's other such requests when it coalesces.
+        let asked_for = if back.0 == 0 && flight.want <= cost.get() {
+            self.call_exact(rule, key, counted, cost).await.map(|d| {
+                let d = d.decision;
+                Grant {
+                    granted: if d.is_allowed() { cost.get() } else { 0 },
                     remaining: d.remaining(),
                     wait: d.retry_after().unwrap_or_default(),
                     reset: d.reset(),
                     lease: ttl,
                     window: None,
-                });
-            }
+                }
+            })
+        } else {
             let holder = &self.holder;
             let (name, algorithm) = (&rule.name, rule.algorithm);
-            self.redis
-                .grant(name, key, algorithm, &counted, sizes, holder, ttl, back)
-                .await
+            let call = self
+                .redis
+                .grant(name, key, algorithm, &counted, sizes, holder, ttl, back);
+            self.guard.call(self.redis.liveness(), call).await
         };
-        match self.guard.call(self.redis.liveness(), call).await {
+        match asked_for {
             Ok(g) if g.granted > 0 => {
                 // A window lease that ends before its window does: what it
                 // has left goes back when it ends, while the window still

@@ -42,7 +42,7 @@ async fn run(
             continue;
         }
         let window_end = if algorithm == Algorithm::FixedWindow {
-            let k = format!("{prefix}:{{1:r:k}}:fw2");
+            let k = format!("{prefix}:{{1:r:k}}:fw");
             let pttl: i64 = redis::cmd("PTTL")
                 .arg(&k)
                 .query_async(&mut c)

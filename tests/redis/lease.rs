@@ -102,7 +102,7 @@ async fn arrivals(
         }
         // A fixed window starts at its first unit: its end is the key's expiry.
         let pttl: i64 = redis::cmd("PTTL")
-            .arg(format!("{prefix}:{{1:r:k}}:fw2"))
+            .arg(format!("{prefix}:{{1:r:k}}:fw"))
             .query_async(&mut c)
             .await
             .unwrap();

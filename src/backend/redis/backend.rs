@@ -136,7 +136,7 @@ impl RedisBackend {
                 lock_started: false,
             });
         }
-        let keys = vec![self.state_key(rule, key, algorithm, quota)];
+        let keys = vec![self.batch_keys(rule, key, algorithm, quota)];
         if let Some(period) = quota.period() {
             let invocation = script::calendar(keys, quota, period, &[(0, cost)], lockout);
             let reply: script::CalendarReply = self.invoke(&invocation).await?;
@@ -166,7 +166,7 @@ impl RedisBackend {
             .iter()
             .map(|&(key, cost)| {
                 let i = *index.entry(key).or_insert_with(|| {
-                    keys.push(self.state_key(rule, key, algorithm, quota));
+                    keys.push(self.batch_keys(rule, key, algorithm, quota));
                     keys.len() - 1
                 });
                 (i, cost)
@@ -220,6 +220,18 @@ impl RedisBackend {
         let invocation = script::grant(algorithm, redis_key, quota, sizes, holder, lease, back);
         let reply: script::GrantReply = self.invoke(&invocation).await?;
         Ok(script::grant_reply(reply))
+    }
+
+    /// The keys a rate script declares for `key`: its state and its lock.
+    fn batch_keys(
+        &self,
+        rule: &str,
+        key: &Key,
+        algorithm: Algorithm,
+        quota: &Quota,
+    ) -> (Vec<u8>, Vec<u8>) {
+        let lock = keys::tagged_key(&self.inner.prefix, rule, key, keys::LOCK);
+        (self.state_key(rule, key, algorithm, quota), lock)
     }
 
     /// The key a rate script keeps `key`'s state in.

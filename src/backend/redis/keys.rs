@@ -12,9 +12,8 @@
 //! one cluster slot; the sliding window's per-window suffix comes after the
 //! closing brace. The algorithm suffix keeps state of different shapes apart
 //! when a rule changes algorithm during a rolling deploy (no WRONGTYPE); it
-//! changes with the state's shape too (`tb2`, `fw2`: one string each, where
-//! `tb` was a hash and `fw` a bare count), so that gateways of
-//! two versions never read each other's state.
+//! changes with the state's shape too (`tb2`: one number, where `tb` was a
+//! hash), so that gateways of two versions never read each other's state.
 
 use crate::{Algorithm, Key};
 
@@ -35,13 +34,17 @@ const fn suffix(algorithm: Algorithm) -> &'static [u8] {
     match algorithm {
         Algorithm::Gcra => b"gcra",
         Algorithm::TokenBucket => b"tb2",
-        Algorithm::FixedWindow => b"fw2",
+        Algorithm::FixedWindow => b"fw",
         Algorithm::SlidingWindow => b"sw",
     }
 }
 
 /// The suffix of a calendar quota's count, whatever the rule's algorithm.
 pub(crate) const CALENDAR: &[u8] = b"cal";
+
+/// The suffix of a rule and key's lock (the control handle's block, a
+/// lockout), whatever its algorithm: the scripts' `…}:lock`.
+pub(crate) const LOCK: &[u8] = b"lock";
 
 /// The suffix of a concurrency limit's lease set: a sorted set, kept apart
 /// from a rate rule's state when both share a name.
@@ -112,7 +115,7 @@ mod tests {
         }
         names.sort();
         names.dedup();
-        let suffixes: Vec<&[u8]> = vec![b"gcra", b"tb2", b"fw2", b"sw", LEASE, CALENDAR];
+        let suffixes: Vec<&[u8]> = vec![b"gcra", b"tb2", b"fw", b"sw", LEASE, CALENDAR, LOCK];
         let mut seen = HashMap::new();
         for rule in names
             .iter()
@@ -138,6 +141,23 @@ mod tests {
             redis_key("rl", "api", &Key::from("v2:victim"), Algorithm::Gcra),
             redis_key("rl", "api:v2", &Key::from("victim"), Algorithm::Gcra)
         );
+    }
+
+    /// The rate scripts take the lock key declared; the lease and control
+    /// scripts build it from the state key (up to its last `}`): the same.
+    #[test]
+    fn the_declared_lock_is_the_one_the_scripts_build() {
+        for key in ["a", "a}b", "}", "x:{y}", "}:gcra"] {
+            let state = redis_key("rl", "api", &Key::from(key), Algorithm::Gcra);
+            let tag_end = state.iter().rposition(|b| *b == b'}').unwrap();
+            let mut built = state[..=tag_end].to_vec();
+            built.extend_from_slice(b":lock");
+            assert_eq!(
+                tagged_key("rl", "api", &Key::from(key), LOCK),
+                built,
+                "{key}"
+            );
+        }
     }
 
     #[test]

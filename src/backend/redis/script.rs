@@ -126,11 +126,12 @@ fn script(algorithm: Algorithm) -> &'static Script {
 pub(crate) type Item = (usize, u32);
 
 /// The invocation of an algorithm's script deciding `items` in turn over
-/// `keys` (one reply each, concatenated). Every key must hash to one
-/// cluster slot when the server is a cluster.
+/// `keys`, each a state key and its lock key (one reply each,
+/// concatenated). Every key must hash to one cluster slot when the server
+/// is a cluster.
 pub(crate) fn rate(
     algorithm: Algorithm,
-    keys: Vec<Vec<u8>>,
+    keys: Vec<(Vec<u8>, Vec<u8>)>,
     quota: &Quota,
     items: &[Item],
     lockout: Option<Lockout>,
@@ -144,16 +145,16 @@ pub(crate) fn rate(
     invocation
 }
 
-/// `batch.lua`'s keys and `ARGV[4..]`: the lockout's three, then a pair
-/// (key index, from 1, and cost) per request.
+/// `batch.lua`'s keys, a (state, lock) pair per key, and `ARGV[4..]`: the
+/// lockout's three, then a pair (key number, from 1, and cost) per request.
 fn batch_args(
     invocation: &mut redis::ScriptInvocation<'_>,
-    keys: Vec<Vec<u8>>,
+    keys: Vec<(Vec<u8>, Vec<u8>)>,
     items: &[Item],
     lockout: Option<Lockout>,
 ) {
-    for key in keys {
-        invocation.key(key);
+    for (state, lock) in keys {
+        invocation.key(state).key(lock);
     }
     lockout_args(invocation, lockout);
     for &(index, cost) in items {
@@ -242,7 +243,7 @@ fn lockout_args(invocation: &mut redis::ScriptInvocation<'_>, lockout: Option<Lo
 /// The invocation of `calendar_window.lua` for a calendar quota deciding
 /// `items` in turn over `keys`.
 pub(crate) fn calendar(
-    keys: Vec<Vec<u8>>,
+    keys: Vec<(Vec<u8>, Vec<u8>)>,
     quota: &Quota,
     period: Period,
     items: &[Item],

@@ -15,7 +15,7 @@ local window = tonumber(ARGV[4])
 local burst = tonumber(ARGV[5])
 local units = tonumber(ARGV[6])
 -- A lease's leftovers name the window they were granted in (the fixed
--- window's end, the sliding window's index): a return that arrives after
+-- window's end in ms, to a millisecond or two; the sliding window's index): a return that arrives after
 -- that window ended is void.
 local of_window = tonumber(ARGV[10])
 local tag = string.match(KEYS[1], '^(.*})')
@@ -94,28 +94,23 @@ if alg == 'gcra' then
 end
 
 if alg == 'tb' then
-  local tokens, ts
-  local st = redis.call('GET', KEYS[1])
-  if st then
-    local a, b = string.match(st, '^(%S+) (%S+)$')
-    tokens, ts = tonumber(a), tonumber(b)
-  end
-  tokens = tokens or burst
-  ts = ts or now
-  tokens = math.min(burst, tokens + math.max(0, now - ts) * limit / window)
+  -- token_bucket.lua's state: when the bucket is whole again (us).
+  local us_per_token = window / limit
+  local full_at = tonumber(redis.call('GET', KEYS[1])) or now
+  local tokens = burst - math.max(0, full_at - now) / us_per_token
   if op == 'adjust' and units ~= 0 then
     tokens = math.max(0, math.min(burst, tokens - units))
+    local deficit_us = (burst - tokens) * us_per_token
     if tokens + eps < burst then
-      local full_ms = math.max(1, math.ceil((burst - tokens) * window / limit / 1000))
-      redis.call('SET', KEYS[1], string.format('%.17g %.17g', tokens, now), 'PX', full_ms)
+      redis.call('SET', KEYS[1], string.format('%.17g', now + deficit_us), 'PX', math.max(1, ms(deficit_us)))
     else
       redis.call('DEL', KEYS[1])
     end
   end
   local remaining = math.floor(tokens + eps)
   local wait = 0
-  if remaining == 0 then wait = math.max(1, ms((1 - tokens) * window / limit)) end
-  return {remaining, wait, ms((burst - tokens) * window / limit), locked_ms()}
+  if remaining == 0 then wait = math.max(1, ms((1 - tokens) * us_per_token)) end
+  return {remaining, wait, ms((burst - tokens) * us_per_token), locked_ms()}
 end
 
 -- The fixed windows: a count that every unit leaves at the window's end.
@@ -135,22 +130,16 @@ if alg == 'cal' then
     redis.call('PEXPIREAT', KEYS[1], finish * 1000 + 1000)
   end
 else
-  -- fixed_window.lua's state: "<units spent> <window end, ms>".
-  local now_ms = math.floor(now / 1000)
-  local finish
-  local st = redis.call('GET', KEYS[1])
-  if st then
-    local c, e = string.match(st, '^(%d+) (%d+)$')
-    count, finish = tonumber(c), tonumber(e)
-  end
-  if not (count and finish and finish > now_ms) then
-    count, finish = 0, now_ms + math.max(1, math.ceil(window / 1000))
-  end
-  ttl = finish - now_ms
-  if op == 'adjust' and units ~= 0 and (not of_window or of_window == finish) then
+  count = tonumber(redis.call('GET', KEYS[1])) or 0
+  ttl = redis.call('PTTL', KEYS[1])
+  if ttl < 0 then ttl = math.max(1, math.ceil(window / 1000)) end
+  -- A window is named by its end: fixed_window.lua's `same_window`.
+  local same = not of_window
+    or (window >= 5000 and math.abs(of_window - (math.floor(now / 1000) + ttl)) <= 2)
+  if op == 'adjust' and units ~= 0 and same then
     count = math.max(0, math.min(limit, count + units))
     if count > 0 then
-      redis.call('SET', KEYS[1], count .. ' ' .. finish, 'PX', ttl)
+      redis.call('SET', KEYS[1], count, 'PX', ttl)
     else
       redis.call('DEL', KEYS[1])
     end

@@ -1,41 +1,53 @@
--- Fixed window starting at the first hit. State: a string, "<units spent>
--- <window end, ms of Redis time>", expiring with the window: one read and
--- one write per decision, beside the lock. ARGV: limit, window_us, burst
--- (unused).
--- `decide(key, lock, cost)` returns {allowed, remaining, wait_ms, reset_ms},
--- or nil and the lock's time left. On a deny wait_ms is the retry-after; on
--- an allow, the wait until one unit more than `remaining` fits (0 when the
--- quota is whole): the draft's `t`. A deny writes nothing.
+-- Fixed window starting at the first hit. State: the units spent, a counter
+-- that expires with the window (envoy's shape, made exact: a deny does not
+-- count). ARGV: limit, window_us, burst (unused).
+-- `decide(key, lock, cost, of_window)` returns allowed, remaining,
+-- wait_ms, reset_ms, or nil and the lock's time left. On a deny wait_ms is
+-- the retry-after; on an allow, the wait until one unit more than
+-- `remaining` fits (0 when the quota is whole): the draft's `t`. A deny
+-- writes nothing. A window is named by its end (ms of Redis time), which
+-- the key's expiry gives to a millisecond or two.
 local limit = tonumber(ARGV[1])
 local window_ms = math.max(1, math.ceil(tonumber(ARGV[2]) / 1000))
+-- Formatted once per call, not per decision.
+local window_arg = tostring(window_ms)
 
--- A window's count and end, from its state; a new window when there is
--- none or it has ended.
-local function fixed_window(state)
-  if state then
-    local c, e = string.match(state, '^(%d+) (%d+)$')
-    local count, finish = tonumber(c), tonumber(e)
-    if count and finish and finish > now_ms then return count, finish end
-  end
-  return 0, now_ms + window_ms
+-- Whether a window named `of_window` is the one ending `ttl` from now.
+-- Windows under 5 ms are too close to tell apart: never.
+local function same_window(of_window, ttl)
+  return window_ms >= 5 and math.abs(of_window - (now_ms + ttl)) <= 2
 end
 
--- `of_window`, for units given back (a negative cost): the window they were
--- spent in; they are void in any other.
 local function decide(key, lock, cost, of_window)
   local v = redis.call('MGET', key, lock)
   local locked = lock_left(lock, v[2])
   if locked > 0 then return nil, locked end
-  local count, finish = fixed_window(v[1])
-  local ttl = finish - now_ms
-  if of_window and of_window ~= finish then return {0, 0, ttl, ttl} end
-  window_id = finish
-  if count + cost > limit then
-    return {0, 0, ttl, ttl}
+  local count = tonumber(v[1]) or 0
+  if count + cost > limit or (cost < 0 and count == 0) then
+    -- A deny does not consume. ttl < 0 only for a key without expiry;
+    -- treat it as a new window.
+    local ttl = redis.call('PTTL', key)
+    if ttl < 0 then ttl = window_ms end
+    return 0, 0, ttl, ttl
   end
-  count = math.max(0, count + cost)
-  redis.call('SET', key, count .. ' ' .. finish, 'PX', ttl)
+  if cost < 0 then
+    -- Units given back (grant.lua): to their own window only.
+    local ttl = redis.call('PTTL', key)
+    if ttl > 0 and of_window and same_window(of_window, ttl) then
+      redis.call('DECRBY', key, math.min(-cost, count))
+    end
+    return 0, 0, math.max(1, ttl), math.max(1, ttl)
+  end
+  local n = redis.call('INCRBY', key, cost)
+  local ttl
+  if n == cost then
+    redis.call('PEXPIRE', key, window_arg)
+    ttl = window_ms
+  else
+    ttl = redis.call('PTTL', key)
+  end
   -- Every unit spent comes back together when the window ends.
   left_ms = ttl
-  return {1, limit - count, ttl, ttl}
+  window_id = now_ms + ttl
+  return 1, limit - n, ttl, ttl
 end

@@ -1,9 +1,10 @@
 -- GCRA, as governor's test_n_all. State: a string, the theoretical arrival
 -- time (us). ARGV: limit, window_us, burst.
--- `decide(key, lock, cost)` returns {allowed, remaining, wait_ms, reset_ms},
+-- `decide(key, lock, cost)` returns allowed, remaining, wait_ms, reset_ms,
 -- or nil and the lock's time left. On a deny wait_ms is the retry-after; on
 -- an allow, the wait until one unit more than `remaining` fits (0 when the
--- quota is whole): the draft's `t`. A deny writes nothing.
+-- quota is whole): the draft's `t`. A deny writes nothing. (Several values,
+-- not a table: no garbage per decision.)
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local burst = tonumber(ARGV[3])
@@ -20,7 +21,7 @@ local function decide(key, lock, cost)
   local earliest = tat + (cost - 1) * interval - tolerance
   if now + eps < earliest then
     local reset = math.ceil(math.max(0, tat - now) / 1000)
-    return {0, 0, math.max(1, math.ceil((earliest - now) / 1000)), reset}
+    return 0, 0, math.max(1, math.ceil((earliest - now) / 1000)), reset
   end
 
   local new_tat = math.max(tat, now) + cost * interval
@@ -42,5 +43,5 @@ local function decide(key, lock, cost)
   if remaining < burst then
     next_ms = math.max(1, math.ceil((new_tat + remaining * interval - tolerance - now) / 1000))
   end
-  return {1, remaining, next_ms, reset_ms}
+  return 1, remaining, next_ms, reset_ms
 end

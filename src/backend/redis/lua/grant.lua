@@ -25,23 +25,24 @@ local back_window = tonumber(ARGV[9])
 if back_window == 0 then back_window = nil end
 if back > 0 then decide(KEYS[1], lock, -back, back_window) end
 
-local r, locked = decide(KEYS[1], lock, need)
-if not r then return {0, 0, locked, locked, 0, 0} end
-if r[1] == 0 then return {0, 0, r[3], r[4], 0, 0} end
+local allowed, remaining, wait, reset = decide(KEYS[1], lock, need)
+-- Locked: the second value is the lock's time left.
+if not allowed then return {0, 0, remaining, remaining, 0, 0} end
+if allowed == 0 then return {0, 0, wait, reset, 0, 0} end
 local granted = need
 local others = redis.call('ZCARD', holders)
 if redis.call('ZSCORE', holders, holder) then others = others - 1 end
 -- `remaining` counts whole units that still fit now.
-local share = math.floor((r[2] + need) / (others + 1))
-local extra = math.min(want, share, r[2] + need) - need
+local share = math.floor((remaining + need) / (others + 1))
+local extra = math.min(want, share, remaining + need) - need
 if extra > 0 then
-  local r2 = decide(KEYS[1], lock, extra)
-  if r2 and r2[1] == 1 then
+  local a2, rem2, wait2, reset2 = decide(KEYS[1], lock, extra)
+  if a2 == 1 then
     granted = granted + extra
-    r = r2
+    remaining, wait, reset = rem2, wait2, reset2
   end
 end
 if left_ms and left_ms < lease_ms then lease_ms = math.max(1, left_ms) end
 redis.call('ZADD', holders, now_ms + lease_ms, holder)
 if redis.call('PTTL', holders) < lease_ms then redis.call('PEXPIRE', holders, lease_ms) end
-return {granted, r[2], r[3], r[4], lease_ms, window_id or 0}
+return {granted, remaining, wait, reset, lease_ms, window_id or 0}

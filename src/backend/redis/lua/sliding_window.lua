@@ -1,10 +1,11 @@
 -- Sliding window counter: two fixed windows aligned on Redis time. The
 -- counters are the state key .. ':' .. window index (same hash tag).
 -- ARGV: limit, window_us, burst (unused).
--- `decide(key, lock, cost)` returns {allowed, remaining, wait_ms, reset_ms},
--- or nil and the lock's time left. On a deny wait_ms is the retry-after; on
--- an allow, the wait until one unit more than `remaining` fits (0 when the
--- quota is whole): the draft's `t`. A deny writes nothing.
+-- `decide(key, lock, cost, of_window)` returns allowed, remaining,
+-- wait_ms, reset_ms, or nil and the lock's time left. On a deny wait_ms is
+-- the retry-after; on an allow, the wait until one unit more than
+-- `remaining` fits (0 when the quota is whole): the draft's `t`. A deny
+-- writes nothing.
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local idx = math.floor(now / window)
@@ -13,14 +14,29 @@ local curr_suffix = ':' .. string.format('%.0f', idx)
 local prev_suffix = ':' .. string.format('%.0f', idx - 1)
 -- The previous window's weight now.
 local decay = 1 - elapsed / window
+-- A new counter lives until the next window ends; formatted once per call.
+local keep_ms = math.ceil((2 * window - elapsed) / 1000)
+local keep_arg = tostring(keep_ms)
 -- Absorbs float error on exact boundaries.
 local eps = 1e-9
 
--- `of_window`, for units given back (a negative cost): the window they were
--- spent in; they are void in any other.
+-- The real wait until `c` more units fit over a current count `cur`, with
+-- `prev` in the previous window: its weight decays linearly until this
+-- window ends; after that the current count becomes the decaying one.
+local function wait_for(c, cur, prev)
+  local room = limit - c - cur
+  if room >= 0 and prev > 0 then
+    return window * (1 - room / prev) - elapsed
+  end
+  local after = 0
+  if cur > limit - c then
+    after = window * (1 - (limit - c) / cur)
+  end
+  return window - elapsed + after
+end
+
 local function decide(key, lock, cost, of_window)
-  if of_window and of_window ~= idx then return {0, 0, 1, 1} end
-  window_id = idx
+  if of_window and of_window ~= idx then return 0, 0, 1, 1 end
   local curr_key = key .. curr_suffix
   local v = redis.call('MGET', curr_key, key .. prev_suffix, lock)
   local locked = lock_left(lock, v[3])
@@ -28,36 +44,23 @@ local function decide(key, lock, cost, of_window)
   local curr = tonumber(v[1]) or 0
   local prev = tonumber(v[2]) or 0
 
-  -- The real wait until `c` more units fit over a current count `cur`: the
-  -- previous window's weight decays linearly until this window ends; after
-  -- that the current count becomes the decaying one.
-  local function wait_for(c, cur)
-    local room = limit - c - cur
-    if room >= 0 and prev > 0 then
-      return window * (1 - room / prev) - elapsed
-    end
-    local after = 0
-    if cur > limit - c then
-      after = window * (1 - (limit - c) / cur)
-    end
-    return window - elapsed + after
-  end
-
   local estimate = prev * decay + curr
   if estimate + cost > limit + eps then
-    local wait = wait_for(cost, curr)
+    local wait = wait_for(cost, curr, prev)
     local reset
     if curr > 0 then reset = 2 * window - elapsed else reset = window - elapsed end
-    return {0, 0, math.max(1, math.ceil(wait / 1000)), math.ceil(reset / 1000)}
+    return 0, 0, math.max(1, math.ceil(wait / 1000)), math.ceil(reset / 1000)
   end
 
-  local n = math.max(0, curr + cost)
-  -- Needed until the next window ends.
-  local keep_ms = math.ceil((2 * window - elapsed) / 1000)
-  redis.call('SET', curr_key, n, 'PX', keep_ms)
+  -- A negative cost (units given back, grant.lua) stops at none.
+  if curr + cost < 0 then cost = -curr end
+  local n = curr
+  if cost ~= 0 then n = redis.call('INCRBY', curr_key, cost) end
+  if n == cost and cost > 0 then redis.call('PEXPIRE', curr_key, keep_arg) end
+  window_id = idx
   left_ms = math.max(1, math.floor((window - elapsed) / 1000))
   local remaining = math.max(0, math.floor(limit - (prev * decay + n) + eps))
   -- After spending, one unit more than `remaining` always waits a little.
-  local next_ms = math.max(1, math.ceil(wait_for(remaining + 1, n) / 1000))
-  return {1, remaining, next_ms, keep_ms}
+  local next_ms = math.max(1, math.ceil(wait_for(remaining + 1, n, prev) / 1000))
+  return 1, remaining, next_ms, keep_ms
 end

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# What the rate scripts cost Redis per decision when calls are pipelined,
+# beside INCRBY + PEXPIRE sent the same way (BENCHMARKS.md §3, "Redis CPU
+# per decision"). Starts a private redis-server on a free port, loads each
+# algorithm's batch script as the backend builds it, and runs
+# redis-benchmark (-P 16 -c 8) with batches of N requests over 10,000 keys.
+# Usage: bench/scripts/lua_cost.sh [N=8] [CALLS=20000]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+n=${1:-8}; calls=${2:-20000}
+lua=src/backend/redis/lua
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+dir=$(mktemp -d)
+redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" --daemonize yes --logfile "$dir/log"
+trap 'redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
+until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.1; done
+cli() { redis-cli -p "$port" "$@"; }
+cpu() { cli INFO cpu | awk -F: '/used_cpu_sys:|used_cpu_user:/{s+=$2} END{printf "%.6f", s}'; }
+per() { python3 -c "print('%-16s %6.2f us Redis CPU per decision' % ('$1', ($3 - $2) * 1e6 / $4))"; }
+keys=(); items=()
+for i in $(seq 1 "$n"); do keys+=("p:{k:__rand_int__}:s$i" "p:{k:__rand_int__}:lock"); items+=("$i" 1); done
+for alg in gcra token_bucket fixed_window sliding_window; do
+  sha=$(cli SCRIPT LOAD "$(cat $lua/clock.lua $lua/$alg.lua; echo 'local wide = false'; cat $lua/batch.lua)")
+  cli FLUSHALL >/dev/null; cli CONFIG RESETSTAT >/dev/null; a=$(cpu)
+  # limit, window_us, burst: 1,000,000 per second, never reached; no lockout.
+  redis-benchmark -p "$port" -P 16 -c 8 -n "$calls" -r 10000 EVALSHA "$sha" $((2 * n)) "${keys[@]}" \
+    1000000 1000000 1000000 0 1 1 "${items[@]}" >/dev/null
+  per "$alg" "$a" "$(cpu)" $((calls * n))
+  cli INFO commandstats | grep -E '^cmdstat_(evalsha|mget|set|incrby|pttl|pexpire|time):' \
+    | sed 's/^cmdstat_/    /; s/,rejected.*//'
+done
+cli FLUSHALL >/dev/null; a=$(cpu)
+redis-benchmark -p "$port" -P 16 -c 8 -n $((calls * n)) -r 10000 INCRBY 'b:__rand_int__' 1 >/dev/null
+redis-benchmark -p "$port" -P 16 -c 8 -n $((calls * n)) -r 10000 PEXPIRE 'b:__rand_int__' 1000 >/dev/null
+per "INCRBY+PEXPIRE" "$a" "$(cpu)" $((calls * n))
