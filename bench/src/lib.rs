@@ -4,6 +4,7 @@
 #![allow(missing_docs)]
 
 pub mod app;
+pub mod ceiling;
 #[cfg(feature = "redis-cluster")]
 pub mod cpu;
 #[cfg(feature = "redis-cluster")]
