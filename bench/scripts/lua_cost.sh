@@ -20,7 +20,8 @@ per() { python3 -c "print('%-16s %6.2f us Redis CPU per decision' % ('$1', ($3 -
 keys=(); items=()
 for i in $(seq 1 "$n"); do keys+=("p:{k:__rand_int__}:s$i" "p:{k:__rand_int__}:lock"); items+=("$i" 1); done
 for alg in gcra token_bucket fixed_window sliding_window; do
-  sha=$(cli SCRIPT LOAD "$(cat $lua/clock.lua $lua/$alg.lua; echo 'local wide = false'; cat $lua/batch.lua)")
+  prelude=(); [ "$alg" = fixed_window ] && prelude=("$lua/window_end.lua")
+  sha=$(cli SCRIPT LOAD "$(cat $lua/clock.lua "${prelude[@]}" $lua/$alg.lua; echo 'local wide = false'; cat $lua/batch.lua)")
   cli FLUSHALL >/dev/null; cli CONFIG RESETSTAT >/dev/null; a=$(cpu)
   # limit, window_us, burst: 1,000,000 per second, never reached; no lockout.
   redis-benchmark -p "$port" -P 16 -c 8 -n "$calls" -r 10000 EVALSHA "$sha" $((2 * n)) "${keys[@]}" \

@@ -105,12 +105,15 @@ impl Global {
             return;
         };
         let (this, name, algorithm) = (self.clone(), rule.name.clone(), rule.algorithm);
-        rt.spawn(async move {
-            let call = return_unspent(&this.redis, &name, algorithm, &unspent);
-            if let Err(cause) = this.guard.call(this.redis.liveness(), call).await {
-                tracing::debug!(target: observe::TARGET, rule = %name, %cause, "could not give back a lease's unspent units");
-            }
-        });
+        rt.spawn(async move { this.send_back(&name, algorithm, &unspent).await });
+    }
+
+    /// [`give_back`](Self::give_back)'s call, behind the rule's breaker.
+    async fn send_back(&self, name: &str, algorithm: crate::Algorithm, unspent: &Unspent) {
+        let call = return_unspent(&self.redis, name, algorithm, unspent);
+        if let Err(cause) = self.guard.call(self.redis.liveness(), call).await {
+            tracing::debug!(target: observe::TARGET, rule = %name, %cause, "could not give back a lease's unspent units");
+        }
     }
 
     /// Gives back what `key`'s lease asked for at `asked` has left when it
@@ -119,12 +122,13 @@ impl Global {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let (this, rule, key) = (self.clone(), rule.clone(), key.clone());
+        let (this, key) = (self.clone(), key.clone());
+        let (name, algorithm) = (rule.name.clone(), rule.algorithm);
         rt.spawn(async move {
             tokio::time::sleep_until(crate::instant::after(asked, lease).into()).await;
             let ended = this.leases.as_ref().and_then(|l| l.ended(&key, asked));
             if let Some(unspent) = ended {
-                this.give_back(&rule, unspent);
+                this.send_back(&name, algorithm, &unspent).await;
             }
         });
     }

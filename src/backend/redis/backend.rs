@@ -136,15 +136,10 @@ impl RedisBackend {
                 lock_started: false,
             });
         }
-        let keys = vec![self.batch_keys(rule, key, algorithm, quota)];
-        if let Some(period) = quota.period() {
-            let invocation = script::calendar(keys, quota, period, &[(0, cost)], lockout);
-            let reply: script::CalendarReply = self.invoke(&invocation).await?;
-            return Ok(script::calendar_decision(quota, reply));
-        }
-        let invocation = script::rate(algorithm, keys, quota, &[(0, cost)], lockout);
-        let reply: script::Reply = self.invoke(&invocation).await?;
-        Ok(script::decision(quota, reply))
+        let mut decided = self
+            .check_batch(rule, &[(key, cost)], algorithm, quota, lockout)
+            .await?;
+        Ok(decided.remove(0))
     }
 
     /// [`check_next`](Self::check_next) for a batch of requests in one
@@ -177,6 +172,14 @@ impl RedisBackend {
             None => (script::rate(algorithm, keys, quota, &items, lockout), 5),
         };
         let flat: Vec<i64> = self.invoke(&invocation).await?;
+        // One reply per request, whole: anything else is not our script's.
+        if flat.len() != width * requests.len() {
+            let short = (
+                redis::ErrorKind::UnexpectedReturnType,
+                "a reply per request",
+            );
+            return Err(RedisBackendError::Redis(short.into()));
+        }
         Ok(script::batch_decisions(quota, &flat, width))
     }
 
@@ -201,9 +204,9 @@ impl RedisBackend {
 
     /// Leases `need` units of `key`'s quota or none, up to `want`, to
     /// `holder` for at most `lease`, after giving back `back` units of its
-    /// last lease (for a window, of the window it names): one `grant.lua` call on the state the rate script of
-    /// `algorithm` keeps (the caller passes the quota the lease is counted
-    /// in).
+    /// last lease (for a window, of the window it names): one `grant.lua`
+    /// call on the state the rate script of `algorithm` keeps (the caller
+    /// passes the quota the lease is counted in).
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn grant(
         &self,

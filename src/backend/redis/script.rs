@@ -37,14 +37,18 @@ macro_rules! batched {
 
 /// A lease script: `decide`, then `grant.lua`, which calls it.
 macro_rules! granting {
-    ($body:literal) => {
-        concat!(decide!($body), include_str!("lua/grant.lua"))
+    ($body:literal $(, prelude = $prelude:literal)?) => {
+        concat!(decide!($body $(, prelude = $prelude)?), include_str!("lua/grant.lua"))
     };
 }
 
 const GCRA_LUA: &str = batched!("lua/gcra.lua", wide = "false");
 const TOKEN_BUCKET_LUA: &str = batched!("lua/token_bucket.lua", wide = "false");
-const FIXED_WINDOW_LUA: &str = batched!("lua/fixed_window.lua", wide = "false");
+const FIXED_WINDOW_LUA: &str = batched!(
+    "lua/fixed_window.lua",
+    wide = "false",
+    prelude = "lua/window_end.lua"
+);
 const SLIDING_WINDOW_LUA: &str = batched!("lua/sliding_window.lua", wide = "false");
 const LEASE_LUA: &str = include_str!("lua/lease.lua");
 /// The calendar sums, then the window that uses them: one script.
@@ -56,11 +60,13 @@ const CALENDAR_WINDOW_LUA: &str = batched!(
 const INSTANCES_LUA: &str = include_str!("lua/instances.lua");
 const GRANT_GCRA_LUA: &str = granting!("lua/gcra.lua");
 const GRANT_TOKEN_BUCKET_LUA: &str = granting!("lua/token_bucket.lua");
-const GRANT_FIXED_WINDOW_LUA: &str = granting!("lua/fixed_window.lua");
+const GRANT_FIXED_WINDOW_LUA: &str =
+    granting!("lua/fixed_window.lua", prelude = "lua/window_end.lua");
 const GRANT_SLIDING_WINDOW_LUA: &str = granting!("lua/sliding_window.lua");
 /// The control handle's operations, for every algorithm.
 const CONTROL_LUA: &str = concat!(
     include_str!("lua/calendar.lua"),
+    include_str!("lua/window_end.lua"),
     include_str!("lua/control.lua")
 );
 

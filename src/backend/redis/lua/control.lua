@@ -1,4 +1,5 @@
--- The control handle's operations on one key (calendar.lua comes first).
+-- The control handle's operations on one key (calendar.lua and
+-- window_end.lua come first).
 -- KEYS[1]: the algorithm's key, as the rate scripts name it; the lock and
 -- the lockout's deny count are the rule and key's own, as in lock.lua.
 -- ARGV: op ('adjust' | 'reset' | 'block' | 'unblock'), algorithm ('gcra' |
@@ -133,9 +134,8 @@ else
   count = tonumber(redis.call('GET', KEYS[1])) or 0
   ttl = redis.call('PTTL', KEYS[1])
   if ttl < 0 then ttl = math.max(1, math.ceil(window / 1000)) end
-  -- A window is named by its end: fixed_window.lua's `same_window`.
-  local same = not of_window
-    or (window >= 5000 and math.abs(of_window - (math.floor(now / 1000) + ttl)) <= 2)
+  local window_ms = math.max(1, math.ceil(window / 1000))
+  local same = not of_window or same_window(of_window, window_ms, math.floor(now / 1000), ttl)
   if op == 'adjust' and units ~= 0 and same then
     count = math.max(0, math.min(limit, count + units))
     if count > 0 then

@@ -5,18 +5,12 @@
 -- wait_ms, reset_ms, or nil and the lock's time left. On a deny wait_ms is
 -- the retry-after; on an allow, the wait until one unit more than
 -- `remaining` fits (0 when the quota is whole): the draft's `t`. A deny
--- writes nothing. A window is named by its end (ms of Redis time), which
--- the key's expiry gives to a millisecond or two.
+-- writes nothing. A window is named by its end (window_end.lua comes
+-- first).
 local limit = tonumber(ARGV[1])
 local window_ms = math.max(1, math.ceil(tonumber(ARGV[2]) / 1000))
 -- Formatted once per call, not per decision.
 local window_arg = tostring(window_ms)
-
--- Whether a window named `of_window` is the one ending `ttl` from now.
--- Windows under 5 ms are too close to tell apart: never.
-local function same_window(of_window, ttl)
-  return window_ms >= 5 and math.abs(of_window - (now_ms + ttl)) <= 2
-end
 
 local function decide(key, lock, cost, of_window)
   local v = redis.call('MGET', key, lock)
@@ -33,7 +27,7 @@ local function decide(key, lock, cost, of_window)
   if cost < 0 then
     -- Units given back (grant.lua): to their own window only.
     local ttl = redis.call('PTTL', key)
-    if ttl > 0 and of_window and same_window(of_window, ttl) then
+    if ttl > 0 and of_window and same_window(of_window, window_ms, now_ms, ttl) then
       redis.call('DECRBY', key, math.min(-cost, count))
     end
     return 0, 0, math.max(1, ttl), math.max(1, ttl)
