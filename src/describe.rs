@@ -60,6 +60,8 @@ pub struct DescribedRule {
     /// crate checks, `skip; 500 without ConnectInfo` (see
     /// [`OnMissingKey`]).
     pub on_missing_key: String,
+    /// The [any-of group](crate::rule::any_of) the rule is a member of.
+    pub group: Option<String>,
     reject: Option<u16>,
     shadow: bool,
 }
@@ -140,6 +142,7 @@ impl DescribedRule {
                 s
             },
             on_missing_key,
+            group: rule.group().map(str::to_owned),
             reject,
             shadow: rule.shadow,
         }
@@ -207,8 +210,37 @@ fn label(s: &str) -> String {
 
 impl Description {
     pub(crate) fn new<'a>(rules: impl Iterator<Item = &'a Rule>) -> Self {
-        Self {
-            rules: rules.map(DescribedRule::new).collect(),
+        let mut rules: Vec<DescribedRule> = rules.map(DescribedRule::new).collect();
+        // A group member's refusal asks the next member; the last one's answers.
+        for i in 0..rules.len() {
+            let Some(g) = rules[i].group.clone() else {
+                continue;
+            };
+            let last = rules
+                .get(i + 1)
+                .is_none_or(|r| r.group.as_ref() != Some(&g));
+            rules[i].on_deny = if last {
+                format!(
+                    "any_of {g}: 429 + Retry-After of the soonest member, once every member refused"
+                )
+            } else {
+                format!("any_of {g}: the next member")
+            };
+        }
+        Self { rules }
+    }
+
+    /// Where a "yes" from rule `i` (0-based) goes: past its group.
+    fn after(&self, i: usize) -> usize {
+        match &self.rules[i].group {
+            None => i + 1,
+            Some(g) => {
+                i + 1
+                    + self.rules[i + 1..]
+                        .iter()
+                        .take_while(|r| r.group.as_ref() == Some(g))
+                        .count()
+            }
         }
     }
 
@@ -302,12 +334,18 @@ impl Description {
             if let Some(status) = r.reject {
                 let _ = writeln!(out, "    r{n} -->|missing key| m{n}[\"{status}\"]");
             }
-            let next = if n == self.rules.len() {
-                "service[service]".to_owned()
-            } else {
-                format!("r{}", n + 1)
+            let node = |j: usize| {
+                if j == self.rules.len() {
+                    "service[service]".to_owned()
+                } else {
+                    format!("r{}", j + 1)
+                }
             };
-            if r.shadow {
+            let next = node(self.after(i));
+            if r.on_deny.ends_with("the next member") {
+                let _ = writeln!(out, "    d{n} -->|no| {}", node(i + 1));
+                let _ = writeln!(out, "    d{n} -->|yes| {next}");
+            } else if r.shadow {
                 let _ = writeln!(
                     out,
                     "    d{n} -.->|\"no: shadow_deny\"| metrics\n    d{n} -->|\"yes, or no: log only (shadow)\"| {next}",

@@ -68,6 +68,14 @@ pub enum BuildError {
         /// What is wrong.
         error: String,
     },
+    /// An any-of group's members are apart in the chain, or one cannot be
+    /// a member.
+    InvalidGroup {
+        /// The group.
+        group: String,
+        /// What is wrong.
+        error: &'static str,
+    },
 }
 
 impl fmt::Display for BuildError {
@@ -100,6 +108,7 @@ impl fmt::Display for BuildError {
             Self::InvalidProxy(p) => write!(f, "trusted proxy {p:?} is not a CIDR or IP address"),
             Self::InvalidSetting(s) => write!(f, "invalid setting: {s}"),
             Self::InvalidKey { rule, error } => write!(f, "rule {rule:?}: {error}"),
+            Self::InvalidGroup { group, error } => write!(f, "any-of group {group:?}: {error}"),
         }
     }
 }

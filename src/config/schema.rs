@@ -117,6 +117,8 @@ pub(super) struct RawRule {
     pub(super) lockout: Option<LockoutSpec>,
     pub(super) coalesce: Option<bool>,
     pub(super) lease: Option<LeaseSpec>,
+    /// The any-of group: consecutive rules naming the same one form it.
+    pub(super) any_of: Option<String>,
 }
 
 impl RawRule {

@@ -7,6 +7,7 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use http::request::Parts;
 
+use super::any_of::{AnyOf, Asked, spans};
 use super::decide::{Outcome, Step, Verdict, allow, fold};
 use super::rule::{Backend, CompiledRule, new_backend, share};
 use super::spend::Spends;
@@ -41,6 +42,8 @@ pub(crate) struct Suspended {
     pub(super) decisions: Decisions,
     pub(super) spends: Spends,
     pub(super) pending: BoxFuture<'static, Outcome>,
+    /// The any-of group `pending` is a member of.
+    pub(super) group: Option<Box<AnyOf>>,
 }
 
 pub(crate) struct Chain {
@@ -69,7 +72,14 @@ impl Chain {
         let mut out = Vec::with_capacity(rules.len());
         let instances = cfg.instances.unwrap_or(1);
         let last = rules.len() - 1;
+        let spans = spans(&rules)?;
+        // Where each rule's group ends: a rule after it may refuse.
+        let mut group_end = 0;
         for (i, rule) in rules.into_iter().enumerate() {
+            let span = spans[i];
+            if span > 0 {
+                group_end = i + span - 1;
+            }
             validate(&rule, cfg.instances)?;
             if !seen.insert(rule.name.clone()) {
                 return Err(BuildError::DuplicateRule(rule.name.to_string()));
@@ -89,8 +99,9 @@ impl Chain {
                 let q = share(&rule, q, instances);
                 StaticPolicy::new(&rule.name, q.limit(), q.window(), false)
             });
-            let records = rule.settles() || (cfg.refunds && i < last);
+            let records = rule.settles() || (cfg.refunds && group_end < last);
             out.push(Arc::new(CompiledRule {
+                span,
                 watch: KeyWatch::new(rule.name.clone(), &rule.key),
                 records,
                 key_space_warned: Throttle::default(),
@@ -205,19 +216,31 @@ impl Chain {
         self.start_sweeper();
         let mut spends = Spends::default();
         for (i, rule) in self.rules.iter().enumerate() {
-            match rule.step(parts) {
+            let (step, group) = if rule.span == 1 {
+                (rule.step(parts), None)
+            } else if rule.span == 0 {
+                // A member its group's first one asked.
+                continue;
+            } else {
+                match AnyOf::start(&self.rules, i, parts) {
+                    Asked::Done(o) => (Step::Now(o), None),
+                    Asked::Awaiting(g, pending) => (Step::Later(pending), Some(g)),
+                }
+            };
+            match step {
                 Step::Now(o) => {
-                    if let Some(v) = fold(&rule.rule, decisions, &mut spends, o) {
+                    if let Some(v) = fold(decisions, &mut spends, o) {
                         return Ok(v);
                     }
                 }
                 Step::Later(pending) => {
                     return Err(Box::new(Suspended {
                         chain: self.clone(),
-                        next: i + 1,
+                        next: i + rule.span,
                         decisions: std::mem::take(decisions),
                         spends,
                         pending,
+                        group,
                     }));
                 }
             }
@@ -232,14 +255,26 @@ impl Suspended {
         let s = *self;
         let this = s.chain;
         let (mut decisions, mut spends) = (s.decisions, s.spends);
-        let outcome = s.pending.await;
-        let rule = &this.rules[s.next - 1].rule;
-        if let Some(v) = fold(rule, &mut decisions, &mut spends, outcome) {
+        let mut outcome = s.pending.await;
+        if let Some(g) = s.group {
+            outcome = g.resume(outcome, &this.rules, &parts).await;
+        }
+        if let Some(v) = fold(&mut decisions, &mut spends, outcome) {
             return (parts, decisions, v);
         }
-        for rule in &this.rules[s.next..] {
-            let outcome = rule.step(&parts).resolve().await;
-            if let Some(v) = fold(&rule.rule, &mut decisions, &mut spends, outcome) {
+        let mut at = s.next;
+        while let Some(rule) = this.rules.get(at) {
+            let outcome = match rule.span {
+                1 => rule.step(&parts).resolve().await,
+                _ => match AnyOf::start(&this.rules, at, &parts) {
+                    Asked::Done(o) => o,
+                    Asked::Awaiting(g, pending) => {
+                        g.resume(pending.await, &this.rules, &parts).await
+                    }
+                },
+            };
+            at += rule.span.max(1);
+            if let Some(v) = fold(&mut decisions, &mut spends, outcome) {
                 return (parts, decisions, v);
             }
         }

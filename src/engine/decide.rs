@@ -17,19 +17,30 @@ use crate::instant::after;
 use crate::key::Misconfig;
 use crate::now_or_later::NowOrLater;
 use crate::policy::OnDeny;
-use crate::rule::{Cost, Found, Lookup, QuotaSource, Rule, lookup};
+use crate::rule::{Cost, Found, Lookup, QuotaSource, lookup};
 use crate::{Decision, Key, Quota, RuleDecision, Source, observe};
 
 /// One rule's contribution.
 pub(crate) enum Outcome {
     /// The rule does not apply (no key, zero cost).
     Skip,
-    /// A missing key the rule rejects with this status; a 500 when its
-    /// source is missing from the setup.
-    Reject(StatusCode, Option<Misconfig>),
+    /// A missing key the rule named rejects with this status; a 500 when
+    /// its source is missing from the setup.
+    Reject(Arc<str>, StatusCode, Option<Misconfig>),
     /// With what it spent, when the rule records it (boxed: most rules
     /// don't, and the outcome moves through every step).
     Decided(RuleDecision, Option<Box<Spend>>),
+    /// An any-of group's members (see `any_of`).
+    Group(Box<Grouped>),
+}
+
+/// What an any-of group decided: its members' decisions, in the order the
+/// headers show them (on a refusal, the soonest last: it answers), and
+/// what the member that admitted spent.
+pub(crate) struct Grouped {
+    pub(super) decisions: Vec<RuleDecision>,
+    pub(super) spend: Option<Box<Spend>>,
+    pub(super) allowed: bool,
 }
 
 pub(crate) type Step = NowOrLater<Outcome>;
@@ -40,8 +51,9 @@ pub(crate) type Step = NowOrLater<Outcome>;
 pub(crate) enum Verdict {
     /// Go on; these settle on the response.
     Allow(Option<Box<Settlement>>),
-    /// The last decision is the deny.
-    Deny,
+    /// The last `n` decisions answer: the refusing rule's, or an any-of
+    /// group's members', the last one giving the `Retry-After`.
+    Deny(usize),
     /// `rule` rejects the request with `status`.
     Reject {
         rule: Arc<str>,
@@ -64,17 +76,16 @@ pub(super) fn allow(spends: Spends) -> Verdict {
 /// Adds one outcome; returns the verdict when it ends evaluation, after
 /// giving back what the rules before spent.
 pub(super) fn fold(
-    rule: &Rule,
     decisions: &mut Decisions,
     spends: &mut Spends,
     outcome: Outcome,
 ) -> Option<Verdict> {
     match outcome {
         Outcome::Skip => None,
-        Outcome::Reject(status, misconfig) => {
+        Outcome::Reject(rule, status, misconfig) => {
             spends.refund();
             Some(Verdict::Reject {
-                rule: rule.name.clone(),
+                rule,
                 status,
                 misconfig,
             })
@@ -84,14 +95,29 @@ pub(super) fn fold(
             decisions.push(d);
             if deny {
                 spends.refund();
-                return Some(Verdict::Deny);
+                return Some(Verdict::Deny(1));
             }
             if let Some(s) = spend {
                 spends.0.push(*s);
             }
             None
         }
+        Outcome::Group(g) => fold_group(decisions, spends, *g),
     }
+}
+
+#[inline(never)]
+fn fold_group(decisions: &mut Decisions, spends: &mut Spends, g: Grouped) -> Option<Verdict> {
+    let n = g.decisions.len();
+    decisions.extend(g.decisions);
+    if !g.allowed {
+        spends.refund();
+        return Some(Verdict::Deny(n));
+    }
+    if let Some(s) = g.spend {
+        spends.0.push(*s);
+    }
+    None
 }
 
 impl CompiledRule {
@@ -126,7 +152,9 @@ impl CompiledRule {
     pub(super) fn on_found(self: &Arc<Self>, found: Found, quota: Quota, cost: NonZeroU32) -> Step {
         match found {
             Found::Key(key) => self.decide(key, quota, cost),
-            Found::Reject(status, misconfig) => Step::Now(Outcome::Reject(status, misconfig)),
+            Found::Reject(status, misconfig) => {
+                Step::Now(Outcome::Reject(self.rule.name.clone(), status, misconfig))
+            }
             Found::Skip => Step::Now(Outcome::Skip),
         }
     }
@@ -360,19 +388,26 @@ impl CompiledRule {
                 &self.deny_log,
             );
         }
-        Outcome::Decided(
-            RuleDecision {
-                rule: self.rule.name.clone(),
-                policy: StaticPolicy::for_decision(&self.policy, &decision),
-                decision,
-                source,
-                shadow,
-                concurrency: false,
-                hidden: !self.rule.visible,
-                partition: self.rule.partition_key.then(|| key.partition()),
-            },
-            None,
-        )
+        Outcome::Decided(self.rule_decision(key, decision, source), None)
+    }
+
+    /// `decision` as the headers and the handler see it.
+    pub(super) fn rule_decision(
+        &self,
+        key: &Key,
+        decision: Decision,
+        source: Source,
+    ) -> RuleDecision {
+        RuleDecision {
+            rule: self.rule.name.clone(),
+            policy: StaticPolicy::for_decision(&self.policy, &decision),
+            decision,
+            source,
+            shadow: self.rule.shadow,
+            concurrency: false,
+            hidden: !self.rule.visible,
+            partition: self.rule.partition_key.then(|| key.partition()),
+        }
     }
 
     /// [`outcome`](Self::outcome) of a decision that may have spent `cost`;

@@ -6,6 +6,7 @@
 //! `control`. Global rules add their Redis part: exact, coalesced
 //! (`coalesce`) and leased decisions in `global`.
 
+mod any_of;
 mod chain;
 #[cfg(feature = "redis")]
 mod coalesce;

@@ -18,6 +18,9 @@ use crate::{Decision, Key, Quota, observe};
 
 pub(crate) struct CompiledRule {
     pub(super) rule: Rule,
+    /// 1 for a rule on its own; for an any-of group, its size at its
+    /// first member and 0 at the others, which the first one asks.
+    pub(super) span: usize,
     /// Requests without a key, watched so a limit that applies to nothing
     /// is seen.
     pub(super) watch: Arc<KeyWatch>,

@@ -82,7 +82,7 @@ enum Verdict {
 fn verdict(v: super::Verdict, decisions: Decisions) -> Verdict {
     match v {
         super::Verdict::Allow(_) => Verdict::Allow(decisions),
-        super::Verdict::Deny => Verdict::Deny(decisions),
+        super::Verdict::Deny(_) => Verdict::Deny(decisions),
         super::Verdict::Reject { rule, status, .. } => Verdict::Reject {
             rule,
             status,

@@ -70,6 +70,16 @@ impl RateLimitBuilder {
         self
     }
 
+    /// Adds an any-of group after the rules already added: a request is
+    /// charged to the first member that admits it; see [`rule::any_of`](crate::rule::any_of).
+    pub fn any_of(
+        self,
+        name: impl Into<Arc<str>>,
+        members: impl IntoIterator<Item = Rule>,
+    ) -> Self {
+        self.rules(crate::rule::any_of(name, members))
+    }
+
     /// Whether allowed requests carry their [`RateLimitDecision`](crate::RateLimitDecision) in the
     /// request extensions for the handler (default `true`). Turning it off
     /// saves an allocation and an extension-map insert per request when no

@@ -103,11 +103,11 @@ impl Shared {
                 }
                 Admission::Go(headers, settle)
             }
-            Verdict::Deny => {
-                // Only the refusing rule: the rules before it had their
-                // units given back, so their numbers are stale, and its `t`
-                // is the Retry-After.
-                let at = rules.len().saturating_sub(1);
+            Verdict::Deny(n) => {
+                // Only the refusing rule (or group): the rules before it had
+                // their units given back, so their numbers are stale, and
+                // the last one's `t` is the Retry-After.
+                let at = rules.len().saturating_sub(n);
                 self.headers.render(&mut rules[at..], &mut headers);
                 let last = rules.last().expect("a deny carries its decision");
                 let denied = Denied {

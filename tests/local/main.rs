@@ -6,6 +6,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod any_of;
 mod architecture;
 mod auth;
 mod calendar;

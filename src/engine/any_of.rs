@@ -1,0 +1,200 @@
+//! Any-of groups: members asked in order, the request charged to the first
+//! that admits it, refused only when every member refuses.
+
+use std::sync::Arc;
+
+use http::request::Parts;
+
+use super::decide::{Grouped, Outcome, Step};
+use super::rule::{Backend, CompiledRule, share};
+use crate::rule::QuotaSource;
+use crate::{RuleDecision, Source};
+
+/// A group being decided: the members still to ask, and the refusals so
+/// far. Moves into the suspended evaluation when a member must await.
+pub(crate) struct AnyOf {
+    /// The next member to ask, and one past the last.
+    pub(super) next: usize,
+    pub(super) end: usize,
+    denied: Vec<RuleDecision>,
+}
+
+/// Where a group stopped: decided, or awaiting the member before `next`.
+pub(super) enum Asked {
+    Done(Outcome),
+    Awaiting(
+        Box<AnyOf>,
+        futures_util::future::BoxFuture<'static, Outcome>,
+    ),
+}
+
+impl AnyOf {
+    /// Asks the members of the group that starts at `at` while each answers
+    /// at once.
+    pub(super) fn start(rules: &[Arc<CompiledRule>], at: usize, parts: &Parts) -> Asked {
+        let end = at + rules[at].span;
+        let mut g = Self {
+            next: at,
+            end,
+            denied: Vec::new(),
+        };
+        while g.next < g.end {
+            let member = &rules[g.next];
+            g.next += 1;
+            match member.step(parts) {
+                Step::Now(o) => {
+                    if let Some(done) = g.feed(o, rules, parts) {
+                        return Asked::Done(done);
+                    }
+                }
+                Step::Later(pending) => return Asked::Awaiting(Box::new(g), pending),
+            }
+        }
+        Asked::Done(g.finish())
+    }
+
+    /// Goes on after the member before `next` answered `outcome`.
+    pub(super) async fn resume(
+        mut self,
+        outcome: Outcome,
+        rules: &[Arc<CompiledRule>],
+        parts: &Parts,
+    ) -> Outcome {
+        if let Some(done) = self.feed(outcome, rules, parts) {
+            return done;
+        }
+        while self.next < self.end {
+            let member = &rules[self.next];
+            self.next += 1;
+            let o = member.step(parts).resolve().await;
+            if let Some(done) = self.feed(o, rules, parts) {
+                return done;
+            }
+        }
+        self.finish()
+    }
+
+    /// Takes one member's answer; the group's outcome once it is known.
+    fn feed(&mut self, o: Outcome, rules: &[Arc<CompiledRule>], parts: &Parts) -> Option<Outcome> {
+        match o {
+            Outcome::Skip => None,
+            Outcome::Decided(d, _) if !d.decision.is_allowed() => {
+                self.denied.push(d);
+                None
+            }
+            Outcome::Decided(d, spend) => {
+                let mut decisions = std::mem::take(&mut self.denied);
+                decisions.push(d);
+                decisions.extend(
+                    rules[self.next..self.end]
+                        .iter()
+                        .filter_map(|m| m.peek(parts)),
+                );
+                Some(Outcome::Group(Box::new(Grouped {
+                    decisions,
+                    spend,
+                    allowed: true,
+                })))
+            }
+            // A rejection, or a nested group (never built).
+            other => Some(other),
+        }
+    }
+
+    /// Every member refused, or none applied.
+    fn finish(self) -> Outcome {
+        let mut decisions = self.denied;
+        if decisions.is_empty() {
+            return Outcome::Skip;
+        }
+        // The soonest answers: a cost that never fits (no Retry-After) last of all.
+        let soonest = (0..decisions.len())
+            .min_by_key(|&i| {
+                decisions[i]
+                    .decision
+                    .retry_after()
+                    .unwrap_or(std::time::Duration::MAX)
+            })
+            .unwrap_or(0);
+        let answer = decisions.remove(soonest);
+        decisions.push(answer);
+        Outcome::Group(Box::new(Grouped {
+            decisions,
+            spend: None,
+            allowed: false,
+        }))
+    }
+}
+
+impl CompiledRule {
+    /// What a local member after the one that admitted would tell a request
+    /// of one unit now, without spending it; `None` for a global member (a
+    /// Redis call), a `quota_fn` or async key, or a missing key.
+    fn peek(&self, parts: &Parts) -> Option<RuleDecision> {
+        #[cfg_attr(not(feature = "redis"), allow(clippy::infallible_destructuring_match))]
+        let store = match &self.backend {
+            Backend::Local(store) => store,
+            #[cfg(feature = "redis")]
+            Backend::Global(_) => return None,
+        };
+        let QuotaSource::Static(q) = self.rule.quota else {
+            return None;
+        };
+        let quota = share(&self.rule, q, self.instances);
+        let key = self.rule.key.extract_now(parts)?;
+        let key = self.bounded(&key);
+        let d = match self.locks.locked(&key) {
+            Some(left) => crate::Decision::denied(quota.limit(), quota.window(), left, left),
+            None => store.adjust(&key, quota, 0),
+        };
+        Some(self.rule_decision(&key, d, Source::Local))
+    }
+}
+
+/// Checks that each group's members stand together and can be members;
+/// returns each rule's span: a group's size at its first member, 0 at the
+/// others, 1 for a rule on its own.
+pub(super) fn spans(rules: &[crate::Rule]) -> Result<Vec<usize>, crate::error::BuildError> {
+    use crate::error::BuildError;
+    use crate::policy::OnDeny;
+    let mut spans = vec![1; rules.len()];
+    let mut seen: Vec<&str> = Vec::new();
+    let mut i = 0;
+    while i < rules.len() {
+        let Some(group) = rules[i].group.as_deref() else {
+            i += 1;
+            continue;
+        };
+        let err = |error| BuildError::InvalidGroup {
+            group: group.to_owned(),
+            error,
+        };
+        if seen.contains(&group) {
+            return Err(err("its members must stand together in the chain"));
+        }
+        if rules.iter().any(|r| &*r.name == group) {
+            return Err(err("a rule has the group's name"));
+        }
+        seen.push(group);
+        let len = rules[i..]
+            .iter()
+            .take_while(|r| r.group.as_deref() == Some(group))
+            .count();
+        for r in &rules[i..i + len] {
+            if r.shadow {
+                return Err(err(
+                    "a shadow rule never refuses, so the members after it would never be asked",
+                ));
+            }
+            if matches!(r.on_deny, OnDeny::Wait { .. }) {
+                return Err(err(
+                    "a member can't wait (OnDeny::Wait): the next member is asked instead",
+                ));
+            }
+        }
+        spans[i] = len;
+        spans[i + 1..i + len].fill(0);
+        i += len;
+    }
+    Ok(spans)
+}
