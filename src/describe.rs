@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::Rule;
 use crate::quota::Offset;
-use crate::rule::{Cost, OnMissingKey, QuotaSource};
+use crate::rule::{Cost, OnMissingKey, QuotaChange, QuotaSource};
 
 /// What a [`RateLimitLayer`](crate::RateLimitLayer) enforces, rule by rule
 /// in evaluation order; from [`RateLimitLayer::describe`](crate::RateLimitLayer::describe).
@@ -92,6 +92,9 @@ impl DescribedRule {
                 let _ = write!(quota, ", cost {n}");
             }
             Cost::Dynamic(_) => quota.push_str(", cost per request (cost_fn)"),
+        }
+        if rule.on_quota_change != QuotaChange::default() {
+            let _ = write!(quota, ", on change: {}", rule.on_quota_change.as_str());
         }
         let (on_missing_key, reject) = match &rule.on_missing {
             None => match rule.key.needs() {

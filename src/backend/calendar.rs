@@ -161,6 +161,16 @@ impl CalendarStore {
         }
     }
 
+    /// Each held key's count in a window that has not ended.
+    pub(crate) fn counts(&self) -> Vec<(Key, u32)> {
+        let now = now_us().div_euclid(1_000_000);
+        self.map
+            .iter()
+            .filter(|e| e.end > now && e.count > 0)
+            .map(|e| (e.key().clone(), e.count))
+            .collect()
+    }
+
     /// Forgets `key`'s count.
     pub(crate) fn remove(&self, key: &Key) {
         if self.map.remove(key).is_some() {

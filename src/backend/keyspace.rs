@@ -239,6 +239,34 @@ impl<C: Clock> GcraState<C> {
         }
     }
 
+    /// Each held key's units not yet back, in emission intervals: what a
+    /// quota change converts and a snapshot saves.
+    pub(crate) fn used(&self) -> Vec<(Key, f64)> {
+        let now = u64::from(self.now());
+        let t = u64::from(self.t).max(1) as f64;
+        self.map
+            .iter()
+            .filter_map(|e| {
+                let tat = e.value().load(Ordering::Acquire);
+                (tat > now).then(|| (e.key().clone(), (tat - now) as f64 / t))
+            })
+            .collect()
+    }
+
+    /// Sets `key` to `used` intervals not yet back (at most `burst`), when
+    /// there is a place for it.
+    pub(crate) fn put_used(&self, key: Key, used: f64, burst: u32) {
+        let used = used.clamp(0.0, f64::from(burst));
+        if used <= 0.0 || (!self.map.contains_key(&key) && !self.room()) {
+            return;
+        }
+        let now = u64::from(self.now());
+        let tat = now.saturating_add((used * u64::from(self.t) as f64) as u64);
+        if self.map.insert(key, AtomicU64::new(tat)).is_some() {
+            self.budget.give_back(1);
+        }
+    }
+
     /// Forgets `key`: its bucket is whole again.
     pub(crate) fn remove(&self, key: &Key) {
         if self.map.remove(key).is_some() {

@@ -12,6 +12,7 @@ use governor::{Quota as GovernorQuota, RateLimiter};
 
 use super::calendar::CalendarStore;
 use super::keyspace::{self, Budget, GcraState, GcraStore, KeySpaceFull, Tat};
+use crate::policy::QuotaChange;
 use crate::{Decision, Key, Quota};
 
 type Governor<C> = RateLimiter<Key, GcraStore<C>, C, StateInformationMiddleware>;
@@ -179,6 +180,34 @@ impl<C: Clock + Clone> LocalStore<C> {
         match &self.fixed {
             Some((q, _, l)) if *q == quota => adjust(l),
             _ => adjust(&self.dynamic_limiter(quota)),
+        }
+    }
+
+    /// Carries what each key of `old` used under `from` into this store's
+    /// `to`, as `how` says: between rolling quotas, or calendar quotas of
+    /// the same period and offset. Anything else starts afresh.
+    pub(crate) fn convert_from(&self, old: &Self, from: Quota, to: Quota, how: QuotaChange) {
+        let same_calendar = from.period().is_some()
+            && from.period() == to.period()
+            && from.utc_offset() == to.utc_offset();
+        if let (Some((_, _, o)), Some((_, _, n))) = (&old.fixed, &self.fixed) {
+            let (a, b) = (f64::from(from.burst()), f64::from(to.burst()));
+            for (key, used) in o.state.used() {
+                if let Some(used) = how.convert(used, a, b) {
+                    n.state.put_used(key, used, to.burst());
+                }
+            }
+        } else if same_calendar && let Some(c) = old.calendar.get() {
+            let (a, b) = (f64::from(from.limit()), f64::from(to.limit()));
+            for (key, count) in c.counts() {
+                // Rounded up: a conversion never hands out a unit.
+                match how.convert(f64::from(count), a, b).map(f64::ceil) {
+                    Some(n) if n >= 1.0 => {
+                        self.calendar().adjust(&key, to, n as i64);
+                    }
+                    _ => {}
+                }
+            }
         }
     }
 

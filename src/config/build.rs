@@ -101,6 +101,9 @@ impl RuleConfig {
             .partition_key(raw.partition_key)
             .split_across_instances(raw.split_across_instances);
         rule.group = raw.any_of.map(Into::into);
+        if let Some(how) = raw.on_quota_change {
+            rule = rule.on_quota_change(how);
+        }
         if let Some(name) = raw.quota_fn {
             let f = lookup(&reg.quotas, "quota_fn", &name)?.clone();
             rule = rule.quota_fn(move |p| f(p));

@@ -119,6 +119,7 @@ pub(super) struct RawRule {
     pub(super) lease: Option<LeaseSpec>,
     /// The any-of group: consecutive rules naming the same one form it.
     pub(super) any_of: Option<String>,
+    pub(super) on_quota_change: Option<crate::rule::QuotaChange>,
 }
 
 impl RawRule {

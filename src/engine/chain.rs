@@ -48,6 +48,8 @@ pub(crate) struct Suspended {
 
 pub(crate) struct Chain {
     pub(super) rules: Vec<Arc<CompiledRule>>,
+    /// Rules whose counters a reload converted to a new quota.
+    pub(crate) converted: usize,
     cleanup_every: Duration,
     sweeper: OnceLock<()>,
 }
@@ -75,6 +77,7 @@ impl Chain {
         let spans = spans(&rules)?;
         // Where each rule's group ends: a rule after it may refuse.
         let mut group_end = 0;
+        let mut converted = 0;
         for (i, rule) in rules.into_iter().enumerate() {
             let span = spans[i];
             if span > 0 {
@@ -84,16 +87,23 @@ impl Chain {
             if !seen.insert(rule.name.clone()) {
                 return Err(BuildError::DuplicateRule(rule.name.to_string()));
             }
-            let kept = previous
-                .and_then(|p| p.rules.iter().find(|old| old.rule.name == rule.name))
-                .filter(|old| old.keeps_state_for(&rule, instances));
-            let (backend, waiters, locks) = match kept {
-                Some(old) => (old.backend.clone(), old.waiters.clone(), old.locks.clone()),
-                None => (
-                    new_backend(&rule, instances),
-                    Arc::default(),
-                    Arc::new(Locks::new(Budget::new(rule.max_keys, KeySpaceFull::Refuse))),
-                ),
+            let old = previous.and_then(|p| p.rules.iter().find(|old| old.rule.name == rule.name));
+            let (backend, waiters, locks) = match old {
+                Some(old) if old.keeps_state_for(&rule, instances) => {
+                    (old.backend.clone(), old.waiters.clone(), old.locks.clone())
+                }
+                _ => {
+                    let backend = new_backend(&rule, instances);
+                    let locks = match old {
+                        // A changed quota: usage converted, locks kept.
+                        Some(old) if old.convert_into(&rule, &backend, instances) => {
+                            converted += 1;
+                            old.locks.clone()
+                        }
+                        _ => Arc::new(Locks::new(Budget::new(rule.max_keys, KeySpaceFull::Refuse))),
+                    };
+                    (backend, Arc::default(), locks)
+                }
             };
             let policy = rule.static_quota().filter(|_| policies).and_then(|q| {
                 let q = share(&rule, q, instances);
@@ -118,6 +128,7 @@ impl Chain {
         }
         Ok(Self {
             rules: out,
+            converted,
             cleanup_every: cfg.cleanup_every,
             sweeper: OnceLock::new(),
         })

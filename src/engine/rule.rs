@@ -12,6 +12,7 @@ use crate::backend::keyspace::Budget;
 use crate::backend::local::LocalStore;
 use crate::backend::lock::Locks;
 use crate::headers::StaticPolicy;
+use crate::policy::QuotaChange;
 use crate::rule::{KeyWatch, QuotaSource, Rule, Scope};
 use crate::throttle::Throttle;
 use crate::{Decision, Key, Quota, observe};
@@ -152,8 +153,16 @@ impl CompiledRule {
     /// `quota_fn` rule keeps its state while the key and algorithm stay,
     /// and the store keeps one limiter per quota it computes.
     pub(super) fn keeps_state_for(&self, new: &Rule, instances: u32) -> bool {
-        let old = &self.rule;
         let quota = |r: &Rule, n| r.static_quota().map(|q| share(r, q, n));
+        self.counts_as(new)
+            && quota(&self.rule, self.instances) == quota(new, instances)
+            && matches!(self.rule.quota, QuotaSource::Dynamic(_))
+                == matches!(new.quota, QuotaSource::Dynamic(_))
+    }
+
+    /// Whether `new` counts as this rule does but for its quota.
+    fn counts_as(&self, new: &Rule) -> bool {
+        let old = &self.rule;
         let same_scope = match (&old.scope, &new.scope) {
             (Scope::Local, Scope::Local) => true,
             #[cfg(feature = "redis")]
@@ -167,8 +176,26 @@ impl CompiledRule {
             && old.key.name() == new.key.name()
             && (old.max_keys, old.on_key_space_full) == (new.max_keys, new.on_key_space_full)
             && old.algorithm == new.algorithm
-            && quota(old, self.instances) == quota(new, instances)
-            && matches!(old.quota, QuotaSource::Dynamic(_))
-                == matches!(new.quota, QuotaSource::Dynamic(_))
+    }
+
+    /// A local rule whose static quota `new` changes: carries each key's
+    /// usage into `backend` as `new` says. Whether it did.
+    pub(super) fn convert_into(&self, new: &Rule, backend: &Backend, instances: u32) -> bool {
+        #[cfg_attr(not(feature = "redis"), allow(irrefutable_let_patterns))]
+        let (Backend::Local(from), Backend::Local(to)) = (&self.backend, backend) else {
+            return false;
+        };
+        let (Some(a), Some(b)) = (self.rule.static_quota(), new.static_quota()) else {
+            return false;
+        };
+        if !self.counts_as(new) || new.on_quota_change == QuotaChange::Reset {
+            return false;
+        }
+        let (a, b) = (
+            share(&self.rule, a, self.instances),
+            share(new, b, instances),
+        );
+        to.convert_from(from, a, b, new.on_quota_change);
+        true
     }
 }

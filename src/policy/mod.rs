@@ -9,12 +9,14 @@ mod deny;
 mod failure;
 #[cfg(feature = "redis")]
 mod lease;
+mod quota_change;
 
 pub use deny::{KeySpaceFull, Lockout, OnDeny};
 pub(crate) use failure::FailurePolicy;
 pub use failure::{BreakerConfig, FailureMode};
 #[cfg(feature = "redis")]
 pub use lease::LeasePolicy;
+pub use quota_change::QuotaChange;
 #[cfg(feature = "redis")]
 pub(crate) use {
     cause::Cause,

@@ -105,9 +105,9 @@ impl RateLimitLayer {
             Some(&old),
         )?;
         let kept = new.kept_from(&old);
-        let count = new.rules().count();
+        let (count, converted) = (new.rules().count(), new.converted);
         shared.chain.store(Arc::new(new));
-        tracing::info!(target: crate::observe::TARGET, rules = count, kept, "rate-limit rules reloaded");
+        tracing::info!(target: crate::observe::TARGET, rules = count, kept, converted, "rate-limit rules reloaded");
         Ok(())
     }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 #[cfg(feature = "redis")]
 pub use crate::policy::LeasePolicy;
-pub use crate::policy::{KeySpaceFull, Lockout, OnDeny};
+pub use crate::policy::{KeySpaceFull, Lockout, OnDeny, QuotaChange};
 pub use missing_key::OnMissingKey;
 pub(crate) use missing_key::{Found, KeyWatch, Lookup, lookup};
 
@@ -119,6 +119,7 @@ pub struct Rule {
     pub(crate) cost_from_response: Option<Arc<ResponseCostFn>>,
     /// The any-of group the rule is a member of; see [`any_of`].
     pub(crate) group: Option<Arc<str>>,
+    pub(crate) on_quota_change: QuotaChange,
 }
 
 impl Rule {
@@ -146,6 +147,7 @@ impl Rule {
             count_if: None,
             cost_from_response: None,
             group: None,
+            on_quota_change: QuotaChange::default(),
         }
     }
 
@@ -162,6 +164,27 @@ impl Rule {
     pub fn lockout(mut self, lockout: Lockout) -> Self {
         self.lockout = Some(lockout);
         self
+    }
+
+    /// What each key's usage becomes when a reload changes this rule's
+    /// static quota (default [`QuotaChange::Proportional`]): the reloaded
+    /// rule's setting applies.
+    ///
+    /// ```
+    /// # use keyed_rate_limit::{KeyExtractor, Quota, Rule, rule::QuotaChange};
+    /// // Lowering a limit during an attack keeps what attackers spent.
+    /// let r = Rule::new("api", KeyExtractor::peer_ip(), Quota::per_minute(50))
+    ///     .on_quota_change(QuotaChange::AsIs);
+    /// # let _ = r;
+    /// ```
+    pub fn on_quota_change(mut self, how: QuotaChange) -> Self {
+        self.on_quota_change = how;
+        self
+    }
+
+    /// What a reload that changes the quota does to the counters.
+    pub fn get_on_quota_change(&self) -> QuotaChange {
+        self.on_quota_change
     }
 
     /// The rule's lockout, if it has one.

@@ -25,6 +25,7 @@ mod keyspace;
 #[cfg(feature = "metrics")]
 mod logs;
 mod misconfig;
+mod quota_change;
 #[cfg(all(feature = "config", feature = "metrics"))]
 mod reload;
 mod service;

@@ -10,6 +10,7 @@ use crate::support::events::{capture, with_message};
 use crate::support::metrics::{counter_with, snapshotter};
 use crate::support::{client, ok_app, serve, sf};
 use keyed_rate_limit::config::{ConfigWatcher, Registry, RulesConfig};
+use keyed_rate_limit::rule::QuotaChange;
 use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
 
 /// A fresh directory under the system's temp dir, removed on drop.
@@ -190,7 +191,11 @@ async fn unchanged_rules_keep_their_counters() {
         assert_eq!(c.get(&url).send().await.unwrap().status(), 200);
     }
     layer
-        .reload([rule("kept", 3), rule("changed", 4), rule("new", 5)])
+        .reload([
+            rule("kept", 3),
+            rule("changed", 4).on_quota_change(QuotaChange::Reset),
+            rule("new", 5),
+        ])
         .unwrap();
     let res = c.get(&url).send().await.unwrap();
     assert_eq!(res.status(), 200);
@@ -202,7 +207,7 @@ async fn unchanged_rules_keep_their_counters() {
     assert_eq!(
         sf::member(&res, "ratelimit", "changed").int("r"),
         Some(3),
-        "a new quota starts whole"
+        "a new quota starts whole under QuotaChange::Reset"
     );
     assert_eq!(sf::member(&res, "ratelimit", "new").int("r"), Some(4));
     assert_eq!(c.get(&url).send().await.unwrap().status(), 429);

@@ -1,0 +1,92 @@
+//! What a rule's counters become when a reload changes its quota.
+
+/// What a key's usage becomes when a reload
+/// ([`RateLimitLayer::reload`](crate::RateLimitLayer::reload), a watched
+/// rules file) changes its rule's static quota; set with
+/// [`Rule::on_quota_change`](crate::Rule::on_quota_change).
+///
+/// A key that spent 80 of 100 has, under a new quota of 50:
+///
+/// | `QuotaChange` | used | left |
+/// |---|---|---|
+/// | `Proportional` (default) | 40: the fraction used, 80 % | 10 |
+/// | `AsIs` | 50: the units used, capped at the new quota | 0 |
+/// | `Reset` | 0: a fresh quota | 50 |
+///
+/// "Used" is what the key has not got back yet: for GCRA and the token
+/// bucket, its burst less what it may spend now; for calendar quotas, the
+/// window's count. Lowering a limit during an attack therefore keeps the
+/// attacker where it was, in proportion, instead of handing it a fresh
+/// quota, which is what `Reset` (and every reload before this setting) does.
+///
+/// Converted on local rules, in one pass over the keys this process holds
+/// when the reload compiles the new rules, for rolling quotas and for
+/// calendar quotas of the same period and UTC offset. Between a rolling and a calendar
+/// quota, or two calendar periods, what was used is not comparable: the key
+/// starts afresh whatever this says. Global (Redis) rules are not
+/// converted by this version: their state in Redis is read under the new
+/// quota as it stands (see the crate's CHANGELOG).
+///
+/// ```
+/// use keyed_rate_limit::{KeyExtractor, Quota, Rule, rule::QuotaChange};
+/// let r = Rule::new("api", KeyExtractor::header("x-api-key"), Quota::per_minute(100))
+///     .on_quota_change(QuotaChange::AsIs);
+/// assert_eq!(r.get_on_quota_change(), QuotaChange::AsIs);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(
+    feature = "config",
+    derive(serde::Deserialize),
+    serde(rename_all = "snake_case")
+)]
+#[non_exhaustive]
+pub enum QuotaChange {
+    /// Keep the fraction of the quota used.
+    #[default]
+    Proportional,
+    /// Keep the units used, capped at the new quota.
+    AsIs,
+    /// Start every key afresh.
+    Reset,
+}
+
+impl QuotaChange {
+    /// What `used` of a capacity `from` becomes under a capacity `to`;
+    /// `None` for [`Reset`](Self::Reset).
+    pub(crate) fn convert(self, used: f64, from: f64, to: f64) -> Option<f64> {
+        let used = used.clamp(0.0, from);
+        match self {
+            Self::Proportional => Some(used / from * to),
+            Self::AsIs => Some(used.min(to)),
+            Self::Reset => None,
+        }
+    }
+
+    /// `proportional`, `as_is` or `reset`, as rule files write it.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Proportional => "proportional",
+            Self::AsIs => "as_is",
+            Self::Reset => "reset",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::QuotaChange;
+
+    #[test]
+    fn eighty_of_a_hundred_under_fifty() {
+        let used = |how: QuotaChange| how.convert(80.0, 100.0, 50.0);
+        assert_eq!(used(QuotaChange::Proportional), Some(40.0));
+        assert_eq!(used(QuotaChange::AsIs), Some(50.0));
+        assert_eq!(used(QuotaChange::Reset), None);
+        // Raising the quota: the fraction, or the units.
+        assert_eq!(
+            QuotaChange::Proportional.convert(80.0, 100.0, 200.0),
+            Some(160.0)
+        );
+        assert_eq!(QuotaChange::AsIs.convert(80.0, 100.0, 200.0), Some(80.0));
+    }
+}

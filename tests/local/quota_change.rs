@@ -1,0 +1,110 @@
+//! A reload that changes a rule's quota keeps each key's usage as the rule's
+//! `QuotaChange` says: a key that spent 80 of 100 has 10 of a new 50 under
+//! `Proportional`, none under `AsIs`, and 50 under `Reset`; for rolling
+//! and calendar quotas, over HTTP.
+
+use crate::support::sf::member;
+use crate::support::{client, ok_app, serve};
+use keyed_rate_limit::rule::QuotaChange;
+use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+
+fn rule(q: Quota, how: QuotaChange) -> Rule {
+    Rule::new("api", KeyExtractor::header("x-api-key"), q).on_quota_change(how)
+}
+
+async fn get(url: &str) -> reqwest::Response {
+    client()
+        .get(url)
+        .header("x-api-key", "k")
+        .send()
+        .await
+        .unwrap()
+}
+
+/// Spends 80 of `from` over HTTP, reloads with `to`, and returns what is
+/// left by the control handle, then the next request's status and `r`.
+async fn after_reload(from: Quota, to: Quota, how: QuotaChange) -> (u32, u16, Option<i64>) {
+    let layer = RateLimitLayer::builder()
+        .rule(rule(from, how))
+        .build()
+        .unwrap();
+    let control = layer.control();
+    let url = serve(ok_app(layer.clone())).await;
+    for _ in 0..80 {
+        assert_eq!(get(&url).await.status(), 200);
+    }
+    layer.reload([rule(to, how)]).unwrap();
+    let left = control.peek("api", "k").await.unwrap().remaining();
+    let res = get(&url).await;
+    let r = (res.status() == 200)
+        .then(|| member(&res, "ratelimit", "api").int("r"))
+        .flatten();
+    (left, res.status().as_u16(), r)
+}
+
+#[tokio::test]
+async fn a_lowered_quota_keeps_what_each_key_used() {
+    let cases = [
+        (QuotaChange::Proportional, (10, 200, Some(9))),
+        (QuotaChange::AsIs, (0, 429, None)),
+        (QuotaChange::Reset, (50, 200, Some(49))),
+    ];
+    for (how, want) in cases {
+        // An hour's quota: what comes back meanwhile is under one unit.
+        let rolling = after_reload(Quota::per_hour(100), Quota::per_hour(50), how).await;
+        assert_eq!(rolling, want, "rolling, {how:?}");
+        let calendar = after_reload(Quota::per_day(100), Quota::per_day(50), how).await;
+        assert_eq!(calendar, want, "calendar, {how:?}");
+    }
+    // A new window with the new quota: the fraction of the burst.
+    let window = Quota::new(50, std::time::Duration::from_secs(600));
+    let got = after_reload(Quota::per_hour(100), window, QuotaChange::Proportional).await;
+    assert_eq!(got, (10, 200, Some(9)));
+}
+
+#[tokio::test]
+async fn raising_a_quota_keeps_the_fraction_or_the_units() {
+    let up = |how| after_reload(Quota::per_hour(100), Quota::per_hour(200), how);
+    assert_eq!(up(QuotaChange::Proportional).await, (40, 200, Some(39)));
+    assert_eq!(up(QuotaChange::AsIs).await, (120, 200, Some(119)));
+}
+
+#[tokio::test]
+async fn incomparable_quotas_start_afresh() {
+    // Rolling to calendar: what was used is not comparable.
+    let got = after_reload(Quota::per_hour(100), Quota::per_day(50), QuotaChange::AsIs).await;
+    assert_eq!(got, (50, 200, Some(49)));
+}
+
+/// A watched rules file whose quota is lowered: the default keeps the
+/// fraction used.
+#[cfg(feature = "config")]
+#[tokio::test]
+async fn a_watched_file_converts_usage_too() {
+    use keyed_rate_limit::config::{Registry, RulesConfig};
+    let dir = std::env::temp_dir().join(format!("krl-quota-change-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("limits.toml");
+    let file = |q: &str| {
+        format!("[[rules]]\nname = \"api\"\nkey = \"header:x-api-key\"\nquota = \"{q}\"\n")
+    };
+    std::fs::write(&path, file("100/h")).unwrap();
+    let (layer, watcher) = RulesConfig::watch(&path, Registry::new()).unwrap();
+    let url = serve(ok_app(layer.clone())).await;
+    for _ in 0..80 {
+        assert_eq!(get(&url).await.status(), 200);
+    }
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, file("50/h")).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    for _ in 0..500 {
+        if watcher.reloads() == 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(watcher.reloads(), 1, "the edit applied");
+    let left = layer.control().peek("api", "k").await.unwrap().remaining();
+    assert_eq!(left, 10, "80 % of the new 50 stays used");
+    let _ = std::fs::remove_dir_all(&dir);
+}
