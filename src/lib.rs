@@ -143,6 +143,7 @@ mod report;
 pub mod response;
 pub mod rule;
 mod settings;
+pub mod snapshot;
 mod throttle;
 
 pub use algorithm::Algorithm;

@@ -161,13 +161,14 @@ impl CalendarStore {
         }
     }
 
-    /// Each held key's count in a window that has not ended.
-    pub(crate) fn counts(&self) -> Vec<(Key, u32)> {
+    /// Each held key's count, and the end of its window (s since the
+    /// epoch), in a window that has not ended.
+    pub(crate) fn counts(&self) -> Vec<(Key, u32, i64)> {
         let now = now_us().div_euclid(1_000_000);
         self.map
             .iter()
             .filter(|e| e.end > now && e.count > 0)
-            .map(|e| (e.key().clone(), e.count))
+            .map(|e| (e.key().clone(), e.count, e.end))
             .collect()
     }
 

@@ -199,7 +199,7 @@ impl<C: Clock + Clone> LocalStore<C> {
             }
         } else if same_calendar && let Some(c) = old.calendar.get() {
             let (a, b) = (f64::from(from.limit()), f64::from(to.limit()));
-            for (key, count) in c.counts() {
+            for (key, count, _) in c.counts() {
                 // Rounded up: a conversion never hands out a unit.
                 match how.convert(f64::from(count), a, b).map(f64::ceil) {
                     Some(n) if n >= 1.0 => {
@@ -209,6 +209,27 @@ impl<C: Clock + Clone> LocalStore<C> {
                 }
             }
         }
+    }
+
+    /// The static rolling quota's keys with the units each has not got back.
+    pub(crate) fn used(&self) -> Vec<(Key, f64)> {
+        self.fixed
+            .as_ref()
+            .map_or_else(Vec::new, |(_, _, l)| l.state.used())
+    }
+
+    /// Sets `key` of the static rolling quota `quota` to `used` units not
+    /// yet back.
+    pub(crate) fn put_used(&self, key: Key, used: f64, quota: Quota) {
+        if let Some((_, _, l)) = &self.fixed {
+            l.state.put_used(key, used, quota.burst());
+        }
+    }
+
+    /// The calendar quotas' counts in windows that have not ended, with
+    /// each window's end (s since the epoch).
+    pub(crate) fn calendar_counts(&self) -> Vec<(Key, u32, i64)> {
+        self.calendar.get().map_or_else(Vec::new, |c| c.counts())
     }
 
     /// Forgets `key` under every quota: whole again.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use http::request::Parts;
 
 use super::decide::{Grouped, Outcome, Step};
-use super::rule::{Backend, CompiledRule, share};
+use super::rule::{CompiledRule, share};
 use crate::rule::QuotaSource;
 use crate::{RuleDecision, Source};
 
@@ -131,12 +131,7 @@ impl CompiledRule {
     /// of one unit now, without spending it; `None` for a global member (a
     /// Redis call), a `quota_fn` or async key, or a missing key.
     fn peek(&self, parts: &Parts) -> Option<RuleDecision> {
-        #[cfg_attr(not(feature = "redis"), allow(clippy::infallible_destructuring_match))]
-        let store = match &self.backend {
-            Backend::Local(store) => store,
-            #[cfg(feature = "redis")]
-            Backend::Global(_) => return None,
-        };
+        let store = self.local_store()?;
         let QuotaSource::Static(q) = self.rule.quota else {
             return None;
         };

@@ -17,6 +17,7 @@ mod global;
 #[cfg(feature = "redis")]
 mod lease;
 mod rule;
+mod snapshot;
 mod spend;
 mod validate;
 #[cfg(feature = "redis")]

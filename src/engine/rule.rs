@@ -91,6 +91,15 @@ pub(super) fn share(rule: &Rule, q: Quota, instances: u32) -> Quota {
 }
 
 impl CompiledRule {
+    /// The rule's store when it is local.
+    pub(super) fn local_store(&self) -> Option<&LocalStore> {
+        match &self.backend {
+            Backend::Local(store) => Some(store),
+            #[cfg(feature = "redis")]
+            Backend::Global(_) => None,
+        }
+    }
+
     /// Runs `op` on `key`; a read or an adjustment returns what a request
     /// of one unit would be told now, without spending it.
     pub(crate) async fn control(
@@ -181,8 +190,7 @@ impl CompiledRule {
     /// A local rule whose static quota `new` changes: carries each key's
     /// usage into `backend` as `new` says. Whether it did.
     pub(super) fn convert_into(&self, new: &Rule, backend: &Backend, instances: u32) -> bool {
-        #[cfg_attr(not(feature = "redis"), allow(irrefutable_let_patterns))]
-        let (Backend::Local(from), Backend::Local(to)) = (&self.backend, backend) else {
+        let (Some(from), Backend::Local(to)) = (self.local_store(), backend) else {
             return false;
         };
         let (Some(a), Some(b)) = (self.rule.static_quota(), new.static_quota()) else {

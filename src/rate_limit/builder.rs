@@ -32,6 +32,7 @@ pub struct RateLimitBuilder {
     extension: bool,
     cleanup_every: Duration,
     refunds: bool,
+    restore: Vec<crate::snapshot::SavedRule>,
 }
 
 impl Default for RateLimitBuilder {
@@ -42,6 +43,7 @@ impl Default for RateLimitBuilder {
             extension: true,
             cleanup_every: Duration::from_secs(60),
             refunds: true,
+            restore: Vec::new(),
         }
     }
 }
@@ -136,6 +138,23 @@ impl RateLimitBuilder {
         self
     }
 
+    /// Loads the counters a [`RateLimitLayer::snapshot`] saved into the
+    /// local rules of the same name when the layer is built; the time since
+    /// it was written counts as elapsed. See [`snapshot`](crate::snapshot).
+    ///
+    /// # Errors
+    ///
+    /// A file that can't be read, isn't a snapshot, is of a later version,
+    /// or is corrupt or truncated ([`SnapshotError`](crate::snapshot::SnapshotError)):
+    /// nothing of it is loaded.
+    pub fn restore(
+        mut self,
+        r: impl std::io::Read,
+    ) -> Result<Self, crate::snapshot::SnapshotError> {
+        self.restore = crate::snapshot::read(r)?.0;
+        Ok(self)
+    }
+
     /// Checks the configuration and builds the layer.
     ///
     /// # Errors
@@ -157,6 +176,10 @@ impl RateLimitBuilder {
             refunds: self.refunds,
         };
         let chain = Chain::compile(self.rules, config, self.settings.headers.draft(), None)?;
+        if !self.restore.is_empty() {
+            let restored = chain.import(&self.restore);
+            tracing::info!(target: crate::observe::TARGET, restored, saved = self.restore.len(), "rate-limit counters restored from a snapshot");
+        }
         Ok(RateLimitLayer {
             shared: Arc::new(Shared {
                 chain: Current(RwLock::new(Arc::new(chain))),

@@ -111,6 +111,20 @@ impl RateLimitLayer {
         Ok(())
     }
 
+    /// Writes the local rules' counters to `w`, for
+    /// [`RateLimitBuilder::restore`](crate::RateLimitBuilder::restore) in
+    /// the next process; see [`snapshot`](crate::snapshot) for what is
+    /// saved and the format. Requests go on meanwhile: each key is read
+    /// once, as it stands.
+    ///
+    /// # Errors
+    ///
+    /// [`SnapshotError::Io`](crate::snapshot::SnapshotError::Io) when `w` fails.
+    pub fn snapshot(&self, w: impl std::io::Write) -> Result<(), crate::snapshot::SnapshotError> {
+        let rules = self.shared.chain.load().export();
+        crate::snapshot::write(w, &rules, crate::snapshot::now_unix_us())
+    }
+
     /// What the layer enforces, as a Markdown table or a Mermaid flowchart:
     /// documentation that can't drift from the code.
     ///

@@ -31,4 +31,5 @@ mod reload;
 mod service;
 #[cfg(feature = "metrics")]
 mod shadow;
+mod snapshot;
 mod wait;

@@ -1,0 +1,252 @@
+//! The version-1 text format: written in one pass, read whole and checked
+//! before anything is restored.
+
+use std::io::{Read, Write};
+
+use sha2::{Digest, Sha256};
+
+use super::{Saved, SavedRule, SnapshotError, VERSION};
+use crate::Key;
+use crate::quota::Period;
+
+const HEADER: &str = "keyed-rate-limit snapshot";
+
+/// Writes `rules` as read at `now` (unix µs).
+pub(crate) fn write(mut w: impl Write, rules: &[SavedRule], now: i64) -> Result<(), SnapshotError> {
+    let mut body = String::new();
+    let mut line = |s: String| {
+        body.push_str(&s);
+        body.push('\n');
+    };
+    line(format!("{HEADER} {VERSION}"));
+    line(format!("written {now}"));
+    for r in rules {
+        let name = hex(r.name.as_bytes());
+        match &r.state {
+            Saved::Rolling {
+                limit,
+                window_ns,
+                burst,
+                keys,
+            } => {
+                line(format!("rule {name} rolling {limit} {window_ns} {burst}"));
+                for (k, whole_at) in keys {
+                    line(format!("key {} {whole_at}", hex(k.as_bytes())));
+                }
+            }
+            Saved::Calendar {
+                limit,
+                period,
+                offset,
+                keys,
+            } => {
+                line(format!(
+                    "rule {name} calendar {limit} {} {offset}",
+                    period.as_str()
+                ));
+                for (k, count, end) in keys {
+                    line(format!("key {} {count} {end}", hex(k.as_bytes())));
+                }
+            }
+        }
+    }
+    let lines = body.lines().count();
+    let sum = hex(&Sha256::digest(body.as_bytes()));
+    body.push_str(&format!("end {lines} {sum}\n"));
+    w.write_all(body.as_bytes())?;
+    w.flush()?;
+    Ok(())
+}
+
+/// Reads a whole snapshot: its rules, and when it was written (unix µs).
+pub(crate) fn read(mut r: impl Read) -> Result<(Vec<SavedRule>, i64), SnapshotError> {
+    let mut bytes = Vec::new();
+    r.read_to_end(&mut bytes)?;
+    let corrupt = |line, what| SnapshotError::Corrupt { line, what };
+    let Ok(text) = std::str::from_utf8(&bytes) else {
+        return Err(match bytes.starts_with(HEADER.as_bytes()) {
+            true => corrupt(0, "not UTF-8"),
+            false => SnapshotError::NotASnapshot,
+        });
+    };
+    let mut lines = text.lines();
+    let version = lines
+        .next()
+        .and_then(|l| l.strip_prefix(HEADER))
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .ok_or(SnapshotError::NotASnapshot)?;
+    if version != VERSION {
+        return Err(SnapshotError::Version(version));
+    }
+    // The `end` line checks every byte before it.
+    let Some(at) = text.trim_end_matches('\n').rfind('\n').map(|i| i + 1) else {
+        return Err(corrupt(1, "no end line"));
+    };
+    let (body, end) = text.split_at(at);
+    let n = body.lines().count();
+    let mut fields = end.trim_end().split(' ');
+    let (Some("end"), Some(count), Some(sum), None) =
+        (fields.next(), fields.next(), fields.next(), fields.next())
+    else {
+        return Err(corrupt(
+            n + 1,
+            "the last line is not `end <lines> <sha256>`: truncated?",
+        ));
+    };
+    if count.parse() != Ok(n) || sum != hex(&Sha256::digest(body.as_bytes())) {
+        return Err(corrupt(
+            n + 1,
+            "the end line does not match what comes before it",
+        ));
+    }
+    let mut rules: Vec<SavedRule> = Vec::new();
+    let mut written = None;
+    for (i, l) in body.lines().enumerate().skip(1) {
+        let no = i + 1;
+        let f: Vec<&str> = l.split(' ').collect();
+        let num = |s: &str| {
+            s.parse::<i64>()
+                .map_err(|_| corrupt(no, "a number is malformed"))
+        };
+        let unsigned = |s: &str| {
+            s.parse::<u64>()
+                .map_err(|_| corrupt(no, "a number is malformed"))
+        };
+        let small = |s: &str| {
+            s.parse::<u32>()
+                .map_err(|_| corrupt(no, "a number is malformed"))
+        };
+        match f.as_slice() {
+            ["written", t] => written = Some(num(t)?),
+            ["rule", name, "rolling", limit, window, burst] => rules.push(SavedRule {
+                name: text_of(name).ok_or(corrupt(no, "a rule name is not hex of UTF-8"))?,
+                state: Saved::Rolling {
+                    limit: small(limit)?,
+                    window_ns: unsigned(window)?,
+                    burst: small(burst)?,
+                    keys: Vec::new(),
+                },
+            }),
+            ["rule", name, "calendar", limit, period, offset] => rules.push(SavedRule {
+                name: text_of(name).ok_or(corrupt(no, "a rule name is not hex of UTF-8"))?,
+                state: Saved::Calendar {
+                    limit: small(limit)?,
+                    period: match *period {
+                        "day" => Period::Day,
+                        "month" => Period::Month,
+                        _ => return Err(corrupt(no, "an unknown calendar period")),
+                    },
+                    offset: i32::try_from(num(offset)?)
+                        .map_err(|_| corrupt(no, "an offset out of range"))?,
+                    keys: Vec::new(),
+                },
+            }),
+            ["key", key, rest @ ..] => {
+                let key = Key::from(unhex(key).ok_or(corrupt(no, "a key is not hex"))?);
+                match (rules.last_mut().map(|r| &mut r.state), rest) {
+                    (Some(Saved::Rolling { keys, .. }), [whole_at]) => {
+                        keys.push((key, num(whole_at)?))
+                    }
+                    (Some(Saved::Calendar { keys, .. }), [count, end]) => {
+                        keys.push((key, small(count)?, num(end)?));
+                    }
+                    _ => return Err(corrupt(no, "a key line that fits no rule line before it")),
+                }
+            }
+            _ => return Err(corrupt(no, "an unknown record")),
+        }
+    }
+    let written = written.ok_or(corrupt(2, "no `written` line"))?;
+    Ok((rules, written))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(char::from(DIGITS[usize::from(b >> 4)]));
+        s.push(char::from(DIGITS[usize::from(b & 15)]));
+    }
+    s
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    let digit = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    };
+    s.as_bytes()
+        .chunks(2)
+        .map(|p| Some(digit(p[0])? << 4 | digit(p[1])?))
+        .collect()
+}
+
+fn text_of(s: &str) -> Option<String> {
+    String::from_utf8(unhex(s)?).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Vec<SavedRule> {
+        vec![
+            SavedRule {
+                name: "per key".into(),
+                state: Saved::Rolling {
+                    limit: 100,
+                    window_ns: 3_600_000_000_000,
+                    burst: 20,
+                    keys: vec![(Key::from(vec![0u8, 0xff, b' ']), 1_700_000_000_000_000)],
+                },
+            },
+            SavedRule {
+                name: "monthly".into(),
+                state: Saved::Calendar {
+                    limit: 10,
+                    period: Period::Month,
+                    offset: -3600,
+                    keys: vec![(Key::from("k"), 3, 1_700_000_000)],
+                },
+            },
+        ]
+    }
+
+    #[test]
+    fn round_trips_binary_keys_and_both_kinds() {
+        let mut out = Vec::new();
+        write(&mut out, &sample(), 42).unwrap();
+        assert_eq!(read(&out[..]).unwrap(), (sample(), 42));
+    }
+
+    #[test]
+    fn corrupt_truncated_and_foreign_files_are_errors() {
+        let mut out = Vec::new();
+        write(&mut out, &sample(), 42).unwrap();
+        let text = String::from_utf8(out.clone()).unwrap();
+        let err = |b: &[u8]| read(b).unwrap_err().to_string();
+        // Every truncation fails (but of the last newline), none panics.
+        for cut in 0..out.len() - 1 {
+            assert!(read(&out[..cut]).is_err(), "cut at {cut}");
+        }
+        // A flipped digit fails the checksum.
+        let flipped = text.replacen("100", "900", 1);
+        assert!(err(flipped.as_bytes()).contains("does not match"));
+        assert_eq!(err(b"{\"json\": true}"), "not a keyed-rate-limit snapshot");
+        assert!(matches!(
+            read(&[0xff, 0xfe][..]),
+            Err(SnapshotError::NotASnapshot)
+        ));
+        let later = text.replacen("snapshot 1", "snapshot 2", 1);
+        assert!(matches!(
+            read(later.as_bytes()),
+            Err(SnapshotError::Version(2))
+        ));
+        assert_eq!(unhex("0g"), None);
+        assert_eq!(unhex("abc"), None);
+    }
+}
