@@ -16,7 +16,7 @@ use crate::backend::lock::Locks;
 use crate::backend::redis::{ControlScriptOp, Decided, RedisBackend, Shard};
 use crate::failure::PATIENCE;
 use crate::failure::{Admit, BreakerStatus, FailureMode, Guard};
-use crate::policy::Cause;
+use crate::policy::{Cause, QuotaChange};
 use crate::rule::Rule;
 use crate::{Decision, Key, Quota, Source, observe};
 
@@ -46,6 +46,10 @@ pub(super) struct Global {
     pub(super) rule: (Arc<str>, crate::Algorithm, Duration),
     /// At most one unsettled-units line a second.
     pub(super) settle_log: observe::Sampled,
+    /// Set when a reload changed the rule's static quota: the quota Redis
+    /// counted before and the new one (as Redis counts them), how usage
+    /// converts, and until when a key's old state may still exist.
+    pub(super) previous: std::sync::OnceLock<(Quota, Quota, QuotaChange, std::time::Instant)>,
 }
 
 impl Drop for Global {
@@ -137,7 +141,30 @@ impl Global {
                 rule.failure.timeout.saturating_mul(PATIENCE),
             ),
             settle_log: observe::Sampled::default(),
+            previous: std::sync::OnceLock::new(),
         }
+    }
+
+    /// After a reload that changed `rule`'s static quota from `old`: keys
+    /// convert their old state at their next decision, while it may exist.
+    pub(super) fn converting_from(&self, rule: &Rule, old: Quota) {
+        let Some(new) = rule.static_quota() else {
+            return;
+        };
+        let (old, new) = (self.counting(rule, old), self.counting(rule, new));
+        // The longest an old state lives: a whole bucket refilling, or two
+        // windows for the sliding window.
+        let refill = old
+            .window()
+            .mul_f64(f64::from(old.burst()) / f64::from(old.limit()));
+        let until = std::time::Instant::now() + 2 * refill.max(old.window());
+        let _ = self.previous.set((old, new, rule.on_quota_change, until));
+    }
+
+    /// The previous quota a decision of `quota` converts from, if any.
+    pub(super) fn previous(&self, quota: Quota) -> Option<(Quota, QuotaChange)> {
+        let &(old, new, how, until) = self.previous.get()?;
+        (new == quota && std::time::Instant::now() < until).then_some((old, how))
     }
 
     /// The quota Redis counts `quota` in when this rule leases it.
@@ -386,10 +413,17 @@ impl Global {
         cost: NonZeroU32,
     ) -> Answer {
         let lockout = rule.lockout.filter(|_| !rule.shadow);
+        let previous = self.previous(quota);
         let one = || {
-            let check =
-                self.redis
-                    .check_next(&rule.name, key, rule.algorithm, &quota, cost.get(), lockout);
+            let check = self.redis.check_next(
+                &rule.name,
+                key,
+                rule.algorithm,
+                &quota,
+                cost.get(),
+                lockout,
+                previous,
+            );
             self.guard.call(self.redis.liveness(), check)
         };
         let Some(queues) = &self.queues else {
@@ -445,9 +479,10 @@ impl Global {
                 } else {
                     let requests: Vec<(&Key, u32)> =
                         batch.iter().map(|(key, cost, _)| (key, *cost)).collect();
+                    let previous = self.previous(quota);
                     let call = self
                         .redis
-                        .check_batch(&name, &requests, algorithm, &quota, lockout);
+                        .check_batch(&name, &requests, algorithm, &quota, lockout, previous);
                     match self.guard.call(self.redis.liveness(), call).await {
                         Ok(decided) => {
                             for ((_, _, tx), d) in batch.into_iter().zip(decided) {

@@ -60,9 +60,10 @@ impl Global {
         } else {
             let holder = &self.holder;
             let (name, algorithm) = (&rule.name, rule.algorithm);
-            let call = self
-                .redis
-                .grant(name, key, algorithm, &counted, sizes, holder, ttl, back);
+            let previous = self.previous(counted);
+            let call = self.redis.grant(
+                name, key, algorithm, &counted, sizes, holder, ttl, back, previous,
+            );
             self.guard.call(self.redis.liveness(), call).await
         };
         match asked_for {

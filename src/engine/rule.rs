@@ -190,20 +190,29 @@ impl CompiledRule {
     /// A local rule whose static quota `new` changes: carries each key's
     /// usage into `backend` as `new` says. Whether it did.
     pub(super) fn convert_into(&self, new: &Rule, backend: &Backend, instances: u32) -> bool {
-        let (Some(from), Backend::Local(to)) = (self.local_store(), backend) else {
-            return false;
-        };
         let (Some(a), Some(b)) = (self.rule.static_quota(), new.static_quota()) else {
             return false;
         };
         if !self.counts_as(new) || new.on_quota_change == QuotaChange::Reset {
             return false;
         }
-        let (a, b) = (
-            share(&self.rule, a, self.instances),
-            share(new, b, instances),
-        );
-        to.convert_from(from, a, b, new.on_quota_change);
-        true
+        match (&self.backend, backend) {
+            (Backend::Local(from), Backend::Local(to)) => {
+                let (a, b) = (
+                    share(&self.rule, a, self.instances),
+                    share(new, b, instances),
+                );
+                to.convert_from(from, a, b, new.on_quota_change);
+                true
+            }
+            // Redis converts each key at its next decision.
+            #[cfg(feature = "redis")]
+            (Backend::Global(_), Backend::Global(to)) => {
+                to.converting_from(new, a);
+                true
+            }
+            #[cfg(feature = "redis")]
+            _ => false,
+        }
     }
 }

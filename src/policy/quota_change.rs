@@ -19,13 +19,26 @@
 /// attacker where it was, in proportion, instead of handing it a fresh
 /// quota, which is what `Reset` (and every reload before this setting) does.
 ///
-/// Converted on local rules, in one pass over the keys this process holds
-/// when the reload compiles the new rules, for rolling quotas and for
-/// calendar quotas of the same period and UTC offset. Between a rolling and a calendar
-/// quota, or two calendar periods, what was used is not comparable: the key
-/// starts afresh whatever this says. Global (Redis) rules are not
-/// converted by this version: their state in Redis is read under the new
-/// quota as it stands (see the crate's CHANGELOG).
+/// On a local rule, every key this process holds is converted in one pass
+/// when the reload compiles the new rules: rolling quotas, and calendar
+/// quotas of the same period and UTC offset.
+///
+/// On a global rule, nothing scans Redis: each key converts in the script,
+/// on Redis time, at its next decision (an exact one, or a lease's grant),
+/// from the state it has under the previous quota (a state key names its
+/// quota, see `backend::redis`). GCRA, the token bucket and the fixed
+/// window convert whatever the windows; the sliding window converts when
+/// the window is unchanged (its counts are per aligned window). The
+/// control handle reads a key that has not been decided since as whole.
+/// A gateway that starts with the new rules, rather than reloading them,
+/// knows no previous quota: a key it decides first starts afresh. The
+/// conversion lasts as long as an old state can: twice the old quota's
+/// window or refill time.
+///
+/// Not converted anywhere: between a rolling and a calendar quota, two
+/// calendar periods, the sliding window across windows, and `quota_fn`
+/// rules (each computed quota keeps its own counters): those keys start
+/// afresh whatever this says.
 ///
 /// ```
 /// use keyed_rate_limit::{KeyExtractor, Quota, Rule, rule::QuotaChange};

@@ -42,7 +42,12 @@ async fn run(
             continue;
         }
         let window_end = if algorithm == Algorithm::FixedWindow {
-            let k = format!("{prefix}:{{1:r:k}}:fw");
+            let window_us = q.window().as_micros();
+            let k = format!(
+                "{prefix}:{{1:r:k}}:fw:{}/{window_us}/{}",
+                q.limit(),
+                q.burst()
+            );
             let pttl: i64 = redis::cmd("PTTL")
                 .arg(&k)
                 .query_async(&mut c)

@@ -101,11 +101,16 @@ async fn arrivals(
             continue;
         }
         // A fixed window starts at its first unit: its end is the key's expiry.
-        let pttl: i64 = redis::cmd("PTTL")
-            .arg(format!("{prefix}:{{1:r:k}}:fw"))
+        // The state key names the quota Redis counts the leases in.
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{prefix}:{{1:r:k}}:fw:*"))
             .query_async(&mut c)
             .await
             .unwrap();
+        let pttl: i64 = match keys.first() {
+            Some(k) => redis::cmd("PTTL").arg(k).query_async(&mut c).await.unwrap(),
+            None => -2,
+        };
         // Under load the window may end between the admission and this
         // read: that admission's window is then unknown, and `check` leaves
         // it out (it can only hide an excess, never invent one).

@@ -18,6 +18,7 @@ mod invariants;
 mod layer;
 mod lazy;
 mod lease;
+mod quota_change;
 #[cfg(feature = "redis-sentinel")]
 mod sentinel;
 mod soak;

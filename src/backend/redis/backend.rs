@@ -108,7 +108,7 @@ impl RedisBackend {
         quota.validate().map_err(RedisBackendError::InvalidQuota)?;
         let key = key.clone().bounded(DEFAULT_MAX_KEY_LEN);
         let decided = self
-            .check_next(rule, &key, algorithm, quota, cost, None)
+            .check_next(rule, &key, algorithm, quota, cost, None, None)
             .await?;
         Ok(decided.decision)
     }
@@ -117,6 +117,7 @@ impl RedisBackend {
     /// the rule's lockout; for an allow that left nothing, also the wait
     /// until one more unit fits: the deny cache can then answer the next
     /// requests without asking Redis for the deny first.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn check_next(
         &self,
         rule: &str,
@@ -125,6 +126,7 @@ impl RedisBackend {
         quota: &Quota,
         cost: u32,
         lockout: Option<Lockout>,
+        previous: Option<script::Previous>,
     ) -> Result<Decided, RedisBackendError> {
         // The rule chain checked the name and quota when it was built (and
         // request-time quotas before calling): no per-request re-check.
@@ -137,7 +139,7 @@ impl RedisBackend {
             });
         }
         let mut decided = self
-            .check_batch(rule, &[(key, cost)], algorithm, quota, lockout)
+            .check_batch(rule, &[(key, cost)], algorithm, quota, lockout, previous)
             .await?;
         Ok(decided.remove(0))
     }
@@ -154,6 +156,7 @@ impl RedisBackend {
         algorithm: Algorithm,
         quota: &Quota,
         lockout: Option<Lockout>,
+        previous: Option<script::Previous>,
     ) -> Result<Vec<Decided>, RedisBackendError> {
         let mut index: HashMap<&Key, usize> = HashMap::with_capacity(requests.len());
         let mut keys = Vec::with_capacity(requests.len());
@@ -161,7 +164,7 @@ impl RedisBackend {
             .iter()
             .map(|&(key, cost)| {
                 let i = *index.entry(key).or_insert_with(|| {
-                    keys.push(self.batch_keys(rule, key, algorithm, quota));
+                    keys.push(self.batch_keys(rule, key, algorithm, quota, previous.as_ref()));
                     keys.len() - 1
                 });
                 (i, cost)
@@ -169,7 +172,10 @@ impl RedisBackend {
             .collect();
         let (invocation, width) = match quota.period() {
             Some(period) => (script::calendar(keys, quota, period, &items, lockout), 6),
-            None => (script::rate(algorithm, keys, quota, &items, lockout), 5),
+            None => (
+                script::rate(algorithm, keys, quota, &items, lockout, previous),
+                5,
+            ),
         };
         let flat: Vec<i64> = self.invoke(&invocation).await?;
         // One reply per request, whole: anything else is not our script's.
@@ -218,23 +224,30 @@ impl RedisBackend {
         holder: &str,
         lease: Duration,
         back: (u32, Option<u64>),
+        previous: Option<script::Previous>,
     ) -> Result<Grant, RedisBackendError> {
         let redis_key = self.state_key(rule, key, algorithm, quota);
-        let invocation = script::grant(algorithm, redis_key, quota, sizes, holder, lease, back);
+        let previous = previous.map(|p| (self.state_key(rule, key, algorithm, &p.0), p));
+        let invocation = script::grant(
+            algorithm, redis_key, quota, sizes, holder, lease, back, previous,
+        );
         let reply: script::GrantReply = self.invoke(&invocation).await?;
         Ok(script::grant_reply(reply))
     }
 
-    /// The keys a rate script declares for `key`: its state and its lock.
+    /// The keys a rate script declares for `key`: its state and its lock,
+    /// and its state under the rule's previous quota.
     fn batch_keys(
         &self,
         rule: &str,
         key: &Key,
         algorithm: Algorithm,
         quota: &Quota,
-    ) -> (Vec<u8>, Vec<u8>) {
+        previous: Option<&script::Previous>,
+    ) -> script::BatchKeys {
         let lock = keys::tagged_key(&self.inner.prefix, rule, key, keys::LOCK);
-        (self.state_key(rule, key, algorithm, quota), lock)
+        let old = previous.map(|(q, _)| self.state_key(rule, key, algorithm, q));
+        (self.state_key(rule, key, algorithm, quota), lock, old)
     }
 
     /// The key a rate script keeps `key`'s state in.
@@ -243,7 +256,7 @@ impl RedisBackend {
         if quota.period().is_some() {
             keys::tagged_key(prefix, rule, key, keys::CALENDAR)
         } else {
-            keys::redis_key(prefix, rule, key, algorithm)
+            keys::redis_key(prefix, rule, key, algorithm, quota)
         }
     }
 

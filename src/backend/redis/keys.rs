@@ -1,6 +1,8 @@
-//! Redis key layout: `prefix:{<len>:rule:key}:algo` (`:cal` for calendar
-//! quotas), and `prefix:{<len>:limit:key}:lease` for concurrency leases,
-//! where `<len>` is the name's length in bytes.
+//! Redis key layout: `prefix:{<len>:rule:key}:algo:<limit>/<window_us>/<burst>`
+//! for a rolling quota's state (`:cal` for calendar quotas, whose count is
+//! per key whatever the quota), `…}:lock` for a key's lock, and
+//! `prefix:{<len>:limit:key}:lease` for concurrency leases, where `<len>` is
+//! the name's length in bytes.
 //!
 //! The length makes the layout injective: names may contain `:`, so without
 //! it rule `api` with key `v2:x` and rule `api:v2` with key `x` would share
@@ -50,11 +52,32 @@ pub(crate) const LOCK: &[u8] = b"lock";
 /// from a rate rule's state when both share a name.
 pub(crate) const LEASE: &[u8] = b"lease";
 
-/// The key bytes for one rule and key, already bounded by the caller; its
-/// bytes need not be UTF-8. A `}` inside `key` ends the tag early, which is
-/// harmless: every key of one call still shares the tag.
-pub(crate) fn redis_key(prefix: &str, rule: &str, key: &Key, algorithm: Algorithm) -> Vec<u8> {
-    tagged_key(prefix, rule, key, suffix(algorithm))
+/// The key bytes for one rule and key under a rolling `quota`, already
+/// bounded by the caller; its bytes need not be UTF-8. A `}` inside `key`
+/// ends the tag early, which is harmless: every key of one call still
+/// shares the tag. The suffix names the quota (`gcra:100/60000000/100`:
+/// limit, window in µs, burst), so a state is never read under a quota it
+/// was not written for: a reload converts it (`QuotaChange`), or a new
+/// quota starts afresh.
+pub(crate) fn redis_key(
+    prefix: &str,
+    rule: &str,
+    key: &Key,
+    algorithm: Algorithm,
+    quota: &crate::Quota,
+) -> Vec<u8> {
+    let mut suffix = suffix(algorithm).to_vec();
+    let mut n = itoa::Buffer::new();
+    let window = u64::try_from(quota.window().as_micros()).unwrap_or(u64::MAX);
+    for (sep, v) in [
+        (b':', u64::from(quota.limit())),
+        (b'/', window),
+        (b'/', u64::from(quota.burst())),
+    ] {
+        suffix.push(sep);
+        suffix.extend_from_slice(n.format(v).as_bytes());
+    }
+    tagged_key(prefix, rule, key, &suffix)
 }
 
 /// `prefix:{<len>:name:key}:suffix`, the layout every script's key shares.
@@ -83,17 +106,21 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
+    const Q: crate::Quota = crate::Quota::per_minute(100);
+
     #[test]
     fn layout_keeps_the_tag_and_binary_keys() {
+        let q = Q.with_burst(20);
         let k = redis_key(
             "rl",
             "api",
             &Key::from(vec![0xff, 0, b'x']),
             Algorithm::Gcra,
+            &q,
         );
-        assert_eq!(k, b"rl:{3:api:\xff\x00x}:gcra");
-        let k = redis_key("", "api", &Key::from("a"), Algorithm::SlidingWindow);
-        assert_eq!(k, b"{3:api:a}:sw");
+        assert_eq!(k, b"rl:{3:api:\xff\x00x}:gcra:100/60000000/20");
+        let k = redis_key("", "api", &Key::from("a"), Algorithm::SlidingWindow, &Q);
+        assert_eq!(k, b"{3:api:a}:sw:100/60000000/100");
         let k = tagged_key("rl", "exports", &Key::from("acct"), LEASE);
         assert_eq!(k, b"rl:{7:exports:acct}:lease");
     }
@@ -115,7 +142,18 @@ mod tests {
         }
         names.sort();
         names.dedup();
-        let suffixes: Vec<&[u8]> = vec![b"gcra", b"tb2", b"fw", b"sw", LEASE, CALENDAR, LOCK];
+        // No suffix holds a `}`: the last `}:` ends the key.
+        let suffixes: Vec<&[u8]> = vec![
+            b"gcra:1/2/3",
+            b"gcra:1/2/34",
+            b"gcra:12/3/4",
+            b"tb2:1/2/3",
+            b"fw:1/2/3",
+            b"sw:1/2/3",
+            LEASE,
+            CALENDAR,
+            LOCK,
+        ];
         let mut seen = HashMap::new();
         for rule in names
             .iter()
@@ -138,8 +176,8 @@ mod tests {
         assert!(seen.len() > 10_000, "{}", seen.len());
         // The reported collision: rule `api` with key `v2:victim`, rule `api:v2` with key `victim`.
         assert_ne!(
-            redis_key("rl", "api", &Key::from("v2:victim"), Algorithm::Gcra),
-            redis_key("rl", "api:v2", &Key::from("victim"), Algorithm::Gcra)
+            redis_key("rl", "api", &Key::from("v2:victim"), Algorithm::Gcra, &Q),
+            redis_key("rl", "api:v2", &Key::from("victim"), Algorithm::Gcra, &Q)
         );
     }
 
@@ -148,7 +186,7 @@ mod tests {
     #[test]
     fn the_declared_lock_is_the_one_the_scripts_build() {
         for key in ["a", "a}b", "}", "x:{y}", "}:gcra"] {
-            let state = redis_key("rl", "api", &Key::from(key), Algorithm::Gcra);
+            let state = redis_key("rl", "api", &Key::from(key), Algorithm::Gcra, &Q);
             let tag_end = state.iter().rposition(|b| *b == b'}').unwrap();
             let mut built = state[..=tag_end].to_vec();
             built.extend_from_slice(b":lock");

@@ -9,14 +9,17 @@ use crate::policy::Lockout;
 use crate::quota::Period;
 use crate::{Algorithm, Decision, Quota};
 
-/// An algorithm's `decide(key, lock, cost)` after `clock.lua` (Redis time,
-/// read once per call) and the prelude the body needs.
+/// An algorithm's `decide(key, lock, cost)` and `migrate(key, old)` after
+/// `clock.lua` (Redis time, read once per call), `quota_change.lua` and the
+/// prelude the body needs; `after` holds a `migrate` algorithms share.
 macro_rules! decide {
-    ($body:literal $(, prelude = $prelude:literal)?) => {
+    ($body:literal $(, prelude = $prelude:literal)? $(, after = $after:literal)?) => {
         concat!(
             include_str!("lua/clock.lua"),
+            include_str!("lua/quota_change.lua"),
             $(include_str!($prelude),)?
             include_str!($body),
+            $(include_str!($after),)?
         )
     };
 }
@@ -24,9 +27,9 @@ macro_rules! decide {
 /// A rate script: `decide`, then `batch.lua`, which decides each request
 /// of a batch in turn, the lock check before and the lockout count after.
 macro_rules! batched {
-    ($body:literal, wide = $wide:literal $(, prelude = $prelude:literal)?) => {
+    ($body:literal, wide = $wide:literal $(, prelude = $prelude:literal)? $(, after = $after:literal)?) => {
         concat!(
-            decide!($body $(, prelude = $prelude)?),
+            decide!($body $(, prelude = $prelude)? $(, after = $after)?),
             "local wide = ",
             $wide,
             "\n",
@@ -37,13 +40,24 @@ macro_rules! batched {
 
 /// A lease script: `decide`, then `grant.lua`, which calls it.
 macro_rules! granting {
-    ($body:literal $(, prelude = $prelude:literal)?) => {
-        concat!(decide!($body $(, prelude = $prelude)?), include_str!("lua/grant.lua"))
+    ($body:literal $(, prelude = $prelude:literal)? $(, after = $after:literal)?) => {
+        concat!(
+            decide!($body $(, prelude = $prelude)? $(, after = $after)?),
+            include_str!("lua/grant.lua")
+        )
     };
 }
 
-const GCRA_LUA: &str = batched!("lua/gcra.lua", wide = "false");
-const TOKEN_BUCKET_LUA: &str = batched!("lua/token_bucket.lua", wide = "false");
+const GCRA_LUA: &str = batched!(
+    "lua/gcra.lua",
+    wide = "false",
+    after = "lua/migrate_whole_at.lua"
+);
+const TOKEN_BUCKET_LUA: &str = batched!(
+    "lua/token_bucket.lua",
+    wide = "false",
+    after = "lua/migrate_whole_at.lua"
+);
 const FIXED_WINDOW_LUA: &str = batched!(
     "lua/fixed_window.lua",
     wide = "false",
@@ -58,8 +72,9 @@ const CALENDAR_WINDOW_LUA: &str = batched!(
     prelude = "lua/calendar.lua"
 );
 const INSTANCES_LUA: &str = include_str!("lua/instances.lua");
-const GRANT_GCRA_LUA: &str = granting!("lua/gcra.lua");
-const GRANT_TOKEN_BUCKET_LUA: &str = granting!("lua/token_bucket.lua");
+const GRANT_GCRA_LUA: &str = granting!("lua/gcra.lua", after = "lua/migrate_whole_at.lua");
+const GRANT_TOKEN_BUCKET_LUA: &str =
+    granting!("lua/token_bucket.lua", after = "lua/migrate_whole_at.lua");
 const GRANT_FIXED_WINDOW_LUA: &str =
     granting!("lua/fixed_window.lua", prelude = "lua/window_end.lua");
 const GRANT_SLIDING_WINDOW_LUA: &str = granting!("lua/sliding_window.lua");
@@ -131,38 +146,62 @@ fn script(algorithm: Algorithm) -> &'static Script {
 /// and its cost.
 pub(crate) type Item = (usize, u32);
 
+/// A batch's keys for one key of it: its state and its lock, and when a
+/// reload changed the quota, its state under the previous quota.
+pub(crate) type BatchKeys = (Vec<u8>, Vec<u8>, Option<Vec<u8>>);
+
+/// A rule's previous quota, and what its usage becomes under the new one
+/// (never `Reset`: that passes none).
+pub(crate) type Previous = (Quota, crate::policy::QuotaChange);
+
 /// The invocation of an algorithm's script deciding `items` in turn over
-/// `keys`, each a state key and its lock key (one reply each,
-/// concatenated). Every key must hash to one cluster slot when the server
-/// is a cluster.
+/// `keys` (one reply each, concatenated). Every key must hash to one
+/// cluster slot when the server is a cluster.
 pub(crate) fn rate(
     algorithm: Algorithm,
-    keys: Vec<(Vec<u8>, Vec<u8>)>,
+    keys: Vec<BatchKeys>,
     quota: &Quota,
     items: &[Item],
     lockout: Option<Lockout>,
+    previous: Option<Previous>,
 ) -> redis::ScriptInvocation<'static> {
     let mut invocation = script(algorithm).prepare_invoke();
     invocation
         .arg(quota.limit())
         .arg(window_us(quota))
         .arg(quota.burst());
-    batch_args(&mut invocation, keys, items, lockout);
+    batch_args(&mut invocation, keys, items, lockout, previous);
     invocation
 }
 
-/// `batch.lua`'s keys, a (state, lock) pair per key, and `ARGV[4..]`: the
-/// lockout's three, then a pair (key number, from 1, and cost) per request.
+/// `batch.lua`'s keys, a (state, lock) pair per key or with the previous
+/// quota's state a triple, and `ARGV[4..]`: the lockout's three, the
+/// stride and the previous quota's four (quota_change.lua), then a pair
+/// (key number, from 1, and cost) per request.
 fn batch_args(
     invocation: &mut redis::ScriptInvocation<'_>,
-    keys: Vec<(Vec<u8>, Vec<u8>)>,
+    keys: Vec<BatchKeys>,
     items: &[Item],
     lockout: Option<Lockout>,
+    previous: Option<Previous>,
 ) {
-    for (state, lock) in keys {
+    let triples = previous.is_some() && keys.iter().all(|k| k.2.is_some());
+    for (state, lock, old) in keys {
         invocation.key(state).key(lock);
+        if let Some(old) = old.filter(|_| triples) {
+            invocation.key(old);
+        }
     }
     lockout_args(invocation, lockout);
+    match previous.filter(|_| triples) {
+        Some((q, how)) => {
+            invocation.arg(3);
+            change_args(invocation, &q, how);
+        }
+        None => {
+            invocation.arg(2).arg(0).arg(1).arg(1).arg(0);
+        }
+    }
     for &(index, cost) in items {
         invocation.arg(index + 1).arg(cost);
     }
@@ -180,6 +219,7 @@ pub(crate) fn grant(
     holder: &str,
     lease: Duration,
     (back, back_window): (u32, Option<u64>),
+    previous: Option<(Vec<u8>, Previous)>,
 ) -> redis::ScriptInvocation<'static> {
     let script: &Script = match algorithm {
         Algorithm::Gcra => &GRANT_GCRA,
@@ -198,7 +238,28 @@ pub(crate) fn grant(
         .arg(ms(lease))
         .arg(back)
         .arg(back_window.unwrap_or(0));
+    if let Some((old, (q, how))) = previous {
+        invocation.key(old);
+        change_args(&mut invocation, &q, how);
+    }
     invocation
+}
+
+/// `quota_change.lua`'s four: the previous quota and the mode.
+fn change_args(
+    invocation: &mut redis::ScriptInvocation<'_>,
+    q: &Quota,
+    how: crate::policy::QuotaChange,
+) {
+    let mode = match how {
+        crate::policy::QuotaChange::AsIs => 2,
+        _ => 1,
+    };
+    invocation
+        .arg(q.limit())
+        .arg(window_us(q))
+        .arg(q.burst())
+        .arg(mode);
 }
 
 /// `grant.lua` returns `{granted, remaining, wait_ms, reset_ms, lease_ms,
@@ -249,7 +310,7 @@ fn lockout_args(invocation: &mut redis::ScriptInvocation<'_>, lockout: Option<Lo
 /// The invocation of `calendar_window.lua` for a calendar quota deciding
 /// `items` in turn over `keys`.
 pub(crate) fn calendar(
-    keys: Vec<(Vec<u8>, Vec<u8>)>,
+    keys: Vec<BatchKeys>,
     quota: &Quota,
     period: Period,
     items: &[Item],
@@ -260,7 +321,7 @@ pub(crate) fn calendar(
         .arg(quota.limit())
         .arg(period.as_str())
         .arg(quota.utc_offset());
-    batch_args(&mut invocation, keys, items, lockout);
+    batch_args(&mut invocation, keys, items, lockout, None);
     invocation
 }
 

@@ -4,7 +4,9 @@
 -- ARGV: limit, window_us, burst (as the algorithm takes them), need, want,
 -- holder, lease_ms, back: units of this holder's last lease it did not
 -- spend, given back first (`decide` of a negative cost), back_window: for a
--- window, the one that lease was in (0 for the smooth buckets).
+-- window, the one that lease was in (0 for the smooth buckets); with a
+-- KEYS[2], the key's state under the rule's previous quota, converted
+-- first (quota_change.lua, from ARGV[10..13]).
 -- Grants `need` units or none, and up to `want`, but never more than an
 -- even share of what is left among the gateways holding leases on the key
 -- (`need` excepted): a few gateways cannot strand the quota.
@@ -23,6 +25,10 @@ redis.call('ZREMRANGEBYSCORE', holders, '-inf', now_ms)
 local back = tonumber(ARGV[8])
 local back_window = tonumber(ARGV[9])
 if back_window == 0 then back_window = nil end
+if KEYS[2] then
+  changed_from(10)
+  migrate(KEYS[1], KEYS[2])
+end
 if back > 0 then decide(KEYS[1], lock, -back, back_window) end
 
 local allowed, remaining, wait, reset = decide(KEYS[1], lock, need)

@@ -64,3 +64,17 @@ local function decide(key, lock, cost, of_window)
   local next_ms = math.max(1, math.ceil(wait_for(remaining + 1, n, prev) / 1000))
   return 1, remaining, next_ms, keep_ms
 end
+
+-- A quota change of the same window: each of the two windows' counts,
+-- converted (rounded up). With another window the counts are not
+-- comparable: the key starts afresh.
+local function migrate(key, old)
+  if old_window ~= window then return end
+  local cur, prev = key .. curr_suffix, key .. prev_suffix
+  if redis.call('EXISTS', cur, prev) > 0 then return end
+  local v = redis.call('MGET', old .. curr_suffix, old .. prev_suffix)
+  for i, k in ipairs({cur, prev}) do
+    local n = math.ceil(converted(tonumber(v[i]) or 0, old_limit, limit) - 1e-9)
+    if n > 0 then redis.call('SET', k, n, 'PX', keep_arg) end
+  end
+end

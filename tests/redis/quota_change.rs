@@ -1,0 +1,110 @@
+//! A reload that changes a global rule's quota: each key's state converts
+//! in the script, on Redis time, at its next decision (exact or a lease's
+//! grant), as the rule's `QuotaChange` says; over HTTP against a private
+//! `redis-server`, for every algorithm.
+
+use std::time::Duration;
+
+use crate::support::Backend as _;
+use crate::support::gateway::HEALTHY_TIMEOUT;
+use crate::support::sf::member;
+use crate::support::{ALGORITHMS, client, ok_app, serve};
+use keyed_rate_limit::backend::redis::RedisBackend;
+use keyed_rate_limit::rule::{LeasePolicy, QuotaChange};
+use keyed_rate_limit::{Algorithm, Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit_testing::RedisServer;
+
+fn rule(redis: &RedisBackend, algorithm: Algorithm, q: Quota, how: QuotaChange) -> Rule {
+    Rule::new("api", KeyExtractor::header("x-api-key"), q)
+        .global(redis.clone())
+        .algorithm(algorithm)
+        .redis_timeout(HEALTHY_TIMEOUT)
+        .on_quota_change(how)
+}
+
+async fn get(url: &str) -> reqwest::Response {
+    client()
+        .get(url)
+        .header("x-api-key", "k")
+        .send()
+        .await
+        .unwrap()
+}
+
+/// Spends 80 of 100 an hour over HTTP, reloads to `to`, and returns the
+/// next request's status and `r`.
+async fn after_reload(
+    server: &RedisServer,
+    algorithm: Algorithm,
+    to: Quota,
+    how: QuotaChange,
+) -> (u16, Option<i64>) {
+    let redis = server
+        .backend(&format!("qc-{algorithm}-{how:?}-{}", to.window().as_secs()))
+        .await;
+    let layer = RateLimitLayer::builder()
+        .rule(rule(&redis, algorithm, Quota::per_hour(100), how))
+        .build()
+        .unwrap();
+    let url = serve(ok_app(layer.clone())).await;
+    for _ in 0..80 {
+        assert_eq!(get(&url).await.status(), 200);
+    }
+    layer.reload([rule(&redis, algorithm, to, how)]).unwrap();
+    let res = get(&url).await;
+    let r = (res.status() == 200)
+        .then(|| member(&res, "ratelimit", "api").int("r"))
+        .flatten();
+    (res.status().as_u16(), r)
+}
+
+#[tokio::test]
+async fn every_algorithm_keeps_usage_across_a_lowered_quota() {
+    let server = RedisServer::start();
+    // 10 of the new 50 left before this request, none, or all.
+    let cases = [
+        (QuotaChange::Proportional, (200, Some(9))),
+        (QuotaChange::AsIs, (429, None)),
+        (QuotaChange::Reset, (200, Some(49))),
+    ];
+    for algorithm in ALGORITHMS {
+        for (how, want) in cases {
+            let got = after_reload(&server, algorithm, Quota::per_hour(50), how).await;
+            assert_eq!(got, want, "{algorithm}, {how:?}");
+        }
+    }
+    // Another window: the smooth buckets and the fixed window convert; the
+    // sliding window's counts are not comparable and start afresh.
+    let window = Quota::new(50, Duration::from_secs(1800));
+    for (algorithm, want) in [
+        (Algorithm::Gcra, (200, Some(9))),
+        (Algorithm::TokenBucket, (200, Some(9))),
+        (Algorithm::FixedWindow, (200, Some(9))),
+        (Algorithm::SlidingWindow, (200, Some(49))),
+    ] {
+        let got = after_reload(&server, algorithm, window, QuotaChange::Proportional).await;
+        assert_eq!(got, want, "{algorithm}, a new window");
+    }
+}
+
+/// A leasing rule converts in the lease's grant.
+#[tokio::test]
+async fn a_lease_grant_converts_too() {
+    let server = RedisServer::start();
+    for (how, want) in [(QuotaChange::AsIs, 429), (QuotaChange::Reset, 200)] {
+        let redis = server.backend(&format!("qc-lease-{how:?}")).await;
+        let leased = |q| {
+            rule(&redis, Algorithm::Gcra, q, how).lease(LeasePolicy::new(Duration::from_millis(50)))
+        };
+        let layer = RateLimitLayer::builder()
+            .rule(leased(Quota::per_hour(100)))
+            .build()
+            .unwrap();
+        let url = serve(ok_app(layer.clone())).await;
+        for _ in 0..80 {
+            assert_eq!(get(&url).await.status(), 200);
+        }
+        layer.reload([leased(Quota::per_hour(50))]).unwrap();
+        assert_eq!(get(&url).await.status(), want, "{how:?}");
+    }
+}
