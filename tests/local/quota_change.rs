@@ -69,6 +69,20 @@ async fn raising_a_quota_keeps_the_fraction_or_the_units() {
     assert_eq!(up(QuotaChange::AsIs).await, (120, 200, Some(119)));
 }
 
+#[test]
+fn describe_names_a_quota_change_other_than_the_default() {
+    let quota = |how| {
+        let layer = RateLimitLayer::builder()
+            .rule(rule(Quota::per_hour(100), how))
+            .build()
+            .unwrap();
+        layer.describe().rules()[0].quota.clone()
+    };
+    assert_eq!(quota(QuotaChange::Proportional), "100/h");
+    assert_eq!(quota(QuotaChange::AsIs), "100/h, on change: as_is");
+    assert_eq!(quota(QuotaChange::Reset), "100/h, on change: reset");
+}
+
 #[tokio::test]
 async fn incomparable_quotas_start_afresh() {
     // Rolling to calendar: what was used is not comparable.
@@ -107,4 +121,24 @@ async fn a_watched_file_converts_usage_too() {
     let left = layer.control().peek("api", "k").await.unwrap().remaining();
     assert_eq!(left, 10, "80 % of the new 50 stays used");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[cfg(feature = "config")]
+#[test]
+fn rule_files_set_it() {
+    use keyed_rate_limit::config::{Registry, RulesConfig};
+    let config = RulesConfig::from_yaml_str(
+        "rules:\n  - name: api\n    key: global\n    quota: 100/h\n    on_quota_change: as_is\n",
+    )
+    .unwrap();
+    let layer = config.into_layer(&Registry::new()).unwrap();
+    assert_eq!(layer.rules()[0].get_on_quota_change(), QuotaChange::AsIs);
+    let err = RulesConfig::from_yaml_str(
+        "rules:\n  - name: api\n    key: global\n    quota: 100/h\n    on_quota_change: keep\n",
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("on_quota_change") || err.to_string().contains("keep"),
+        "{err}"
+    );
 }
