@@ -78,7 +78,7 @@
 //!
 //! | to | read |
 //! |---|---|
-//! | write rules: quotas, costs, algorithms, shadow mode, waiting, lockouts, the control handle, counting by the response, refunds, reload | [`rate_limit`] |
+//! | write rules: quotas, costs, any-of groups, algorithms, shadow mode, waiting, lockouts, the control handle, counting by the response, refunds, reload | [`rate_limit`] |
 //! | choose a key: headers, IPs behind proxies, extensions set by auth, composing the limiter with auth | [`key`] |
 //! | read the headers and the 429 a client gets, or replace its body | [`headers`] |
 //! | watch the limiter: `tracing` events, metrics, the decision extension | [`observe`] |
@@ -87,6 +87,7 @@
 //! | limit requests in flight per key | [`concurrency`] |
 //! | load rules from a TOML or YAML file, and reload them on change | [`config`][config] (feature `config`) |
 //! | render the rules as a Markdown table or a Mermaid flowchart | [`describe`] |
+//! | keep local counters across a restart | [`snapshot`] |
 //!
 //! The types most programs use are re-exported here: [`RateLimitLayer`],
 //! [`RateLimitBuilder`], [`Rule`], [`Quota`], [`KeyExtractor`], [`Key`],
