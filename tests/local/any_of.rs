@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::support::sf::{member, members};
-use crate::support::{client, header, ok_app, serve};
+use crate::support::{get_with as get, header, ok_app, serve};
 use keyed_rate_limit::error::BuildError;
 use keyed_rate_limit::{OnDeny, Quota, RateLimitLayer, Rule, key::KeyExtractor, rule};
 
@@ -22,14 +22,6 @@ fn bursty() -> Vec<Rule> {
             Rule::new("burst-pool", key(), Quota::per_hour(3)),
         ],
     )
-}
-
-async fn get(url: &str, headers: &[(&str, &str)]) -> reqwest::Response {
-    let mut req = client().get(url);
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    req.send().await.unwrap()
 }
 
 #[tokio::test]

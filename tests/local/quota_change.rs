@@ -4,7 +4,7 @@
 //! and calendar quotas, over HTTP.
 
 use crate::support::sf::member;
-use crate::support::{client, ok_app, serve};
+use crate::support::{get_with, ok_app, serve};
 use keyed_rate_limit::rule::QuotaChange;
 use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
 
@@ -13,12 +13,7 @@ fn rule(q: Quota, how: QuotaChange) -> Rule {
 }
 
 async fn get(url: &str) -> reqwest::Response {
-    client()
-        .get(url)
-        .header("x-api-key", "k")
-        .send()
-        .await
-        .unwrap()
+    get_with(url, &[("x-api-key", "k")]).await
 }
 
 /// Spends 80 of `from` over HTTP, reloads with `to`, and returns what is

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::support::sf::member;
-use crate::support::{client, ok_app, serve};
+use crate::support::{get_with, ok_app, serve};
 use keyed_rate_limit::rule::QuotaChange;
 use keyed_rate_limit::snapshot::SnapshotError;
 use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
@@ -19,12 +19,7 @@ fn rules(hourly: Quota) -> Vec<Rule> {
 }
 
 async fn get(url: &str, key: &str) -> reqwest::Response {
-    client()
-        .get(url)
-        .header("x-api-key", key)
-        .send()
-        .await
-        .unwrap()
+    get_with(url, &[("x-api-key", key)]).await
 }
 
 /// Spends `n` of key `k` over HTTP on a layer of `rules(Quota::per_hour(100))`

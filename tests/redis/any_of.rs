@@ -8,20 +8,12 @@ use std::time::Duration;
 use crate::support::Backend as _;
 use crate::support::gateway::HEALTHY_TIMEOUT;
 use crate::support::sf::{member, members};
-use crate::support::{client, header, ok_app, serve};
+use crate::support::{get_with as get, header, ok_app, serve};
 use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor, rule};
 use keyed_rate_limit_testing::RedisServer;
 
 fn key() -> KeyExtractor {
     KeyExtractor::header("x-api-key")
-}
-
-async fn get(url: &str, headers: &[(&str, &str)]) -> reqwest::Response {
-    let mut req = client().get(url);
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    req.send().await.unwrap()
 }
 
 #[tokio::test]

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::support::Backend as _;
 use crate::support::gateway::HEALTHY_TIMEOUT;
 use crate::support::sf::member;
-use crate::support::{ALGORITHMS, client, ok_app, serve};
+use crate::support::{ALGORITHMS, get_with, ok_app, serve};
 use keyed_rate_limit::backend::redis::RedisBackend;
 use keyed_rate_limit::rule::{LeasePolicy, QuotaChange};
 use keyed_rate_limit::{Algorithm, Quota, RateLimitLayer, Rule, key::KeyExtractor};
@@ -23,12 +23,7 @@ fn rule(redis: &RedisBackend, algorithm: Algorithm, q: Quota, how: QuotaChange) 
 }
 
 async fn get(url: &str) -> reqwest::Response {
-    client()
-        .get(url)
-        .header("x-api-key", "k")
-        .send()
-        .await
-        .unwrap()
+    get_with(url, &[("x-api-key", "k")]).await
 }
 
 /// Spends 80 of 100 an hour over HTTP, reloads to `to`, and returns the

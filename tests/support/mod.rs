@@ -54,6 +54,15 @@ pub fn client() -> reqwest::Client {
     reqwest::Client::builder().no_proxy().build().unwrap()
 }
 
+/// `GET url` with `headers`, from a fresh client.
+pub async fn get_with(url: &str, headers: &[(&str, &str)]) -> reqwest::Response {
+    let mut req = client().get(url);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    req.send().await.unwrap()
+}
+
 pub fn header(res: &reqwest::Response, name: &str) -> Option<String> {
     res.headers()
         .get(name)
