@@ -103,3 +103,31 @@ async fn a_lease_grant_converts_too() {
         assert_eq!(get(&url).await.status(), want, "{how:?}");
     }
 }
+
+/// The old state moves into the new: once the key is whole again under the
+/// new quota, what it had used under the old one is not charged again.
+#[tokio::test]
+async fn a_converted_key_is_charged_once() {
+    let server = RedisServer::start();
+    let redis = server.backend("qc-once").await;
+    let q = |n| Quota::new(n, Duration::from_secs(2));
+    let layer = RateLimitLayer::builder()
+        .rule(rule(&redis, Algorithm::Gcra, q(10), QuotaChange::AsIs))
+        .build()
+        .unwrap();
+    let url = serve(ok_app(layer.clone())).await;
+    for _ in 0..8 {
+        assert_eq!(get(&url).await.status(), 200);
+    }
+    // 8 used: 1.6 s to whole under the old quota, 0.8 s under the new one.
+    layer
+        .reload([rule(&redis, Algorithm::Gcra, q(20), QuotaChange::AsIs)])
+        .unwrap();
+    let res = get(&url).await;
+    assert_eq!(member(&res, "ratelimit", "api").int("r"), Some(11));
+    // Whole again under the new quota (0.9 s), the old state not yet
+    // expired (1.6 s) had it stayed.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let res = get(&url).await;
+    assert_eq!(member(&res, "ratelimit", "api").int("r"), Some(19));
+}

@@ -48,12 +48,14 @@ end
 
 -- A quota change: the old window's count, converted (rounded up: a
 -- conversion never hands out a unit), ending when the old window ends (or
--- a new window's length from now, if sooner).
+-- a new window's length from now, if sooner). It moves, as in
+-- migrate_whole_at.lua.
 local function migrate(key, old)
   if redis.call('EXISTS', key) == 1 then return end
   local count = tonumber(redis.call('GET', old))
   if not count then return end
   local ttl = redis.call('PTTL', old)
+  redis.call('DEL', old)
   local n = math.ceil(converted(count, old_limit, limit) - 1e-9)
   if ttl <= 0 or n <= 0 then return end
   redis.call('SET', key, n, 'PX', math.min(ttl, window_ms))

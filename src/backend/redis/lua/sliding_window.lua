@@ -66,13 +66,16 @@ local function decide(key, lock, cost, of_window)
 end
 
 -- A quota change of the same window: each of the two windows' counts,
--- converted (rounded up). With another window the counts are not
--- comparable: the key starts afresh.
+-- converted (rounded up), moved as in migrate_whole_at.lua. With another
+-- window the counts are not comparable: the key starts afresh.
 local function migrate(key, old)
   if old_window ~= window then return end
   local cur, prev = key .. curr_suffix, key .. prev_suffix
   if redis.call('EXISTS', cur, prev) > 0 then return end
-  local v = redis.call('MGET', old .. curr_suffix, old .. prev_suffix)
+  local old_cur, old_prev = old .. curr_suffix, old .. prev_suffix
+  local v = redis.call('MGET', old_cur, old_prev)
+  if not v[1] and not v[2] then return end
+  redis.call('DEL', old_cur, old_prev)
   for i, k in ipairs({cur, prev}) do
     local n = math.ceil(converted(tonumber(v[i]) or 0, old_limit, limit) - 1e-9)
     if n > 0 then redis.call('SET', k, n, 'PX', keep_arg) end
