@@ -249,4 +249,39 @@ mod tests {
         assert_eq!(unhex("0g"), None);
         assert_eq!(unhex("abc"), None);
     }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            /// Any names and binary keys come back as written; any byte
+            /// changed or cut is an error, never a panic or a silent load.
+            #[test]
+            fn round_trips_and_refuses_any_damage(
+                name in "\\PC{1,12}",
+                keys in proptest::collection::vec((proptest::collection::vec(any::<u8>(), 0..24), any::<i64>()), 0..6),
+                at in any::<proptest::sample::Index>(),
+                flip in 1u8..=255,
+            ) {
+                let rules = vec![SavedRule {
+                    name,
+                    state: Saved::Rolling {
+                        limit: 10,
+                        window_ns: 1_000_000_000,
+                        burst: 10,
+                        keys: keys.into_iter().map(|(k, t)| (Key::from(k), t)).collect(),
+                    },
+                }];
+                let mut out = Vec::new();
+                write(&mut out, &rules, 7).unwrap();
+                prop_assert_eq!(read(&out[..]).unwrap(), (rules, 7));
+                let i = at.index(out.len() - 1);
+                let mut damaged = out.clone();
+                damaged[i] ^= flip;
+                prop_assert!(read(&damaged[..]).is_err());
+                prop_assert!(read(&out[..i]).is_err());
+            }
+        }
+    }
 }
