@@ -33,6 +33,14 @@ pub(crate) fn after<I: Instant>(t: I, d: Duration) -> I {
         .unwrap_or(t)
 }
 
+/// Microseconds since the epoch, from the system clock (read as UTC): what
+/// calendar windows and snapshots count in.
+pub(crate) fn unix_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

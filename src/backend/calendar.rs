@@ -4,11 +4,12 @@
 
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use dashmap::DashMap;
 
 use super::keyspace::{Budget, KeySpaceFull, mark_diverted};
+use crate::instant::unix_us;
 use crate::throttle::Throttle;
 use crate::{Decision, Key, Quota};
 
@@ -31,13 +32,6 @@ pub(crate) struct CalendarStore {
     overflow: Mutex<Option<Entry>>,
     budget: Arc<Budget>,
     sweeps: Throttle,
-}
-
-/// Microseconds since the epoch, from the system clock (read as UTC).
-fn now_us() -> i64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }
 
 /// `quota`'s calendar window at `now` (µs since the epoch): its empty
@@ -66,7 +60,7 @@ impl CalendarStore {
 
     /// Spends `cost` units of the calendar quota `quota` for `key`.
     pub(crate) fn check(&self, key: &Key, quota: Quota, cost: NonZeroU32) -> Decision {
-        self.check_at(now_us(), key, quota, cost)
+        self.check_at(unix_us(), key, quota, cost)
     }
 
     pub(crate) fn check_at(&self, now: i64, key: &Key, quota: Quota, cost: NonZeroU32) -> Decision {
@@ -133,7 +127,7 @@ impl CalendarStore {
     /// to none) or reads (`0`) `key`'s count in the current window, and
     /// tells what a request of one unit would be told now.
     pub(crate) fn adjust(&self, key: &Key, quota: Quota, units: i64) -> Decision {
-        self.adjust_at(now_us(), key, quota, units)
+        self.adjust_at(unix_us(), key, quota, units)
     }
 
     pub(crate) fn adjust_at(&self, now: i64, key: &Key, quota: Quota, units: i64) -> Decision {
@@ -164,7 +158,7 @@ impl CalendarStore {
     /// Each held key's count, and the end of its window (s since the
     /// epoch), in a window that has not ended.
     pub(crate) fn counts(&self) -> Vec<(Key, u32, i64)> {
-        let now = now_us().div_euclid(1_000_000);
+        let now = unix_us().div_euclid(1_000_000);
         self.map
             .iter()
             .filter(|e| e.end > now && e.count > 0)
@@ -196,7 +190,7 @@ impl CalendarStore {
 
     /// Forgets keys whose window has ended: a new window starts them at zero.
     pub(crate) fn cleanup(&self) {
-        self.cleanup_at(now_us());
+        self.cleanup_at(unix_us());
     }
 
     fn cleanup_at(&self, now: i64) {

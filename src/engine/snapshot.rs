@@ -5,12 +5,13 @@ use std::time::Duration;
 use super::chain::Chain;
 use super::rule::share;
 use crate::Quota;
-use crate::snapshot::{Saved, SavedRule, now_unix_us};
+use crate::instant::unix_us;
+use crate::snapshot::{Saved, SavedRule};
 
 impl Chain {
     /// Each local rule with a static quota: its keys' usage, on the wall clock.
     pub(crate) fn export(&self) -> Vec<SavedRule> {
-        let now = now_unix_us();
+        let now = unix_us();
         self.rules
             .iter()
             .filter_map(|r| {
@@ -48,7 +49,7 @@ impl Chain {
     /// written counted as elapsed; a changed quota converts as the rule's
     /// `QuotaChange` says. How many rules it restored.
     pub(crate) fn import(&self, saved: &[SavedRule]) -> usize {
-        let now = now_unix_us();
+        let now = unix_us();
         let mut restored = 0;
         for s in saved {
             let Some(r) = self.find(&s.name) else {

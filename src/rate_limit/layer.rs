@@ -122,7 +122,7 @@ impl RateLimitLayer {
     /// [`SnapshotError::Io`](crate::snapshot::SnapshotError::Io) when `w` fails.
     pub fn snapshot(&self, w: impl std::io::Write) -> Result<(), crate::snapshot::SnapshotError> {
         let rules = self.shared.chain.load().export();
-        crate::snapshot::write(w, &rules, crate::snapshot::now_unix_us())
+        crate::snapshot::write(w, &rules, crate::instant::unix_us())
     }
 
     /// What the layer enforces, as a Markdown table or a Mermaid flowchart:

@@ -143,10 +143,3 @@ impl From<std::io::Error> for SnapshotError {
         Self::Io(e)
     }
 }
-
-/// Microseconds since the epoch, from the system clock.
-pub(crate) fn now_unix_us() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
-}
