@@ -80,15 +80,14 @@ impl Chain {
                     let t = interval_us(old);
                     for (key, whole_at) in keys {
                         let used = whole_at.saturating_sub(now) as f64 / t;
-                        let used = match same {
-                            true => Some(used),
-                            false => {
-                                how.convert(used, f64::from(old.burst()), f64::from(q.burst()))
-                            }
+                        // `Reset` is for a changed quota only.
+                        let used = if same {
+                            Some(used)
+                        } else {
+                            how.convert(used, f64::from(old.burst()), f64::from(q.burst()))
                         };
-                        match used {
-                            Some(u) if u > 0.0 => store.put_used(key.clone(), u, q),
-                            _ => {}
+                        if let Some(u) = used.filter(|u| *u > 0.0) {
+                            store.put_used(key.clone(), u, q);
                         }
                     }
                 }
@@ -106,17 +105,14 @@ impl Chain {
                         if *saved_end != end {
                             continue;
                         }
-                        let n = match *limit == q.limit() {
-                            true => Some(f64::from(*count)),
-                            false => how
-                                .convert(f64::from(*count), f64::from(*limit), f64::from(q.limit()))
-                                .map(f64::ceil),
+                        let n = if *limit == q.limit() {
+                            Some(f64::from(*count))
+                        } else {
+                            how.convert(f64::from(*count), f64::from(*limit), f64::from(q.limit()))
+                                .map(f64::ceil)
                         };
-                        match n {
-                            Some(n) if n >= 1.0 => {
-                                store.adjust(key, q, n as i64);
-                            }
-                            _ => {}
+                        if let Some(n) = n.filter(|n| *n >= 1.0) {
+                            store.adjust(key, q, n as i64);
                         }
                     }
                 }
