@@ -53,7 +53,9 @@ pub struct DescribedRule {
     /// `log only (shadow)`; with `, lockout: 5 denies/1min -> 15min` for a
     /// rule with a [`Lockout`](crate::policy::Lockout), `, hidden from
     /// headers` for a rule kept out of the rate-limit headers and `, pk`
-    /// for one that sends its partition key.
+    /// for one that sends its partition key; `, exempt: 10.0.0.0/8 + fn`
+    /// for a rule with [`exempt_ips`](crate::Rule::exempt_ips) and
+    /// [`exempt`](crate::Rule::exempt).
     pub on_deny: String,
     /// What a request without a key gets: `skip`, a status like `401`, or
     /// `fallback: peer_ip`; by default, for an extractor whose source the
@@ -136,6 +138,13 @@ impl DescribedRule {
                     s.push_str(", hidden from headers");
                 } else if rule.partition_key {
                     s.push_str(", pk");
+                }
+                if let Some(e) = &rule.exempt {
+                    let mut who = e.written.clone();
+                    if e.f.is_some() {
+                        who.push("fn".to_owned());
+                    }
+                    let _ = write!(s, ", exempt: {}", who.join(" + "));
                 }
                 s
             },

@@ -96,6 +96,12 @@ pub(super) fn fold(
 
 impl CompiledRule {
     pub(super) fn step(self: &Arc<Self>, parts: &Parts) -> Step {
+        if let Some(exempt) = &self.rule.exempt
+            && exempt.matches(&self.rule.key, parts)
+        {
+            observe::exempt(&self.rule.name);
+            return Step::Now(Outcome::Skip);
+        }
         let quota = match &self.rule.quota {
             QuotaSource::Static(q) => share(&self.rule, *q, self.instances),
             QuotaSource::Dynamic(f) => share(&self.rule, f(parts), self.instances),

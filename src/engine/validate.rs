@@ -26,6 +26,12 @@ pub(super) fn validate(rule: &Rule, instances: Option<u32>) -> Result<(), BuildE
             "count_if and cost_from_response need a request cost of at least 1: it is the reservation",
         ));
     }
+    if let Some(cidr) = rule.exempt.as_ref().and_then(|e| e.invalid.clone()) {
+        return Err(BuildError::InvalidExemptIp {
+            rule: rule_err(),
+            cidr,
+        });
+    }
     if rule.max_keys == 0 {
         return Err(BuildError::InvalidSetting("max_keys must be at least 1"));
     }

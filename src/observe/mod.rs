@@ -15,10 +15,11 @@ pub(crate) use global::*;
 pub const TARGET: &str = "keyed_rate_limit";
 
 /// Counter: decisions that denied, that a failure mode made, or that found
-/// the key space full, or whose units could not be settled in Redis; labels
-/// `rule`, `outcome` (`deny`, `shadow_deny`, `locked`, `settle_failed`,
-/// `fail_open`, `fail_closed`, `local_fallback`, `key_space_full`,
-/// `key_space_overflow`) and, for failure modes, `cause` (`timeout`,
+/// the key space full, or whose units could not be settled in Redis, and
+/// requests exempt from a rule; labels `rule`, `outcome`
+/// (`deny`, `shadow_deny`, `locked`, `settle_failed`, `fail_open`,
+/// `fail_closed`, `local_fallback`, `key_space_full`, `key_space_overflow`,
+/// `exempt`) and, for failure modes, `cause` (`timeout`,
 /// `error`, `circuit_open`).
 pub const DECISIONS_TOTAL: &str = "rate_limit_decisions_total";
 
@@ -193,6 +194,12 @@ pub(crate) fn deny(
 pub(crate) fn locked(rule: &Arc<str>, key: &str, block: Duration) {
     let block_ms = block.as_millis() as u64;
     tracing::warn!(target: TARGET, rule = %rule, %key, block_ms, "key locked out");
+}
+
+/// A request a rule's exemption let through: `outcome="exempt"`.
+#[cold]
+pub(crate) fn exempt(rule: &Arc<str>) {
+    count(DECISIONS_TOTAL, rule, &[("outcome", "exempt")]);
 }
 
 /// A deny because the key is locked: `outcome="locked"`.

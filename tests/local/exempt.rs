@@ -1,0 +1,176 @@
+//! Exemptions over a
+//! real server: exempt requests spend nothing and show nothing, and both
+//! are counted. Counters come from the binary's one recorder, under rule
+//! names no other test uses; events from this thread's subscriber.
+
+use keyed_rate_limit::key::{KeyExtractor, TrustedProxies};
+use keyed_rate_limit::{Quota, RateLimitLayer, Rule};
+
+use crate::support::{client, header, metrics, ok_app, serve};
+
+const DECISIONS: &str = "rate_limit_decisions_total";
+
+/// Three GETs of `url` with `headers`: their statuses.
+async fn three(url: &str, headers: &[(&str, &str)]) -> Vec<u16> {
+    let c = client();
+    let mut out = Vec::new();
+    for _ in 0..3 {
+        let mut req = c.get(url);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        out.push(req.send().await.unwrap().status().as_u16());
+    }
+    out
+}
+
+async fn serve_rule(rule: Rule) -> String {
+    serve(ok_app(
+        RateLimitLayer::builder().rule(rule).build().unwrap(),
+    ))
+    .await
+}
+
+#[tokio::test]
+async fn an_exempt_closure_lets_its_requests_through_uncounted() {
+    metrics::snapshotter();
+    let url = serve_rule(
+        Rule::new("ex-fn", KeyExtractor::global(), Quota::per_hour(2))
+            .exempt(|p| p.headers.contains_key("x-internal")),
+    )
+    .await;
+    assert_eq!(three(&url, &[("x-internal", "1")]).await, [200, 200, 200]);
+    // Nothing was spent: the quota is whole for the others.
+    assert_eq!(three(&url, &[]).await, [200, 200, 429]);
+    assert_eq!(metrics::counter(DECISIONS, "ex-fn", "exempt"), 3);
+    assert_eq!(metrics::counter(DECISIONS, "ex-fn", "deny"), 1);
+}
+
+#[tokio::test]
+async fn exempt_ips_match_the_peer_of_a_peer_ip_rule() {
+    metrics::snapshotter();
+    let exempt = serve_rule(
+        Rule::new("ex-peer", KeyExtractor::peer_ip(), Quota::per_hour(2))
+            .exempt_ips(["10.0.0.0/8", "127.0.0.0/8"]),
+    )
+    .await;
+    assert_eq!(three(&exempt, &[]).await, [200, 200, 200]);
+    assert_eq!(metrics::counter(DECISIONS, "ex-peer", "exempt"), 3);
+
+    let other = serve_rule(
+        Rule::new("ex-peer-no", KeyExtractor::peer_ip(), Quota::per_hour(2))
+            .exempt_ips(["10.0.0.0/8", "::1"]),
+    )
+    .await;
+    assert_eq!(three(&other, &[]).await, [200, 200, 429]);
+    assert_eq!(metrics::counter(DECISIONS, "ex-peer-no", "exempt"), 0);
+
+    // A key that is no address: the TCP peer's, from ConnectInfo.
+    let by_header = serve_rule(
+        Rule::new(
+            "ex-header",
+            KeyExtractor::header("x-api-key"),
+            Quota::per_hour(2),
+        )
+        .exempt_ips(["127.0.0.1"]),
+    )
+    .await;
+    assert_eq!(
+        three(&by_header, &[("x-api-key", "k")]).await,
+        [200, 200, 200]
+    );
+}
+
+#[tokio::test]
+async fn exempt_ips_of_a_client_ip_rule_trust_only_its_proxies() {
+    metrics::snapshotter();
+    let rule = |name: &str, proxies: &[&str]| {
+        Rule::new(
+            name,
+            KeyExtractor::client_ip(TrustedProxies::new(proxies).unwrap()),
+            Quota::per_hour(2),
+        )
+        .exempt_ips(["192.0.2.0/24"])
+    };
+    // The test client is the trusted proxy: the client it reports counts.
+    let behind = serve_rule(rule("ex-client", &["127.0.0.1"])).await;
+    let office = [("x-forwarded-for", "198.51.100.7, 192.0.2.9")];
+    assert_eq!(three(&behind, &office).await, [200, 200, 200]);
+    // The leftmost entry is the client's own word: not believed.
+    let forged = [("x-forwarded-for", "192.0.2.9, 198.51.100.7")];
+    assert_eq!(three(&behind, &forged).await, [200, 200, 429]);
+    assert_eq!(metrics::counter(DECISIONS, "ex-client", "exempt"), 3);
+
+    // A peer outside the trusted proxies: its X-Forwarded-For is forged.
+    let direct = serve_rule(rule("ex-spoof", &["10.0.0.0/8"])).await;
+    let spoof = [("x-forwarded-for", "192.0.2.9")];
+    assert_eq!(three(&direct, &spoof).await, [200, 200, 429]);
+    assert_eq!(metrics::counter(DECISIONS, "ex-spoof", "exempt"), 0);
+}
+
+#[tokio::test]
+async fn an_exempt_rule_sends_no_headers_and_the_others_still_apply() {
+    metrics::snapshotter();
+    let layer = RateLimitLayer::builder()
+        .rule(Rule::new(
+            "ex-all",
+            KeyExtractor::global(),
+            Quota::per_hour(100),
+        ))
+        .rule(
+            Rule::new("ex-some", KeyExtractor::global(), Quota::per_hour(50))
+                .exempt(|p| p.headers.contains_key("x-internal")),
+        )
+        .build()
+        .unwrap();
+    let url = serve(ok_app(layer)).await;
+    let c = client();
+    let res = c.get(&url).header("x-internal", "1").send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(
+        header(&res, "ratelimit-policy").unwrap(),
+        r#""ex-all";q=100;w=3600"#
+    );
+    assert!(!header(&res, "ratelimit").unwrap().contains("ex-some"));
+    let res = c.get(&url).send().await.unwrap();
+    let policy = header(&res, "ratelimit-policy").unwrap();
+    assert!(policy.contains("ex-some"), "{policy}");
+}
+
+#[test]
+fn describe_shows_exemptions() {
+    let layer = RateLimitLayer::builder()
+        .rule(
+            Rule::new("d-both", KeyExtractor::peer_ip(), Quota::per_hour(10))
+                .exempt_ips(["10.0.0.0/8"])
+                .exempt(|_| false),
+        )
+        .rule(Rule::new("d-fn", KeyExtractor::global(), Quota::per_hour(10)).exempt(|_| false))
+        .build()
+        .unwrap();
+    let d = layer.describe();
+    let on_deny: Vec<_> = d.rules().iter().map(|r| r.on_deny.as_str()).collect();
+    assert_eq!(
+        on_deny,
+        [
+            "429 + Retry-After, exempt: 10.0.0.0/8 + fn",
+            "429 + Retry-After, exempt: fn",
+        ]
+    );
+    assert!(d.markdown().starts_with("| # |"));
+}
+
+#[test]
+fn invalid_exempt_ips_are_build_errors() {
+    let err = RateLimitLayer::builder()
+        .rule(
+            Rule::new("bad-ip", KeyExtractor::peer_ip(), Quota::per_hour(1))
+                .exempt_ips(["10.0.0.0/8", "10.0.0.0/33"]),
+        )
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        r#"rule "bad-ip": exempt_ips entry "10.0.0.0/33" is not a CIDR or IP address"#
+    );
+}
