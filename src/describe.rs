@@ -27,6 +27,8 @@ use crate::rule::{Cost, OnMissingKey, QuotaSource};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Description {
     rules: Vec<DescribedRule>,
+    /// `RateLimitBuilder::exempt` is set.
+    layer_exempt: bool,
 }
 
 /// One rule, as text.
@@ -215,10 +217,17 @@ fn label(s: &str) -> String {
 }
 
 impl Description {
-    pub(crate) fn new<'a>(rules: impl Iterator<Item = &'a Rule>) -> Self {
+    pub(crate) fn new<'a>(rules: impl Iterator<Item = &'a Rule>, layer_exempt: bool) -> Self {
         Self {
             rules: rules.map(DescribedRule::new).collect(),
+            layer_exempt,
         }
+    }
+
+    /// Whether some requests skip every rule
+    /// ([`RateLimitBuilder::exempt`](crate::RateLimitBuilder::exempt)).
+    pub fn layer_exempt(&self) -> bool {
+        self.layer_exempt
     }
 
     /// The rules, in evaluation order.
@@ -226,9 +235,15 @@ impl Description {
         &self.rules
     }
 
-    /// A Markdown table, one row per rule in evaluation order.
+    /// A Markdown table, one row per rule in evaluation order; after
+    /// `Exempt from every rule: fn` and a blank line when the layer has a
+    /// layer-wide exemption.
     pub fn markdown(&self) -> String {
-        let mut out = String::from(
+        let mut out = String::new();
+        if self.layer_exempt {
+            out.push_str("Exempt from every rule: fn\n\n");
+        }
+        out.push_str(
             "| # | rule | key | quota | algorithm | scope | failure mode | on deny |\n\
              |---|---|---|---|---|---|---|---|\n",
         );

@@ -20,7 +20,8 @@ pub const TARGET: &str = "keyed_rate_limit";
 /// (`deny`, `shadow_deny`, `locked`, `settle_failed`, `fail_open`,
 /// `fail_closed`, `local_fallback`, `key_space_full`, `key_space_overflow`,
 /// `exempt`) and, for failure modes, `cause` (`timeout`,
-/// `error`, `circuit_open`).
+/// `error`, `circuit_open`). A request the layer-wide exemption lets
+/// through is counted once with `rule="*"` ([`LAYER_RULE`]).
 pub const DECISIONS_TOTAL: &str = "rate_limit_decisions_total";
 
 /// Counter: a rule's Redis circuit breaker opened; label `rule`.
@@ -196,10 +197,22 @@ pub(crate) fn locked(rule: &Arc<str>, key: &str, block: Duration) {
     tracing::warn!(target: TARGET, rule = %rule, %key, block_ms, "key locked out");
 }
 
+/// The `rule` label of requests exempt from the whole layer
+/// (`RateLimitBuilder::exempt`).
+pub const LAYER_RULE: &str = "*";
+
 /// A request a rule's exemption let through: `outcome="exempt"`.
 #[cold]
 pub(crate) fn exempt(rule: &Arc<str>) {
     count(DECISIONS_TOTAL, rule, &[("outcome", "exempt")]);
+}
+
+/// A request the layer-wide exemption let through: counted once, with
+/// `rule="*"`.
+#[cold]
+pub(crate) fn layer_exempt() {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(DECISIONS_TOTAL, "rule" => LAYER_RULE, "outcome" => "exempt").increment(1);
 }
 
 /// A deny because the key is locked: `outcome="locked"`.

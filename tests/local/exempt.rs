@@ -1,8 +1,10 @@
-//! Exemptions over a
+//! Exemptions (per rule and layer-wide) over a
 //! real server: exempt requests spend nothing and show nothing, and both
 //! are counted. Counters come from the binary's one recorder, under rule
 //! names no other test uses; events from this thread's subscriber.
 
+use axum::Router;
+use axum::routing::get;
 use keyed_rate_limit::key::{KeyExtractor, TrustedProxies};
 use keyed_rate_limit::{Quota, RateLimitLayer, Rule};
 
@@ -135,6 +137,47 @@ async fn an_exempt_rule_sends_no_headers_and_the_others_still_apply() {
     let res = c.get(&url).send().await.unwrap();
     let policy = header(&res, "ratelimit-policy").unwrap();
     assert!(policy.contains("ex-some"), "{policy}");
+}
+
+#[tokio::test]
+async fn the_layer_wide_exemption_skips_every_rule_and_is_counted_once() {
+    metrics::snapshotter();
+    let layer = RateLimitLayer::builder()
+        .rule(Rule::new(
+            "ex-layer-a",
+            KeyExtractor::global(),
+            Quota::per_hour(1),
+        ))
+        .rule(Rule::new(
+            "ex-layer-b",
+            KeyExtractor::peer_ip(),
+            Quota::per_hour(1),
+        ))
+        .exempt(|p| p.uri.path() == "/healthz")
+        .build()
+        .unwrap();
+    assert!(
+        layer
+            .describe()
+            .markdown()
+            .starts_with("Exempt from every rule: fn\n\n| # |")
+    );
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .route("/healthz", get(|| async { "healthy" }))
+        .layer(layer);
+    let url = serve(app).await;
+    let c = client();
+    for _ in 0..4 {
+        let res = c.get(format!("{url}/healthz")).send().await.unwrap();
+        assert_eq!(res.status(), 200);
+        assert!(res.headers().get("ratelimit-policy").is_none());
+        assert!(res.headers().get("ratelimit").is_none());
+    }
+    assert_eq!(three(&url, &[]).await, [200, 429, 429]);
+    assert_eq!(metrics::counter(DECISIONS, "*", "exempt"), 4);
+    assert_eq!(metrics::counter(DECISIONS, "ex-layer-a", "exempt"), 0);
+    assert_eq!(metrics::counter(DECISIONS, "ex-layer-b", "exempt"), 0);
 }
 
 #[test]
