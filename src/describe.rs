@@ -57,7 +57,9 @@ pub struct DescribedRule {
     /// headers` for a rule kept out of the rate-limit headers and `, pk`
     /// for one that sends its partition key; `, exempt: 10.0.0.0/8 + fn`
     /// for a rule with [`exempt_ips`](crate::Rule::exempt_ips) and
-    /// [`exempt`](crate::Rule::exempt).
+    /// [`exempt`](crate::Rule::exempt); `, near limit < 10%` for a
+    /// [`near_limit_ratio`](crate::Rule::near_limit_ratio) other than the
+    /// default 20%, `, near limit off` for none.
     pub on_deny: String,
     /// What a request without a key gets: `skip`, a status like `401`, or
     /// `fallback: peer_ip`; by default, for an extractor whose source the
@@ -147,6 +149,13 @@ impl DescribedRule {
                         who.push("fn".to_owned());
                     }
                     let _ = write!(s, ", exempt: {}", who.join(" + "));
+                }
+                match rule.near_limit {
+                    None => s.push_str(", near limit off"),
+                    Some(r) if r != crate::rule::DEFAULT_NEAR_LIMIT_RATIO => {
+                        let _ = write!(s, ", near limit < {}%", (r * 10_000.0).round() / 100.0);
+                    }
+                    Some(_) => {}
                 }
                 s
             },

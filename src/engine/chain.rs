@@ -8,7 +8,7 @@ use futures_util::future::BoxFuture;
 use http::request::Parts;
 
 use super::decide::{Outcome, Step, Verdict, allow, fold};
-use super::rule::{Backend, CompiledRule, new_backend, share};
+use super::rule::{Backend, CompiledRule, near_threshold, new_backend, share};
 use super::spend::Spends;
 use super::validate::validate;
 use crate::backend::keyspace::Budget;
@@ -90,9 +90,16 @@ impl Chain {
                 StaticPolicy::new(&rule.name, q.limit(), q.window(), false)
             });
             let records = rule.settles() || (cfg.refunds && i < last);
+            let near_below = match (rule.near_limit, rule.static_quota()) {
+                (None, _) => 0,
+                (Some(r), Some(q)) => near_threshold(r, share(&rule, q, instances).limit()),
+                (Some(_), None) => u32::MAX,
+            };
             out.push(Arc::new(CompiledRule {
                 watch: KeyWatch::new(rule.name.clone(), &rule.key),
                 records,
+                near_below,
+                near_log: Default::default(),
                 key_space_warned: Throttle::default(),
                 deny_log: Default::default(),
                 misuse_log: Default::default(),

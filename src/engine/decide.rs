@@ -365,6 +365,8 @@ impl CompiledRule {
                 shadow,
                 &self.deny_log,
             );
+        } else if decision.remaining() < self.near_below {
+            self.near_limit(key, &decision);
         }
         Outcome::Decided(
             RuleDecision {
@@ -379,6 +381,26 @@ impl CompiledRule {
             },
             None,
         )
+    }
+
+    /// An allowed decision below the near-limit threshold; for a
+    /// `quota_fn` rule, checked here against the decision's own limit.
+    #[cold]
+    #[inline(never)]
+    fn near_limit(&self, key: &Key, decision: &Decision) {
+        if self.near_below == u32::MAX
+            && let Some(ratio) = self.rule.near_limit
+            && decision.remaining() >= super::rule::near_threshold(ratio, decision.limit())
+        {
+            return;
+        }
+        observe::near_limit(
+            &self.rule.name,
+            || key.fingerprint(),
+            decision.remaining(),
+            decision.limit(),
+            &self.near_log,
+        );
     }
 
     /// [`outcome`](Self::outcome) of a decision that may have spent `cost`;

@@ -32,6 +32,11 @@ pub(super) fn validate(rule: &Rule, instances: Option<u32>) -> Result<(), BuildE
             cidr,
         });
     }
+    if rule.near_limit.is_some_and(|r| !(r > 0.0 && r <= 1.0)) {
+        return Err(BuildError::InvalidSetting(
+            "near_limit_ratio must be in (0, 1], or None to turn it off",
+        ));
+    }
     if rule.max_keys == 0 {
         return Err(BuildError::InvalidSetting("max_keys must be at least 1"));
     }

@@ -31,6 +31,10 @@ pub(crate) type CountIfFn = dyn Fn(&http::response::Parts) -> bool + Send + Sync
 pub(crate) type ResponseCostFn = dyn Fn(&http::response::Parts) -> u32 + Send + Sync;
 pub(crate) type ExemptFn = dyn Fn(&Parts) -> bool + Send + Sync;
 
+/// The share of the quota left below which an allowed request counts as
+/// `near_limit` by default: see [`Rule::near_limit_ratio`].
+pub const DEFAULT_NEAR_LIMIT_RATIO: f64 = 0.2;
+
 /// Who a rule lets through without counting: see [`Rule::exempt`] and
 /// [`Rule::exempt_ips`]. Boxed in the rule, so a rule without one pays a
 /// pointer check.
@@ -145,6 +149,8 @@ pub struct Rule {
     pub(crate) count_if: Option<Arc<CountIfFn>>,
     pub(crate) cost_from_response: Option<Arc<ResponseCostFn>>,
     pub(crate) exempt: Option<Box<Exempt>>,
+    /// `None`: no near-limit signal.
+    pub(crate) near_limit: Option<f64>,
 }
 
 impl Rule {
@@ -172,6 +178,7 @@ impl Rule {
             count_if: None,
             cost_from_response: None,
             exempt: None,
+            near_limit: Some(DEFAULT_NEAR_LIMIT_RATIO),
         }
     }
 
@@ -237,6 +244,29 @@ impl Rule {
             }
             e.written.push(s.to_owned());
         }
+        self
+    }
+
+    /// Counts an allowed request that leaves less than `ratio` of the
+    /// quota's limit remaining in
+    /// `rate_limit_decisions_total{outcome="near_limit"}`, and logs it (an
+    /// `info` event, at most one a second per rule): a client about to be
+    /// refused, seen before it is. On by default at
+    /// [`DEFAULT_NEAR_LIMIT_RATIO`] (0.2); `None` turns it off. A ratio
+    /// outside (0, 1] is a build error. For a static quota the threshold
+    /// is computed once, when the layer is built.
+    ///
+    /// ```
+    /// use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
+    /// let r = Rule::new("api", KeyExtractor::peer_ip(), Quota::per_minute(100)).near_limit_ratio(Some(0.1));
+    /// assert!(RateLimitLayer::builder().rule(r).build().is_ok());
+    /// let quiet = Rule::new("api", KeyExtractor::peer_ip(), Quota::per_minute(100)).near_limit_ratio(None);
+    /// # let _ = quiet;
+    /// let bad = Rule::new("api", KeyExtractor::peer_ip(), Quota::per_minute(100)).near_limit_ratio(Some(1.5));
+    /// assert!(RateLimitLayer::builder().rule(bad).build().is_err());
+    /// ```
+    pub fn near_limit_ratio(mut self, ratio: Option<f64>) -> Self {
+        self.near_limit = ratio;
         self
     }
 

@@ -1,4 +1,4 @@
-//! Exemptions (per rule and layer-wide) over a
+//! Exemptions (per rule and layer-wide) and the near-limit signal over a
 //! real server: exempt requests spend nothing and show nothing, and both
 //! are counted. Counters come from the binary's one recorder, under rule
 //! names no other test uses; events from this thread's subscriber.
@@ -8,7 +8,7 @@ use axum::routing::get;
 use keyed_rate_limit::key::{KeyExtractor, TrustedProxies};
 use keyed_rate_limit::{Quota, RateLimitLayer, Rule};
 
-use crate::support::{client, header, metrics, ok_app, serve};
+use crate::support::{client, events, header, metrics, ok_app, serve};
 
 const DECISIONS: &str = "rate_limit_decisions_total";
 
@@ -216,4 +216,131 @@ fn invalid_exempt_ips_are_build_errors() {
         err.to_string(),
         r#"rule "bad-ip": exempt_ips entry "10.0.0.0/33" is not a CIDR or IP address"#
     );
+}
+
+#[test]
+fn describe_shows_near_limit_ratios_other_than_the_default() {
+    let layer = RateLimitLayer::builder()
+        .rule(
+            Rule::new("d-tenth", KeyExtractor::global(), Quota::per_hour(10))
+                .near_limit_ratio(Some(0.1)),
+        )
+        .rule(
+            Rule::new("d-off", KeyExtractor::global(), Quota::per_hour(10)).near_limit_ratio(None),
+        )
+        .rule(Rule::new(
+            "d-default",
+            KeyExtractor::global(),
+            Quota::per_hour(10),
+        ))
+        .build()
+        .unwrap();
+    let d = layer.describe();
+    let on_deny: Vec<_> = d.rules().iter().map(|r| r.on_deny.as_str()).collect();
+    assert_eq!(
+        on_deny,
+        [
+            "429 + Retry-After, near limit < 10%",
+            "429 + Retry-After, near limit off",
+            "429 + Retry-After",
+        ]
+    );
+}
+
+#[test]
+fn near_limit_ratios_outside_zero_to_one_are_build_errors() {
+    let build = |ratio| {
+        let rule = Rule::new("bad-ratio", KeyExtractor::peer_ip(), Quota::per_hour(1))
+            .near_limit_ratio(Some(ratio));
+        RateLimitLayer::builder().rule(rule).build()
+    };
+    for ratio in [0.0, -0.1, 1.01, f64::NAN] {
+        assert!(build(ratio).is_err(), "{ratio}");
+    }
+    assert!(build(1.0).is_ok());
+}
+
+#[tokio::test]
+async fn near_limit_is_counted_each_time_and_logged_once_a_second() {
+    metrics::snapshotter();
+    let (events, _guard) = events::capture();
+    // 20 an hour, the default 0.2: the 17th to 20th leave 3 to 0 units.
+    let url = serve_rule(Rule::new(
+        "near-default",
+        KeyExtractor::global(),
+        Quota::per_hour(20),
+    ))
+    .await;
+    let c = client();
+    let ok = || async { c.get(&url).send().await.unwrap().status().as_u16() };
+    for i in 1..=16 {
+        assert_eq!(ok().await, 200, "{i}");
+    }
+    assert_eq!(metrics::counter(DECISIONS, "near-default", "near_limit"), 0);
+    assert_eq!(ok().await, 200);
+    // Another test's thread may have registered the event's callsite while
+    // no capture was alive, caching "never": ask again with ours.
+    tracing::callsite::rebuild_interest_cache();
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    for _ in 18..=20 {
+        assert_eq!(ok().await, 200);
+    }
+    // The deny that follows is no near-limit.
+    assert_eq!(ok().await, 429);
+    assert_eq!(metrics::counter(DECISIONS, "near-default", "near_limit"), 4);
+    let lines: Vec<_> = events::with_message(&events, "near the rate limit")
+        .into_iter()
+        .filter(|e| e["rule"] == "near-default" && e["remaining"] != "3")
+        .collect();
+    assert_eq!(lines.len(), 1, "one line a second: {lines:?}");
+    assert_eq!(lines[0]["remaining"], "2");
+    assert_eq!(lines[0]["limit"], "20");
+    assert_eq!(lines[0]["suppressed"], "0");
+}
+
+#[tokio::test]
+async fn near_limit_follows_the_rule_ratio_and_none_turns_it_off() {
+    metrics::snapshotter();
+    let layer = RateLimitLayer::builder()
+        .rule(
+            Rule::new("near-half", KeyExtractor::global(), Quota::per_hour(10))
+                .near_limit_ratio(Some(0.5)),
+        )
+        .rule(
+            Rule::new("near-off", KeyExtractor::global(), Quota::per_hour(100))
+                .near_limit_ratio(None),
+        )
+        .rule(
+            // A quota per request: its threshold comes with each decision.
+            Rule::new("near-dyn", KeyExtractor::global(), Quota::per_hour(1))
+                .quota_fn(|_| Quota::per_hour(20)),
+        )
+        .build()
+        .unwrap();
+    let url = serve(ok_app(layer)).await;
+    let c = client();
+    for _ in 0..10 {
+        assert_eq!(c.get(&url).send().await.unwrap().status(), 200);
+    }
+    // 10 and 0.5: remaining 4 down to 0.
+    assert_eq!(metrics::counter(DECISIONS, "near-half", "near_limit"), 5);
+    assert_eq!(metrics::counter(DECISIONS, "near-off", "near_limit"), 0);
+    // 20 and 0.2: below 4 left, not yet.
+    assert_eq!(metrics::counter(DECISIONS, "near-dyn", "near_limit"), 0);
+}
+
+#[tokio::test]
+async fn a_quota_fn_rule_is_near_its_limit_by_the_decided_quota() {
+    metrics::snapshotter();
+    let url = serve_rule(
+        Rule::new("near-fn", KeyExtractor::global(), Quota::per_hour(1000))
+            .quota_fn(|_| Quota::per_hour(5)),
+    )
+    .await;
+    let c = client();
+    for _ in 0..5 {
+        assert_eq!(c.get(&url).send().await.unwrap().status(), 200);
+    }
+    // 5 and 0.2: only the last leaves fewer than 1.
+    assert_eq!(metrics::counter(DECISIONS, "near-fn", "near_limit"), 1);
 }
