@@ -344,3 +344,39 @@ async fn a_quota_fn_rule_is_near_its_limit_by_the_decided_quota() {
     // 5 and 0.2: only the last leaves fewer than 1.
     assert_eq!(metrics::counter(DECISIONS, "near-fn", "near_limit"), 1);
 }
+
+#[cfg(feature = "config")]
+#[tokio::test]
+async fn a_rules_file_sets_exemptions_and_the_near_limit_ratio() {
+    use keyed_rate_limit::config::{Registry, RulesConfig};
+    metrics::snapshotter();
+    let registry = Registry::new().exempt_fn("health", |p| p.uri.path() == "/healthz");
+    let layer = RulesConfig::from_toml_str(
+        r#"
+exempt_fn = "health"
+
+[[rules]]
+name = "file-office"
+key = "peer_ip"
+quota = "2/h"
+exempt_ips = ["127.0.0.0/8"]
+
+[[rules]]
+name = "file-all"
+key = "global"
+quota = "4/h"
+near_limit_ratio = 0.5
+"#,
+    )
+    .unwrap()
+    .into_layer(&registry)
+    .unwrap();
+    // Not sent a health check: the layer-wide counter is another test's.
+    assert!(layer.describe().layer_exempt());
+    let url = serve(ok_app(layer)).await;
+    // The loopback peer skips file-office; file-all counts and nears its limit.
+    assert_eq!(three(&url, &[]).await, [200, 200, 200]);
+    assert_eq!(metrics::counter(DECISIONS, "file-office", "exempt"), 3);
+    // 4 and 0.5: the 3rd leaves 1, under 2.
+    assert_eq!(metrics::counter(DECISIONS, "file-all", "near_limit"), 1);
+}
