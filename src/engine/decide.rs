@@ -383,15 +383,16 @@ impl CompiledRule {
         )
     }
 
-    /// An allowed decision below the near-limit threshold; for a
-    /// `quota_fn` rule, checked here against the decision's own limit.
+    /// An allowed decision below the compiled threshold, checked again
+    /// against its own limit: a `quota_fn` rule has no compiled one, and a
+    /// global rule's local fallback decides on a smaller share.
     #[cold]
     #[inline(never)]
     fn near_limit(&self, key: &Key, decision: &Decision) {
-        if self.near_below == u32::MAX
-            && let Some(ratio) = self.rule.near_limit
-            && decision.remaining() >= super::rule::near_threshold(ratio, decision.limit())
-        {
+        let Some(ratio) = self.rule.near_limit else {
+            return;
+        };
+        if decision.remaining() >= super::rule::near_threshold(ratio, decision.limit()) {
             return;
         }
         observe::near_limit(

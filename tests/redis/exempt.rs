@@ -1,9 +1,11 @@
 //! Exemptions and the near-limit signal on a global rule: an exempt
-//! request never reaches Redis, and near-limit counts Redis's decisions.
+//! request never reaches Redis, and near-limit counts Redis's decisions
+//! and, by its share, the local fallback's.
 
-use crate::support::gateway::HEALTHY_TIMEOUT;
+use crate::support::gateway::{HEALTHY_TIMEOUT, app, hit};
 use crate::support::metrics::{counter, snapshotter};
 use crate::support::{Backend as _, client, ok_app, serve};
+use keyed_rate_limit::failure::FailureMode;
 use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
 use keyed_rate_limit_testing::RedisServer;
 
@@ -57,4 +59,35 @@ async fn exempt_requests_leave_redis_alone_and_near_limit_counts_global_decision
     assert!(keys(&server) > 0);
     // 5 and 0.2: the fifth left fewer than 1.
     assert_eq!(counter(DECISIONS, "g-exempt", "near_limit"), 1);
+}
+
+#[tokio::test]
+async fn near_limit_on_the_local_fallback_is_by_the_share() {
+    snapshotter();
+    let mut server = RedisServer::start();
+    // 100 an hour over 4 instances: the fallback share is 25, near below 5.
+    let layer = RateLimitLayer::builder()
+        .rule(
+            Rule::new("g-near-share", KeyExtractor::global(), Quota::per_hour(100))
+                .global(server.backend("g-near-share").await)
+                .on_redis_failure(FailureMode::LocalFallback)
+                .redis_timeout(HEALTHY_TIMEOUT),
+        )
+        .instances(4)
+        .build()
+        .unwrap();
+    let url = serve(app(layer)).await;
+    let c = client();
+    assert_eq!(hit(&c, &url).await, (200, "global".into()));
+    server.kill();
+    for _ in 0..10 {
+        assert_eq!(hit(&c, &url).await, (200, "fallback".into()));
+    }
+    // 24 down to 15 of 25 left: none near, though under a fifth of 100.
+    assert_eq!(counter(DECISIONS, "g-near-share", "near_limit"), 0);
+    for _ in 0..15 {
+        assert_eq!(hit(&c, &url).await.0, 200);
+    }
+    // 14 down to 0: the last five.
+    assert_eq!(counter(DECISIONS, "g-near-share", "near_limit"), 5);
 }
