@@ -235,6 +235,15 @@ impl Description {
 
     /// Whether some requests skip every rule
     /// ([`RateLimitBuilder::exempt`](crate::RateLimitBuilder::exempt)).
+    ///
+    /// ```
+    /// use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
+    /// let layer = RateLimitLayer::builder()
+    ///     .rule(Rule::new("api", KeyExtractor::global(), Quota::per_second(5)))
+    ///     .build()
+    ///     .unwrap();
+    /// assert!(!layer.describe().layer_exempt());
+    /// ```
     pub fn layer_exempt(&self) -> bool {
         self.layer_exempt
     }

@@ -198,7 +198,14 @@ pub(crate) fn locked(rule: &Arc<str>, key: &str, block: Duration) {
 }
 
 /// The `rule` label of requests exempt from the whole layer
-/// (`RateLimitBuilder::exempt`).
+/// (`RateLimitBuilder::exempt`); a rule named `*` would share it.
+///
+/// ```
+/// use keyed_rate_limit::observe::{DECISIONS_TOTAL, LAYER_RULE};
+/// // Health checks that skipped the limiter, in PromQL:
+/// let query = format!(r#"sum(rate({DECISIONS_TOTAL}{{rule="{LAYER_RULE}",outcome="exempt"}}[5m]))"#);
+/// assert_eq!(query, r#"sum(rate(rate_limit_decisions_total{rule="*",outcome="exempt"}[5m]))"#);
+/// ```
 pub const LAYER_RULE: &str = "*";
 
 /// A request a rule's exemption let through: `outcome="exempt"`.

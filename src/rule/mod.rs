@@ -33,6 +33,14 @@ pub(crate) type ExemptFn = dyn Fn(&Parts) -> bool + Send + Sync;
 
 /// The share of the quota left below which an allowed request counts as
 /// `near_limit` by default: see [`Rule::near_limit_ratio`].
+///
+/// ```
+/// use keyed_rate_limit::{KeyExtractor, Quota, Rule, rule::DEFAULT_NEAR_LIMIT_RATIO};
+/// // Twice as eager as the default.
+/// let r = Rule::new("api", KeyExtractor::peer_ip(), Quota::per_minute(100))
+///     .near_limit_ratio(Some(DEFAULT_NEAR_LIMIT_RATIO * 2.0));
+/// # let _ = r;
+/// ```
 pub const DEFAULT_NEAR_LIMIT_RATIO: f64 = 0.2;
 
 /// Who a rule lets through without counting: see [`Rule::exempt`] and
