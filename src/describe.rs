@@ -27,6 +27,8 @@ use crate::rule::{Cost, OnMissingKey, QuotaChange, QuotaSource};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Description {
     rules: Vec<DescribedRule>,
+    /// `RateLimitBuilder::exempt` is set.
+    layer_exempt: bool,
 }
 
 /// One rule, as text.
@@ -53,7 +55,11 @@ pub struct DescribedRule {
     /// `log only (shadow)`; with `, lockout: 5 denies/1min -> 15min` for a
     /// rule with a [`Lockout`](crate::policy::Lockout), `, hidden from
     /// headers` for a rule kept out of the rate-limit headers and `, pk`
-    /// for one that sends its partition key.
+    /// for one that sends its partition key; `, exempt: 10.0.0.0/8 + fn`
+    /// for a rule with [`exempt_ips`](crate::Rule::exempt_ips) and
+    /// [`exempt`](crate::Rule::exempt); `, near limit < 10%` for a
+    /// [`near_limit_ratio`](crate::Rule::near_limit_ratio) other than the
+    /// default 20%, `, near limit off` for none.
     pub on_deny: String,
     /// What a request without a key gets: `skip`, a status like `401`, or
     /// `fallback: peer_ip`; by default, for an extractor whose source the
@@ -142,6 +148,20 @@ impl DescribedRule {
                 } else if rule.partition_key {
                     s.push_str(", pk");
                 }
+                if let Some(e) = &rule.exempt {
+                    let mut who = e.written.clone();
+                    if e.f.is_some() {
+                        who.push("fn".to_owned());
+                    }
+                    let _ = write!(s, ", exempt: {}", who.join(" + "));
+                }
+                match rule.near_limit {
+                    None => s.push_str(", near limit off"),
+                    Some(r) if r != crate::rule::DEFAULT_NEAR_LIMIT_RATIO => {
+                        let _ = write!(s, ", near limit < {}%", (r * 10_000.0).round() / 100.0);
+                    }
+                    Some(_) => {}
+                }
                 s
             },
             on_missing_key,
@@ -212,7 +232,7 @@ fn label(s: &str) -> String {
 }
 
 impl Description {
-    pub(crate) fn new<'a>(rules: impl Iterator<Item = &'a Rule>) -> Self {
+    pub(crate) fn new<'a>(rules: impl Iterator<Item = &'a Rule>, layer_exempt: bool) -> Self {
         let mut rules: Vec<DescribedRule> = rules.map(DescribedRule::new).collect();
         // A group member's refusal asks the next member; the last one's answers.
         for i in 0..rules.len() {
@@ -222,15 +242,24 @@ impl Description {
             let last = rules
                 .get(i + 1)
                 .is_none_or(|r| r.group.as_ref() != Some(&g));
+            // What follows the refusal (lockout, exemptions...) stays.
+            let rest = rules[i]
+                .on_deny
+                .strip_prefix("429 + Retry-After")
+                .unwrap_or("")
+                .to_owned();
             rules[i].on_deny = if last {
                 format!(
-                    "any_of {g}: 429 + Retry-After of the soonest member, once every member refused"
+                    "any_of {g}: 429 + Retry-After of the soonest member, once every member refused{rest}"
                 )
             } else {
-                format!("any_of {g}: the next member")
+                format!("any_of {g}: the next member{rest}")
             };
         }
-        Self { rules }
+        Self {
+            rules,
+            layer_exempt,
+        }
     }
 
     /// Where a "yes" from rule `i` (0-based) goes: past its group.
@@ -247,14 +276,35 @@ impl Description {
         }
     }
 
+    /// Whether some requests skip every rule
+    /// ([`RateLimitBuilder::exempt`](crate::RateLimitBuilder::exempt)).
+    ///
+    /// ```
+    /// use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
+    /// let layer = RateLimitLayer::builder()
+    ///     .rule(Rule::new("api", KeyExtractor::global(), Quota::per_second(5)))
+    ///     .build()
+    ///     .unwrap();
+    /// assert!(!layer.describe().layer_exempt());
+    /// ```
+    pub fn layer_exempt(&self) -> bool {
+        self.layer_exempt
+    }
+
     /// The rules, in evaluation order.
     pub fn rules(&self) -> &[DescribedRule] {
         &self.rules
     }
 
-    /// A Markdown table, one row per rule in evaluation order.
+    /// A Markdown table, one row per rule in evaluation order; after
+    /// `Exempt from every rule: fn` and a blank line when the layer has a
+    /// layer-wide exemption.
     pub fn markdown(&self) -> String {
-        let mut out = String::from(
+        let mut out = String::new();
+        if self.layer_exempt {
+            out.push_str("Exempt from every rule: fn\n\n");
+        }
+        out.push_str(
             "| # | rule | key | quota | algorithm | scope | failure mode | on deny |\n\
              |---|---|---|---|---|---|---|---|\n",
         );
@@ -345,7 +395,7 @@ impl Description {
                 }
             };
             let next = node(self.after(i));
-            if r.on_deny.ends_with("the next member") {
+            if r.on_deny.contains(": the next member") {
                 let _ = writeln!(out, "    d{n} -->|no| {}", node(i + 1));
                 let _ = writeln!(out, "    d{n} -->|yes| {next}");
             } else if r.shadow {

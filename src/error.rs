@@ -76,6 +76,14 @@ pub enum BuildError {
         /// What is wrong.
         error: &'static str,
     },
+    /// An entry of [`Rule::exempt_ips`](crate::Rule::exempt_ips) is neither
+    /// a CIDR nor an IP address.
+    InvalidExemptIp {
+        /// The rule.
+        rule: String,
+        /// The entry as written.
+        cidr: String,
+    },
 }
 
 impl fmt::Display for BuildError {
@@ -109,6 +117,10 @@ impl fmt::Display for BuildError {
             Self::InvalidSetting(s) => write!(f, "invalid setting: {s}"),
             Self::InvalidKey { rule, error } => write!(f, "rule {rule:?}: {error}"),
             Self::InvalidGroup { group, error } => write!(f, "any-of group {group:?}: {error}"),
+            Self::InvalidExemptIp { rule, cidr } => write!(
+                f,
+                "rule {rule:?}: exempt_ips entry {cidr:?} is not a CIDR or IP address"
+            ),
         }
     }
 }

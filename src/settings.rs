@@ -7,6 +7,9 @@ use crate::error::BuildError;
 use crate::headers::Headers;
 use crate::response::{Refusals, problem_json};
 
+/// `RateLimitBuilder::exempt`.
+pub(crate) type ExemptFn = dyn Fn(&http::request::Parts) -> bool + Send + Sync;
+
 /// What both builders configure.
 #[derive(Clone)]
 pub(crate) struct Settings {
@@ -16,6 +19,9 @@ pub(crate) struct Settings {
     pub(crate) instances: Option<u32>,
     pub(crate) headers: Headers,
     pub(crate) refusals: Refusals,
+    /// Requests no rule sees (health checks); only the rate-limit builder
+    /// sets it. `None`: one check per request.
+    pub(crate) exempt: Option<Arc<ExemptFn>>,
 }
 
 impl Default for Settings {
@@ -28,6 +34,7 @@ impl Default for Settings {
                 body: Arc::new(problem_json),
                 grpc_message: None,
             },
+            exempt: None,
         }
     }
 }

@@ -6,7 +6,7 @@
 use crate::failure::BreakerConfig;
 use crate::key::{KeyExtractor, TrustedProxies};
 use crate::rule::{Lockout, OnMissingKey};
-use crate::{HeaderStyle, RateLimitBuilder, RateLimitLayer, ResetFormat, Rule};
+use crate::{RateLimitBuilder, RateLimitLayer, Rule};
 
 use super::error::ConfigError;
 use super::locate::Origin;
@@ -44,6 +44,12 @@ impl RulesConfig {
         if let Some(n) = self.max_key_len {
             builder = builder.max_key_len(n);
         }
+        if let Some(name) = &self.exempt_fn {
+            let f = lookup(&registry.exempts, "exempt_fn", name)
+                .map_err(|e| self.origin.field_error("exempt_fn", e))?
+                .clone();
+            builder = builder.exempt(move |p| f(p));
+        }
         Ok(builder.rules(self.into_rules(registry)?))
     }
 
@@ -66,12 +72,13 @@ impl RulesConfig {
     }
 
     /// The settings of the layer as a whole, which a reload can't change.
-    pub(super) fn layer_settings(&self) -> (HeaderStyle, ResetFormat, Option<u32>, Option<usize>) {
+    pub(super) fn layer_settings(&self) -> super::watch::Settings {
         (
             self.headers,
             self.legacy_reset,
             self.instances,
             self.max_key_len,
+            self.exempt_fn.clone(),
         )
     }
 
@@ -116,6 +123,16 @@ impl RuleConfig {
         }
         if let Some(l) = raw.lockout {
             rule = rule.lockout(Lockout::new(l.after, l.within.0, l.block_for.0));
+        }
+        if let Some(ips) = &raw.exempt_ips {
+            rule = rule.exempt_ips(ips);
+        }
+        if let Some(name) = &raw.exempt_fn {
+            let f = lookup(&reg.exempts, "exempt_fn", name)?.clone();
+            rule = rule.exempt(move |p| f(p));
+        }
+        if let Some(n) = raw.near_limit_ratio {
+            rule = rule.near_limit_ratio(n.0);
         }
         if let Some(policy) = raw.on_key_space_full {
             rule = rule.on_key_space_full(policy);

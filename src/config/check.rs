@@ -74,6 +74,14 @@ impl TryFrom<RawRule> for RuleConfig {
                 }
             }
         }
+        if let Some(bad) = raw
+            .exempt_ips
+            .iter()
+            .flatten()
+            .find(|s| crate::key::parse_net(s.trim()).is_none())
+        {
+            return err(format!("`exempt_ips`: {bad:?} is not a CIDR or IP address"));
+        }
         let uses_client_ip = raw.key.uses_client_ip()
             || matches!(&raw.on_missing_key, Some(MissingSpec::Fallback(k)) if k.uses_client_ip());
         let proxies = match (&raw.trusted_proxies, uses_client_ip) {

@@ -42,6 +42,23 @@ impl Origin {
         }
     }
 
+    /// `message` about the layer-level `field`, at its line.
+    pub(super) fn field_error(&self, field: &str, message: String) -> ConfigError {
+        // Layer-level fields start their line, in TOML and YAML alike.
+        let found = self.src.as_deref().and_then(|src| {
+            let line = src.lines().position(|l| {
+                l.strip_prefix(field)
+                    .is_some_and(|rest| rest.trim_start().starts_with(['=', ':']))
+            })?;
+            Some(ConfigError::at(message.clone(), src, line + 1, 1))
+        });
+        let e = found.unwrap_or_else(|| ConfigError::new(message));
+        match &self.path {
+            Some(p) => e.in_file(p),
+            None => e,
+        }
+    }
+
     /// A build error, placed at the rule it names.
     pub(super) fn build_error(&self, e: BuildError) -> ConfigError {
         let (name, nth) = match &e {
@@ -63,7 +80,8 @@ fn rule_of(e: &BuildError) -> Option<&str> {
         | BuildError::CostAboveCapacity { rule, .. }
         | BuildError::AlgorithmNotLocal { rule, .. }
         | BuildError::BurstNotSupported { rule, .. }
-        | BuildError::InvalidKey { rule, .. } => Some(rule),
+        | BuildError::InvalidKey { rule, .. }
+        | BuildError::InvalidExemptIp { rule, .. } => Some(rule),
         _ => None,
     }
 }

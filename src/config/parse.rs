@@ -47,6 +47,47 @@ string_de!(QuotaSpec, DurationSpec, KeySpec, MissingSpec, OffsetSpec);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct QuotaSpec(pub(crate) Quota);
 
+/// `near_limit_ratio = 0.1`, or `false` for none; checked to be in (0, 1].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NearLimitSpec(pub(crate) Option<f64>);
+
+impl<'de> Deserialize<'de> for NearLimitSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = NearLimitSpec;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a ratio in (0, 1], or false")
+            }
+            fn visit_f64<E: de::Error>(self, r: f64) -> Result<NearLimitSpec, E> {
+                if r > 0.0 && r <= 1.0 {
+                    Ok(NearLimitSpec(Some(r)))
+                } else {
+                    Err(E::custom(format!(
+                        "invalid near_limit_ratio {r}: expected a ratio in (0, 1], or false"
+                    )))
+                }
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<NearLimitSpec, E> {
+                self.visit_f64(n as f64)
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<NearLimitSpec, E> {
+                self.visit_f64(n as f64)
+            }
+            fn visit_bool<E: de::Error>(self, on: bool) -> Result<NearLimitSpec, E> {
+                if on {
+                    Err(E::custom(
+                        "near_limit_ratio takes a ratio in (0, 1], or false",
+                    ))
+                } else {
+                    Ok(NearLimitSpec(None))
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
 impl FromStr for QuotaSpec {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {

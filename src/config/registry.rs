@@ -13,6 +13,7 @@ use crate::key::KeyExtractor;
 
 type QuotaFn = dyn Fn(&Parts) -> Quota + Send + Sync;
 type CostFn = dyn Fn(&Parts) -> u32 + Send + Sync;
+type ExemptFn = dyn Fn(&Parts) -> bool + Send + Sync;
 
 /// What code supplies to a configuration: named key extractors (for
 /// `extension:<name>` keys), named quota and cost closures (for `quota_fn`
@@ -38,6 +39,7 @@ pub struct Registry {
     pub(super) keys: HashMap<String, KeyExtractor>,
     pub(super) quotas: HashMap<String, Arc<QuotaFn>>,
     pub(super) costs: HashMap<String, Arc<CostFn>>,
+    pub(super) exempts: HashMap<String, Arc<ExemptFn>>,
     #[cfg(feature = "redis")]
     pub(super) redis: Option<RedisBackend>,
 }
@@ -75,6 +77,29 @@ impl Registry {
         self
     }
 
+    /// The exemption that `exempt_fn = "<name>"` refers to: in a rule
+    /// (see [`Rule::exempt`](crate::Rule::exempt)) or at the top of the
+    /// file, for every rule (see
+    /// [`RateLimitBuilder::exempt`](crate::RateLimitBuilder::exempt)).
+    ///
+    /// ```
+    /// use keyed_rate_limit::config::{Registry, RulesConfig};
+    /// let registry = Registry::new().exempt_fn("health", |parts| parts.uri.path() == "/healthz");
+    /// let layer = RulesConfig::from_toml_str(
+    ///     "exempt_fn = \"health\"\n[[rules]]\nname = \"ip\"\nkey = \"peer_ip\"\nquota = \"10/s\"\nexempt_ips = [\"10.0.0.0/8\"]\n",
+    /// )?
+    /// .into_layer(&registry)?;
+    /// assert!(layer.describe().layer_exempt());
+    /// # Ok::<(), keyed_rate_limit::config::ConfigError>(())
+    /// ```
+    pub fn exempt_fn<F>(mut self, name: impl Into<String>, f: F) -> Self
+    where
+        F: Fn(&Parts) -> bool + Send + Sync + 'static,
+    {
+        self.exempts.insert(name.into(), Arc::new(f));
+        self
+    }
+
     /// The backend of every `scope = "global"` rule.
     #[cfg(feature = "redis")]
     pub fn redis(mut self, backend: RedisBackend) -> Self {
@@ -93,7 +118,8 @@ impl fmt::Debug for Registry {
         let mut f = f.debug_struct("Registry");
         f.field("keys", &names(self.keys.keys().collect()))
             .field("quota_fns", &names(self.quotas.keys().collect()))
-            .field("cost_fns", &names(self.costs.keys().collect()));
+            .field("cost_fns", &names(self.costs.keys().collect()))
+            .field("exempt_fns", &names(self.exempts.keys().collect()));
         #[cfg(feature = "redis")]
         f.field("redis", &self.redis);
         f.finish()

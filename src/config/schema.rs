@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 
-use super::parse::{DurationSpec, KeySpec, MissingSpec, OffsetSpec, QuotaSpec};
+use super::parse::{DurationSpec, KeySpec, MissingSpec, NearLimitSpec, OffsetSpec, QuotaSpec};
 use crate::failure::FailureMode;
 use crate::key::TrustedProxies;
 use crate::rule::KeySpaceFull;
@@ -34,6 +34,8 @@ pub struct RulesConfig {
     pub(super) legacy_reset: ResetFormat,
     pub(super) instances: Option<u32>,
     pub(super) max_key_len: Option<usize>,
+    /// The registry's `exempt_fn` that lets requests past every rule.
+    pub(super) exempt_fn: Option<String>,
     pub(super) rules: Vec<RuleConfig>,
     /// Where it was read from, to place errors found when building.
     #[serde(skip)]
@@ -120,6 +122,9 @@ pub(super) struct RawRule {
     /// The any-of group: consecutive rules naming the same one form it.
     pub(super) any_of: Option<String>,
     pub(super) on_quota_change: Option<crate::rule::QuotaChange>,
+    pub(super) exempt_ips: Option<Vec<String>>,
+    pub(super) exempt_fn: Option<String>,
+    pub(super) near_limit_ratio: Option<NearLimitSpec>,
 }
 
 impl RawRule {

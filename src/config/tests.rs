@@ -131,3 +131,59 @@ fn build_errors_carry_the_rules_line() {
     // What `fn main() -> Result<(), ConfigError>` prints is the same.
     assert_eq!(format!("{e:?}"), e.to_string());
 }
+
+#[test]
+fn exemptions_and_near_limit() {
+    let src = "exempt_fn = \"health\"\n\n[[rules]]\nname = \"ip\"\nkey = \"peer_ip\"\nquota = \"10/s\"\nexempt_ips = [\"10.0.0.0/8\", \"::1\"]\nnear_limit_ratio = 0.1\n\n[[rules]]\nname = \"all\"\nkey = \"global\"\nquota = \"100/s\"\nexempt_fn = \"health\"\nnear_limit_ratio = false\n";
+    let registry = Registry::new().exempt_fn("health", |p| p.uri.path() == "/healthz");
+    let layer = RulesConfig::from_toml_str(src)
+        .unwrap()
+        .into_layer(&registry)
+        .unwrap();
+    let d = layer.describe();
+    assert!(d.layer_exempt());
+    assert_eq!(
+        d.rules()[0].on_deny,
+        "429 + Retry-After, exempt: 10.0.0.0/8 + ::1, near limit < 10%"
+    );
+    assert_eq!(
+        d.rules()[1].on_deny,
+        "429 + Retry-After, exempt: fn, near limit off"
+    );
+    let yaml = RulesConfig::from_yaml_str(
+        "rules:\n  - name: a\n    key: peer_ip\n    quota: 5/min\n    exempt_ips: [10.0.0.0/8]\n    near_limit_ratio: 1\n",
+    )
+    .unwrap();
+    assert!(yaml.into_layer(&Registry::new()).is_ok());
+
+    let e = toml_err(
+        "[[rules]]\nname = \"a\"\nkey = \"peer_ip\"\nquota = \"5/min\"\nexempt_ips = [\"10.0.0.0/33\"]\n",
+    );
+    assert!(
+        e.message()
+            .contains("`exempt_ips`: \"10.0.0.0/33\" is not a CIDR or IP address"),
+        "{e}"
+    );
+    assert_eq!(e.line(), Some(1));
+    let e = toml_err(
+        "[[rules]]\nname = \"a\"\nkey = \"peer_ip\"\nquota = \"5/min\"\nnear_limit_ratio = 1.5\n",
+    );
+    assert_eq!((e.line(), e.column()), (Some(5), Some(20)));
+    assert!(e.message().contains("invalid near_limit_ratio 1.5"), "{e}");
+    let e = toml_err(
+        "[[rules]]\nname = \"a\"\nkey = \"peer_ip\"\nquota = \"5/min\"\nnear_limit_ratio = true\n",
+    );
+    assert_eq!(e.line(), Some(5));
+    let e = RulesConfig::from_toml_str(
+        "max_key_len = 64\nexempt_fn = \"nope\"\n[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"5/min\"\n",
+    )
+    .unwrap()
+    .into_layer(&Registry::new())
+    .unwrap_err();
+    assert_eq!((e.line(), e.column()), (Some(2), Some(1)));
+    assert!(
+        e.message()
+            .contains("`exempt_fn`: the registry has no \"nope\""),
+        "{e}"
+    );
+}

@@ -89,7 +89,7 @@ impl RulesConfig {
     /// (target `keyed_rate_limit`), counted in
     /// `rate_limit_config_reloads_total{outcome="rejected"}` and kept in
     /// [`ConfigWatcher::last_error`]. The layer-wide settings (`headers`,
-    /// `legacy_reset`, `instances`, `max_key_len`) are read once: a changed
+    /// `legacy_reset`, `instances`, `max_key_len`, `exempt_fn`) are read once: a changed
     /// one is logged and left until a restart. The rules' `registry` is
     /// kept for every reload, so the closures and Redis backend it holds
     /// serve the new rules too.
@@ -169,11 +169,12 @@ fn read(path: &Path) -> Result<String, ConfigError> {
     std::fs::read_to_string(path).map_err(|e| ConfigError::new(format!("{}: {e}", path.display())))
 }
 
-type Settings = (
+pub(super) type Settings = (
     crate::HeaderStyle,
     crate::ResetFormat,
     Option<u32>,
     Option<usize>,
+    Option<String>,
 );
 
 struct Reloader {
@@ -242,7 +243,7 @@ impl Reloader {
         }
         let rules = RulesConfig::from_named_str(&self.path, &src).and_then(|config| {
             if config.layer_settings() != self.settings {
-                tracing::warn!(target: observe::TARGET, path = %self.path.display(), "headers, legacy_reset, instances and max_key_len are read at start only; restart to change them");
+                tracing::warn!(target: observe::TARGET, path = %self.path.display(), "headers, legacy_reset, instances, max_key_len and exempt_fn are read at start only; restart to change them");
             }
             let origin = config.origin();
             Ok((config.into_rules(&self.registry)?, origin))

@@ -9,7 +9,7 @@ use http::request::Parts;
 
 use super::any_of::{AnyOf, Asked, spans};
 use super::decide::{Outcome, Step, Verdict, allow, fold};
-use super::rule::{Backend, CompiledRule, new_backend, share};
+use super::rule::{Backend, CompiledRule, near_threshold, new_backend, share};
 use super::spend::Spends;
 use super::validate::validate;
 use crate::backend::keyspace::Budget;
@@ -110,10 +110,17 @@ impl Chain {
                 StaticPolicy::new(&rule.name, q.limit(), q.window(), false)
             });
             let records = rule.settles() || (cfg.refunds && group_end < last);
+            let near_below = match (rule.near_limit, rule.static_quota()) {
+                (None, _) => 0,
+                (Some(r), Some(q)) => near_threshold(r, share(&rule, q, instances).limit()),
+                (Some(_), None) => u32::MAX,
+            };
             out.push(Arc::new(CompiledRule {
                 span,
                 watch: KeyWatch::new(rule.name.clone(), &rule.key),
                 records,
+                near_below,
+                near_log: Default::default(),
                 key_space_warned: Throttle::default(),
                 deny_log: Default::default(),
                 misuse_log: Default::default(),

@@ -122,6 +122,12 @@ fn fold_group(decisions: &mut Decisions, spends: &mut Spends, g: Grouped) -> Opt
 
 impl CompiledRule {
     pub(super) fn step(self: &Arc<Self>, parts: &Parts) -> Step {
+        if let Some(exempt) = &self.rule.exempt
+            && exempt.matches(&self.rule.key, parts)
+        {
+            observe::exempt(&self.rule.name);
+            return Step::Now(Outcome::Skip);
+        }
         let quota = match &self.rule.quota {
             QuotaSource::Static(q) => share(&self.rule, *q, self.instances),
             QuotaSource::Dynamic(f) => share(&self.rule, f(parts), self.instances),
@@ -387,6 +393,8 @@ impl CompiledRule {
                 shadow,
                 &self.deny_log,
             );
+        } else if decision.remaining() < self.near_below {
+            self.near_limit(key, &decision);
         }
         Outcome::Decided(self.rule_decision(key, decision, source), None)
     }
@@ -408,6 +416,27 @@ impl CompiledRule {
             hidden: !self.rule.visible,
             partition: self.rule.partition_key.then(|| key.partition()),
         }
+    }
+
+    /// An allowed decision below the compiled threshold, checked again
+    /// against its own limit: a `quota_fn` rule has no compiled one, and a
+    /// global rule's local fallback decides on a smaller share.
+    #[cold]
+    #[inline(never)]
+    fn near_limit(&self, key: &Key, decision: &Decision) {
+        let Some(ratio) = self.rule.near_limit else {
+            return;
+        };
+        if decision.remaining() >= super::rule::near_threshold(ratio, decision.limit()) {
+            return;
+        }
+        observe::near_limit(
+            &self.rule.name,
+            || key.fingerprint(),
+            decision.remaining(),
+            decision.limit(),
+            &self.near_log,
+        );
     }
 
     /// [`outcome`](Self::outcome) of a decision that may have spent `cost`;

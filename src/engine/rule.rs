@@ -47,6 +47,19 @@ pub(crate) struct CompiledRule {
     /// Whether its allowed decisions record what they spent: a later rule
     /// may refuse (and refunds are on), or the response settles it.
     pub(super) records: bool,
+    /// An allowed decision with fewer units remaining is near the limit:
+    /// the static quota's threshold, computed once; 0 when off; `u32::MAX`
+    /// for a `quota_fn` rule, whose threshold comes with each decision.
+    pub(super) near_below: u32,
+    /// At most one near-limit event a second.
+    pub(super) near_log: observe::Sampled,
+}
+
+/// The smallest count of units that is not below `ratio` of `limit`: a
+/// request leaving fewer is near the limit. The float product is nudged
+/// down first, so 0.2 × 10 is 2, not 3.
+pub(super) fn near_threshold(ratio: f64, limit: u32) -> u32 {
+    ((ratio * f64::from(limit) - 1e-9).ceil().max(0.0) as u32).min(limit)
 }
 
 #[derive(Clone)]

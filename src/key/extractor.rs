@@ -16,6 +16,8 @@ use crate::throttle::Throttle;
 
 type SyncFn = dyn Fn(&Parts) -> Option<Key> + Send + Sync;
 type AsyncFn = dyn Fn(&Parts) -> BoxFuture<'static, Option<Key>> + Send + Sync;
+/// The client IP an IP extractor keys by, for [`Rule::exempt_ips`](crate::Rule::exempt_ips).
+pub(crate) type IpFn = dyn Fn(&Parts) -> Option<IpAddr> + Send + Sync;
 
 #[derive(Clone)]
 enum Kind {
@@ -51,6 +53,10 @@ pub struct KeyExtractor {
     /// A configuration error, reported by the builder that gets this
     /// extractor instead of a panic where it is written.
     invalid: Option<Arc<str>>,
+    /// How the IP extractors find the client's address, unprefixed and
+    /// without their warnings: what `exempt_ips` checks, so it trusts
+    /// exactly the proxies the key does.
+    ip: Option<Arc<IpFn>>,
 }
 
 /// The result of running an extractor: most are ready at once, so the
@@ -74,6 +80,7 @@ impl KeyExtractor {
             name: name.into(),
             source: Source::Any,
             invalid: None,
+            ip: None,
         }
     }
 
@@ -103,6 +110,7 @@ impl KeyExtractor {
             name: name.into(),
             source: Source::Any,
             invalid: None,
+            ip: None,
         }
     }
 
@@ -230,7 +238,8 @@ impl KeyExtractor {
     /// assert_eq!(k.extract_now(&parts).unwrap().as_bytes(), b"2001:db8:1:2::/64");
     /// ```
     pub fn peer_ip_prefix(v6_prefix: u8) -> Self {
-        Self::ip("peer_ip", v6_prefix, move |p, warn| {
+        let resolve = |p: &Parts| Some(super::canonical(peer_addr(p)?.ip()));
+        let k = Self::ip("peer_ip", v6_prefix, move |p, warn| {
             let ip = peer_addr(p)?.ip();
             if forwarded(p) && is_private(ip) {
                 crate::observe::proxy_misconfig(
@@ -241,7 +250,17 @@ impl KeyExtractor {
                 );
             }
             Some(ip)
-        })
+        });
+        k.resolving(resolve)
+    }
+
+    /// With `resolve` as the client IP `exempt_ips` checks.
+    fn resolving(
+        mut self,
+        resolve: impl Fn(&Parts) -> Option<IpAddr> + Send + Sync + 'static,
+    ) -> Self {
+        self.ip = Some(Arc::new(resolve));
+        self
     }
 
     /// An IP extractor named `base` (`base/<len>` off the default prefix)
@@ -288,7 +307,9 @@ impl KeyExtractor {
     /// assert_eq!(k.name(), "client_ip/64");
     /// ```
     pub fn client_ip_prefix(proxies: TrustedProxies, v6_prefix: u8) -> Self {
-        Self::ip("client_ip", v6_prefix, move |p, warn| {
+        let trusted = proxies.clone();
+        let resolve = move |p: &Parts| Some(trusted.client_ip(peer_addr(p)?.ip(), &p.headers));
+        let k = Self::ip("client_ip", v6_prefix, move |p, warn| {
             let peer = peer_addr(p)?.ip();
             // A private peer is one's own infrastructure; public clients
             // behind corporate proxies send the header all the time.
@@ -301,7 +322,8 @@ impl KeyExtractor {
                 );
             }
             Some(proxies.client_ip(peer, &p.headers))
-        })
+        });
+        k.resolving(resolve)
     }
 
     /// The route pattern axum matched (`/users/{id}`, not `/users/7`), so
@@ -379,6 +401,7 @@ impl KeyExtractor {
                 let invalid = self.invalid.or(other.invalid);
                 Self {
                     invalid,
+                    ip: self.ip.or(other.ip),
                     source: Source::both(self.source, other.source),
                     ..Self::new(name, move |p| a(p).or_else(|| b(p)))
                 }
@@ -394,6 +417,7 @@ impl KeyExtractor {
         join: fn(Option<Key>, Option<Key>) -> Option<Key>,
     ) -> Self {
         let invalid = self.invalid.or(other.invalid);
+        let ip = self.ip.clone().or_else(|| other.ip.clone());
         let source = Source::both(self.source.clone(), other.source.clone());
         let combined = match (self.kind, other.kind) {
             (Kind::Sync(a), Kind::Sync(b)) => Self::new(name, move |p| join(a(p), b(p))),
@@ -404,12 +428,14 @@ impl KeyExtractor {
                         name: self.name,
                         source: self.source,
                         invalid: None,
+                        ip: None,
                     },
                     KeyExtractor {
                         kind: b,
                         name: other.name,
                         source: other.source,
                         invalid: None,
+                        ip: None,
                     },
                 );
                 Self::new_async(name, move |p| {
@@ -421,7 +447,17 @@ impl KeyExtractor {
         Self {
             invalid,
             source,
+            ip,
             ..combined
+        }
+    }
+
+    /// The client IP as this extractor resolves it (the first IP extractor
+    /// it combines), else the TCP peer's: what `exempt_ips` checks.
+    pub(crate) fn client_addr(&self, parts: &Parts) -> Option<IpAddr> {
+        match &self.ip {
+            Some(resolve) => resolve(parts),
+            None => peer_addr(parts).map(|a| super::canonical(a.ip())),
         }
     }
 

@@ -8,6 +8,13 @@ use crate::error::BuildError;
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
+/// A CIDR (`10.0.0.0/8`) or a single address, as a network.
+pub(crate) fn parse_net(s: &str) -> Option<IpNet> {
+    s.parse::<IpNet>()
+        .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
+        .ok()
+}
+
 /// Which forwarding header the trusted proxies write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ForwardedHeader {
@@ -63,9 +70,7 @@ impl TrustedProxies {
             .into_iter()
             .map(|s| {
                 let s = s.as_ref().trim();
-                s.parse::<IpNet>()
-                    .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
-                    .map_err(|_| BuildError::InvalidProxy(s.to_owned()))
+                parse_net(s).ok_or_else(|| BuildError::InvalidProxy(s.to_owned()))
             })
             .collect::<Result<_, _>>()?;
         Ok(Self {

@@ -221,6 +221,7 @@ mod source;
 
 pub(crate) use extractor::Extracted;
 pub use extractor::KeyExtractor;
+pub(crate) use forwarded::parse_net;
 pub use forwarded::{ForwardedHeader, TrustedProxies};
 pub use ip::DEFAULT_V6_PREFIX;
 pub(crate) use ip::canonical;

@@ -15,11 +15,13 @@ pub(crate) use global::*;
 pub const TARGET: &str = "keyed_rate_limit";
 
 /// Counter: decisions that denied, that a failure mode made, or that found
-/// the key space full, or whose units could not be settled in Redis; labels
-/// `rule`, `outcome` (`deny`, `shadow_deny`, `locked`, `settle_failed`,
-/// `fail_open`, `fail_closed`, `local_fallback`, `key_space_full`,
-/// `key_space_overflow`) and, for failure modes, `cause` (`timeout`,
-/// `error`, `circuit_open`).
+/// the key space full, or whose units could not be settled in Redis, and
+/// requests exempt from a rule or near its limit; labels `rule`, `outcome`
+/// (`deny`, `shadow_deny`, `locked`, `settle_failed`, `fail_open`,
+/// `fail_closed`, `local_fallback`, `key_space_full`, `key_space_overflow`,
+/// `exempt`, `near_limit`) and, for failure modes, `cause` (`timeout`,
+/// `error`, `circuit_open`). A request the layer-wide exemption lets
+/// through is counted once with `rule="*"` ([`LAYER_RULE`]).
 pub const DECISIONS_TOTAL: &str = "rate_limit_decisions_total";
 
 /// Counter: a rule's Redis circuit breaker opened; label `rule`.
@@ -193,6 +195,51 @@ pub(crate) fn deny(
 pub(crate) fn locked(rule: &Arc<str>, key: &str, block: Duration) {
     let block_ms = block.as_millis() as u64;
     tracing::warn!(target: TARGET, rule = %rule, %key, block_ms, "key locked out");
+}
+
+/// The `rule` label of requests exempt from the whole layer
+/// (`RateLimitBuilder::exempt`); a rule named `*` would share it.
+///
+/// ```
+/// use keyed_rate_limit::observe::{DECISIONS_TOTAL, LAYER_RULE};
+/// // Health checks that skipped the limiter, in PromQL:
+/// let query = format!(r#"sum(rate({DECISIONS_TOTAL}{{rule="{LAYER_RULE}",outcome="exempt"}}[5m]))"#);
+/// assert_eq!(query, r#"sum(rate(rate_limit_decisions_total{rule="*",outcome="exempt"}[5m]))"#);
+/// ```
+pub const LAYER_RULE: &str = "*";
+
+/// A request a rule's exemption let through: `outcome="exempt"`.
+#[cold]
+pub(crate) fn exempt(rule: &Arc<str>) {
+    count(DECISIONS_TOTAL, rule, &[("outcome", "exempt")]);
+}
+
+/// A request the layer-wide exemption let through: counted once, with
+/// `rule="*"`.
+#[cold]
+pub(crate) fn layer_exempt() {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(DECISIONS_TOTAL, "rule" => LAYER_RULE, "outcome" => "exempt").increment(1);
+}
+
+/// An allowed request left `remaining` of `limit`, under the rule's
+/// near-limit ratio: counted every time (`outcome="near_limit"`), logged
+/// at most once a second per rule. At `info`, as denies are: a client
+/// nearing its quota is the limiter working, not a fault to page on, and
+/// should not outrank the deny it may lead to.
+pub(crate) fn near_limit(
+    rule: &Arc<str>,
+    key: impl FnOnce() -> String,
+    remaining: u32,
+    limit: u32,
+    log: &Sampled,
+) {
+    count(DECISIONS_TOTAL, rule, &[("outcome", "near_limit")]);
+    let Some(suppressed) = log.take(DENY_EVERY) else {
+        return;
+    };
+    let key = key();
+    tracing::info!(target: TARGET, rule = %rule, %key, remaining, limit, suppressed, "near the rate limit");
 }
 
 /// A deny because the key is locked: `outcome="locked"`.

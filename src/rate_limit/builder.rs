@@ -130,6 +130,31 @@ impl RateLimitBuilder {
         self
     }
 
+    /// Lets requests for which `f` holds past every rule, e.g. health
+    /// checks: they spend nothing, get no rate-limit headers, and are
+    /// counted once in `rate_limit_decisions_total{rule="*",
+    /// outcome="exempt"}` ([`LAYER_RULE`](crate::observe::LAYER_RULE)). The
+    /// handler still finds a [`RateLimitDecision`](crate::RateLimitDecision)
+    /// (with no rules) when [`decision_extension`](Self::decision_extension)
+    /// is on. A reload keeps it. For one rule only, see [`Rule::exempt`].
+    ///
+    /// ```
+    /// use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
+    /// let layer = RateLimitLayer::builder()
+    ///     .rule(Rule::new("per-ip", KeyExtractor::peer_ip(), Quota::per_second(10)))
+    ///     .exempt(|parts| parts.uri.path() == "/healthz")
+    ///     .build()
+    ///     .unwrap();
+    /// assert!(layer.describe().markdown().starts_with("Exempt from every rule: fn\n"));
+    /// ```
+    pub fn exempt<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&http::request::Parts) -> bool + Send + Sync + 'static,
+    {
+        self.settings.exempt = Some(Arc::new(f));
+        self
+    }
+
     /// How often the background task forgets keys whose buckets are full
     /// again (default 60 s). The task starts with the first request on a
     /// Tokio runtime and ends when the layer is dropped.
@@ -188,6 +213,7 @@ impl RateLimitBuilder {
                 headers: self.settings.headers,
                 deny: self.settings.refusals,
                 extension: self.extension,
+                exempt: self.settings.exempt,
             }),
         })
     }

@@ -137,7 +137,10 @@ impl RateLimitLayer {
     /// assert!(layer.describe().mermaid().contains("1. api"));
     /// ```
     pub fn describe(&self) -> crate::describe::Description {
-        crate::describe::Description::new(self.shared.chain.load().rules())
+        crate::describe::Description::new(
+            self.shared.chain.load().rules(),
+            self.shared.exempt.is_some(),
+        )
     }
 
     /// How many keys the local backend holds now, across rules: a gauge

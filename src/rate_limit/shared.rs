@@ -22,6 +22,8 @@ pub(crate) struct Shared {
     pub(super) headers: Headers,
     pub(super) deny: Refusals,
     pub(super) extension: bool,
+    /// `RateLimitBuilder::exempt`.
+    pub(super) exempt: Option<Arc<crate::settings::ExemptFn>>,
 }
 
 /// The chain requests are decided by. A read lock, not a lock-free swap
@@ -59,6 +61,12 @@ impl Shared {
         &self,
         parts: &mut Parts,
     ) -> Result<Admission<Option<Box<Settlement>>>, Box<Suspended>> {
+        if let Some(exempt) = &self.exempt
+            && exempt(parts)
+        {
+            crate::observe::layer_exempt();
+            return Ok(self.conclude(Verdict::Allow(None), Decisions::new(), parts));
+        }
         // One chain for the whole request, even if a reload lands meanwhile.
         let mut decisions = Decisions::new();
         let verdict = self

@@ -29,6 +29,45 @@ type QuotaFn = dyn Fn(&Parts) -> Quota + Send + Sync;
 type CostFn = dyn Fn(&Parts) -> u32 + Send + Sync;
 pub(crate) type CountIfFn = dyn Fn(&http::response::Parts) -> bool + Send + Sync;
 pub(crate) type ResponseCostFn = dyn Fn(&http::response::Parts) -> u32 + Send + Sync;
+pub(crate) type ExemptFn = dyn Fn(&Parts) -> bool + Send + Sync;
+
+/// The share of the quota left below which an allowed request counts as
+/// `near_limit` by default: see [`Rule::near_limit_ratio`].
+///
+/// ```
+/// use keyed_rate_limit::{KeyExtractor, Quota, Rule, rule::DEFAULT_NEAR_LIMIT_RATIO};
+/// // Twice as eager as the default.
+/// let r = Rule::new("api", KeyExtractor::peer_ip(), Quota::per_minute(100))
+///     .near_limit_ratio(Some(DEFAULT_NEAR_LIMIT_RATIO * 2.0));
+/// # let _ = r;
+/// ```
+pub const DEFAULT_NEAR_LIMIT_RATIO: f64 = 0.2;
+
+/// Who a rule lets through without counting: see [`Rule::exempt`] and
+/// [`Rule::exempt_ips`]. Boxed in the rule, so a rule without one pays a
+/// pointer check.
+#[derive(Clone, Default)]
+pub(crate) struct Exempt {
+    pub(crate) f: Option<Arc<ExemptFn>>,
+    /// The networks as written, for `describe()`.
+    pub(crate) written: Vec<String>,
+    pub(crate) nets: Vec<ipnet::IpNet>,
+    /// The first entry that is no CIDR or address: a build error.
+    pub(crate) invalid: Option<String>,
+}
+
+impl Exempt {
+    /// Whether `parts` is exempt from `rule`'s count.
+    pub(crate) fn matches(&self, key: &KeyExtractor, parts: &Parts) -> bool {
+        if self.f.as_ref().is_some_and(|f| f(parts)) {
+            return true;
+        }
+        !self.nets.is_empty()
+            && key
+                .client_addr(parts)
+                .is_some_and(|ip| self.nets.iter().any(|n| n.contains(&ip)))
+    }
+}
 
 /// Where a rule's quota comes from.
 #[derive(Clone)]
@@ -120,6 +159,9 @@ pub struct Rule {
     /// The any-of group the rule is a member of; see [`any_of`].
     pub(crate) group: Option<Arc<str>>,
     pub(crate) on_quota_change: QuotaChange,
+    pub(crate) exempt: Option<Box<Exempt>>,
+    /// `None`: no near-limit signal.
+    pub(crate) near_limit: Option<f64>,
 }
 
 impl Rule {
@@ -148,7 +190,97 @@ impl Rule {
             cost_from_response: None,
             group: None,
             on_quota_change: QuotaChange::default(),
+            exempt: None,
+            near_limit: Some(DEFAULT_NEAR_LIMIT_RATIO),
         }
+    }
+
+    /// Lets requests for which `f` holds through this rule without
+    /// counting them: they spend nothing, get no headers from it, and are
+    /// counted in `rate_limit_decisions_total{outcome="exempt"}`. Other
+    /// rules still apply. Called again, the last closure wins; it adds to
+    /// [`exempt_ips`](Self::exempt_ips).
+    ///
+    /// ```
+    /// use keyed_rate_limit::{KeyExtractor, Quota, Rule};
+    /// // Internal batch jobs carry a header the edge proxy strips from outside traffic.
+    /// let api = Rule::new("api", KeyExtractor::header("x-api-key"), Quota::per_minute(100))
+    ///     .exempt(|parts| parts.headers.contains_key("x-internal-job"));
+    /// # let _ = api;
+    /// ```
+    pub fn exempt<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&Parts) -> bool + Send + Sync + 'static,
+    {
+        self.exempt.get_or_insert_default().f = Some(Arc::new(f));
+        self
+    }
+
+    /// Lets requests from these networks (CIDRs like `10.0.0.0/8`, or
+    /// single addresses) through this rule without counting them, as
+    /// [`exempt`](Self::exempt) does.
+    ///
+    /// The address checked is the one the rule's key extractor resolves:
+    /// for [`KeyExtractor::client_ip`](crate::KeyExtractor::client_ip), the
+    /// client behind the [`TrustedProxies`](crate::key::TrustedProxies), so
+    /// a forged `X-Forwarded-For` from an untrusted peer earns nothing; for
+    /// [`peer_ip`](crate::KeyExtractor::peer_ip), the TCP peer (for an
+    /// extractor combining several, the first IP one). With any other
+    /// extractor it is the TCP peer's address from `ConnectInfo`; a request
+    /// without one is never exempt by address. Adds to the networks of an
+    /// earlier call. An entry that is neither a CIDR nor an address is a
+    /// [`BuildError::InvalidExemptIp`](crate::error::BuildError::InvalidExemptIp).
+    ///
+    /// ```
+    /// use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule, key::TrustedProxies};
+    /// let proxies = TrustedProxies::new(["10.0.0.0/8"]).unwrap();
+    /// let per_client = Rule::new("per-client", KeyExtractor::client_ip(proxies), Quota::per_second(10))
+    ///     .exempt_ips(["192.0.2.0/24", "2001:db8::1"]);
+    /// assert!(RateLimitLayer::builder().rule(per_client).build().is_ok());
+    ///
+    /// let bad = Rule::new("bad", KeyExtractor::peer_ip(), Quota::per_second(10)).exempt_ips(["10.0.0.0/33"]);
+    /// assert!(RateLimitLayer::builder().rule(bad).build().is_err());
+    /// ```
+    pub fn exempt_ips<I, S>(mut self, cidrs: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let e = self.exempt.get_or_insert_default();
+        for s in cidrs {
+            let s = s.as_ref().trim();
+            match crate::key::parse_net(s) {
+                Some(net) => e.nets.push(net),
+                None => {
+                    e.invalid.get_or_insert_with(|| s.to_owned());
+                }
+            }
+            e.written.push(s.to_owned());
+        }
+        self
+    }
+
+    /// Counts an allowed request that leaves less than `ratio` of the
+    /// quota's limit remaining in
+    /// `rate_limit_decisions_total{outcome="near_limit"}`, and logs it (an
+    /// `info` event, at most one a second per rule): a client about to be
+    /// refused, seen before it is. On by default at
+    /// [`DEFAULT_NEAR_LIMIT_RATIO`] (0.2); `None` turns it off. A ratio
+    /// outside (0, 1] is a build error. For a static quota the threshold
+    /// is computed once, when the layer is built.
+    ///
+    /// ```
+    /// use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
+    /// let r = Rule::new("api", KeyExtractor::peer_ip(), Quota::per_minute(100)).near_limit_ratio(Some(0.1));
+    /// assert!(RateLimitLayer::builder().rule(r).build().is_ok());
+    /// let quiet = Rule::new("api", KeyExtractor::peer_ip(), Quota::per_minute(100)).near_limit_ratio(None);
+    /// # let _ = quiet;
+    /// let bad = Rule::new("api", KeyExtractor::peer_ip(), Quota::per_minute(100)).near_limit_ratio(Some(1.5));
+    /// assert!(RateLimitLayer::builder().rule(bad).build().is_err());
+    /// ```
+    pub fn near_limit_ratio(mut self, ratio: Option<f64>) -> Self {
+        self.near_limit = ratio;
+        self
     }
 
     /// Locks out keys this rule keeps denying; see [`Lockout`]. Shadow
@@ -495,8 +627,9 @@ impl fmt::Debug for Rule {
 /// - An allow carries the members asked before the one that admitted (all
 ///   empty) and that one; a local member after it is read without spending,
 ///   a global one is not asked (it would cost a Redis call).
-/// - A member whose key is missing is skipped; one that rejects the
-///   request (`OnMissingKey::Reject`) rejects it for the group.
+/// - A member whose key is missing, or that exempts the request
+///   ([`Rule::exempt`]), is skipped; one that rejects the request
+///   (`OnMissingKey::Reject`) rejects it for the group.
 /// - Members are ordinary rules with their own names, counters, metrics and
 ///   locks, but `shadow` and `OnDeny::Wait` are build errors in a member: a
 ///   member that never refuses, or waits, would keep the next from being

@@ -17,6 +17,8 @@ mod control;
 mod cost;
 mod draft;
 mod durations;
+#[cfg(feature = "metrics")]
+mod exempt;
 #[cfg(feature = "tonic")]
 mod grpc;
 mod http_layer;

@@ -72,7 +72,9 @@ async fn shadow_rules_let_everything_through_and_are_recorded() {
     // Requests 3 to 5 would have been denied: counted as shadow denies only.
     const DECISIONS: &str = "rate_limit_decisions_total";
     assert_eq!(metrics::counter(DECISIONS, "trial", "shadow_deny"), 3);
-    assert_eq!(metrics::counter(DECISIONS, "trial", ""), 3);
+    // And the second, which left less than a fifth of the quota.
+    assert_eq!(metrics::counter(DECISIONS, "trial", "near_limit"), 1);
+    assert_eq!(metrics::counter(DECISIONS, "trial", ""), 4);
     assert_eq!(metrics::counter(DECISIONS, "visible", ""), 0);
 
     let fingerprint = Key::from(API_KEY).fingerprint();

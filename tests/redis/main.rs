@@ -13,6 +13,8 @@ mod cluster;
 mod coalesce;
 mod concurrency;
 mod describe;
+#[cfg(feature = "metrics")]
+mod exempt;
 mod invariants;
 #[cfg(feature = "metrics")]
 mod layer;
