@@ -13,7 +13,7 @@ use crate::key::KeyExtractor;
 
 type QuotaFn = dyn Fn(&Parts) -> Quota + Send + Sync;
 type CostFn = dyn Fn(&Parts) -> u32 + Send + Sync;
-type ExemptFn = dyn Fn(&Parts) -> bool + Send + Sync;
+use crate::settings::ExemptFn;
 
 /// What code supplies to a configuration: named key extractors (for
 /// `extension:<name>` keys), named quota and cost closures (for `quota_fn`

@@ -9,9 +9,13 @@ use std::sync::Arc;
 #[cfg(feature = "redis")]
 pub use crate::policy::LeasePolicy;
 pub use crate::policy::{KeySpaceFull, Lockout, OnDeny, QuotaChange};
+pub use any_of::any_of;
+pub(crate) use exempt::Exempt;
 pub use missing_key::OnMissingKey;
 pub(crate) use missing_key::{Found, KeyWatch, Lookup, lookup};
 
+mod any_of;
+mod exempt;
 #[cfg(feature = "redis")]
 mod global;
 mod missing_key;
@@ -29,7 +33,6 @@ type QuotaFn = dyn Fn(&Parts) -> Quota + Send + Sync;
 type CostFn = dyn Fn(&Parts) -> u32 + Send + Sync;
 pub(crate) type CountIfFn = dyn Fn(&http::response::Parts) -> bool + Send + Sync;
 pub(crate) type ResponseCostFn = dyn Fn(&http::response::Parts) -> u32 + Send + Sync;
-pub(crate) type ExemptFn = dyn Fn(&Parts) -> bool + Send + Sync;
 
 /// The share of the quota left below which an allowed request counts as
 /// `near_limit` by default: see [`Rule::near_limit_ratio`].
@@ -42,32 +45,6 @@ pub(crate) type ExemptFn = dyn Fn(&Parts) -> bool + Send + Sync;
 /// # let _ = r;
 /// ```
 pub const DEFAULT_NEAR_LIMIT_RATIO: f64 = 0.2;
-
-/// Who a rule lets through without counting: see [`Rule::exempt`] and
-/// [`Rule::exempt_ips`]. Boxed in the rule, so a rule without one pays a
-/// pointer check.
-#[derive(Clone, Default)]
-pub(crate) struct Exempt {
-    pub(crate) f: Option<Arc<ExemptFn>>,
-    /// The networks as written, for `describe()`.
-    pub(crate) written: Vec<String>,
-    pub(crate) nets: Vec<ipnet::IpNet>,
-    /// The first entry that is no CIDR or address: a build error.
-    pub(crate) invalid: Option<String>,
-}
-
-impl Exempt {
-    /// Whether `parts` is exempt from `rule`'s count.
-    pub(crate) fn matches(&self, key: &KeyExtractor, parts: &Parts) -> bool {
-        if self.f.as_ref().is_some_and(|f| f(parts)) {
-            return true;
-        }
-        !self.nets.is_empty()
-            && key
-                .client_addr(parts)
-                .is_some_and(|ip| self.nets.iter().any(|n| n.contains(&ip)))
-    }
-}
 
 /// Where a rule's quota comes from.
 #[derive(Clone)]
@@ -193,71 +170,6 @@ impl Rule {
             exempt: None,
             near_limit: Some(DEFAULT_NEAR_LIMIT_RATIO),
         }
-    }
-
-    /// Lets requests for which `f` holds through this rule without
-    /// counting them: they spend nothing, get no headers from it, and are
-    /// counted in `rate_limit_decisions_total{outcome="exempt"}`. Other
-    /// rules still apply. Called again, the last closure wins; it adds to
-    /// [`exempt_ips`](Self::exempt_ips).
-    ///
-    /// ```
-    /// use keyed_rate_limit::{KeyExtractor, Quota, Rule};
-    /// // Internal batch jobs carry a header the edge proxy strips from outside traffic.
-    /// let api = Rule::new("api", KeyExtractor::header("x-api-key"), Quota::per_minute(100))
-    ///     .exempt(|parts| parts.headers.contains_key("x-internal-job"));
-    /// # let _ = api;
-    /// ```
-    pub fn exempt<F>(mut self, f: F) -> Self
-    where
-        F: Fn(&Parts) -> bool + Send + Sync + 'static,
-    {
-        self.exempt.get_or_insert_default().f = Some(Arc::new(f));
-        self
-    }
-
-    /// Lets requests from these networks (CIDRs like `10.0.0.0/8`, or
-    /// single addresses) through this rule without counting them, as
-    /// [`exempt`](Self::exempt) does.
-    ///
-    /// The address checked is the one the rule's key extractor resolves:
-    /// for [`KeyExtractor::client_ip`](crate::KeyExtractor::client_ip), the
-    /// client behind the [`TrustedProxies`](crate::key::TrustedProxies), so
-    /// a forged `X-Forwarded-For` from an untrusted peer earns nothing; for
-    /// [`peer_ip`](crate::KeyExtractor::peer_ip), the TCP peer (for an
-    /// extractor combining several, the first IP one). With any other
-    /// extractor it is the TCP peer's address from `ConnectInfo`; a request
-    /// without one is never exempt by address. Adds to the networks of an
-    /// earlier call. An entry that is neither a CIDR nor an address is a
-    /// [`BuildError::InvalidExemptIp`](crate::error::BuildError::InvalidExemptIp).
-    ///
-    /// ```
-    /// use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule, key::TrustedProxies};
-    /// let proxies = TrustedProxies::new(["10.0.0.0/8"]).unwrap();
-    /// let per_client = Rule::new("per-client", KeyExtractor::client_ip(proxies), Quota::per_second(10))
-    ///     .exempt_ips(["192.0.2.0/24", "2001:db8::1"]);
-    /// assert!(RateLimitLayer::builder().rule(per_client).build().is_ok());
-    ///
-    /// let bad = Rule::new("bad", KeyExtractor::peer_ip(), Quota::per_second(10)).exempt_ips(["10.0.0.0/33"]);
-    /// assert!(RateLimitLayer::builder().rule(bad).build().is_err());
-    /// ```
-    pub fn exempt_ips<I, S>(mut self, cidrs: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        let e = self.exempt.get_or_insert_default();
-        for s in cidrs {
-            let s = s.as_ref().trim();
-            match crate::key::parse_net(s) {
-                Some(net) => e.nets.push(net),
-                None => {
-                    e.invalid.get_or_insert_with(|| s.to_owned());
-                }
-            }
-            e.written.push(s.to_owned());
-        }
-        self
     }
 
     /// Counts an allowed request that leaves less than `ratio` of the
@@ -613,57 +525,6 @@ impl fmt::Debug for Rule {
             .field("group", &self.group)
             .finish_non_exhaustive()
     }
-}
-
-/// An any-of group: `members` in order, a request charged to the first
-/// that admits it and refused only when every member refuses. The group
-/// stands in the chain as one rule: a rule before it that refuses skips
-/// it, and a rule after it that refuses gives the charged member its
-/// units back. For [`RateLimitBuilder::any_of`](crate::RateLimitBuilder::any_of)
-/// and [`RateLimitLayer::reload`](crate::RateLimitLayer::reload).
-///
-/// - A refusal carries every member's `RateLimit` item, and the
-///   `Retry-After` of the member whose units come back soonest.
-/// - An allow carries the members asked before the one that admitted (all
-///   empty) and that one; a local member after it is read without spending,
-///   a global one is not asked (it would cost a Redis call).
-/// - A member whose key is missing, or that exempts the request
-///   ([`Rule::exempt`]), is skipped; one that rejects the request
-///   (`OnMissingKey::Reject`) rejects it for the group.
-/// - Members are ordinary rules with their own names, counters, metrics and
-///   locks, but `shadow` and `OnDeny::Wait` are build errors in a member: a
-///   member that never refuses, or waits, would keep the next from being
-///   asked.
-///
-/// The classic use, a steady rate with a pool for bursts (as
-/// rate-limiter-flexible's `BurstyRateLimiter`):
-///
-/// ```
-/// use std::time::Duration;
-/// use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor, rule};
-///
-/// let key = KeyExtractor::header("x-api-key");
-/// let steady = Rule::new("steady", key.clone(), Quota::per_second(5));
-/// let burst = Rule::new("burst-pool", key, Quota::new(100, Duration::from_secs(3600)));
-/// let layer = RateLimitLayer::builder().any_of("api", [steady, burst]).build()?;
-/// assert_eq!(layer.describe().rules()[1].group.as_deref(), Some("api"));
-/// // The same chain for a reload.
-/// let again = rule::any_of("api", [
-///     Rule::new("steady", KeyExtractor::header("x-api-key"), Quota::per_second(5)),
-///     Rule::new("burst-pool", KeyExtractor::header("x-api-key"), Quota::new(100, Duration::from_secs(3600))),
-/// ]);
-/// layer.reload(again)?;
-/// # Ok::<(), keyed_rate_limit::error::BuildError>(())
-/// ```
-pub fn any_of(name: impl Into<Arc<str>>, members: impl IntoIterator<Item = Rule>) -> Vec<Rule> {
-    let name = name.into();
-    members
-        .into_iter()
-        .map(|mut r| {
-            r.group = Some(name.clone());
-            r
-        })
-        .collect()
 }
 
 /// Names are sent in headers: non-empty printable ASCII.

@@ -1,0 +1,56 @@
+//! Any-of groups: rules a request is charged to the first of that admits it.
+
+use std::sync::Arc;
+
+use super::Rule;
+
+/// An any-of group: `members` in order, a request charged to the first
+/// that admits it and refused only when every member refuses. The group
+/// stands in the chain as one rule: a rule before it that refuses skips
+/// it, and a rule after it that refuses gives the charged member its
+/// units back. For [`RateLimitBuilder::any_of`](crate::RateLimitBuilder::any_of)
+/// and [`RateLimitLayer::reload`](crate::RateLimitLayer::reload).
+///
+/// - A refusal carries every member's `RateLimit` item, and the
+///   `Retry-After` of the member whose units come back soonest.
+/// - An allow carries the members asked before the one that admitted (all
+///   empty) and that one; a local member after it is read without spending,
+///   a global one is not asked (it would cost a Redis call).
+/// - A member whose key is missing, or that exempts the request
+///   ([`Rule::exempt`]), is skipped; one that rejects the request
+///   (`OnMissingKey::Reject`) rejects it for the group.
+/// - Members are ordinary rules with their own names, counters, metrics and
+///   locks, but `shadow` and `OnDeny::Wait` are build errors in a member: a
+///   member that never refuses, or waits, would keep the next from being
+///   asked.
+///
+/// The classic use, a steady rate with a pool for bursts (as
+/// rate-limiter-flexible's `BurstyRateLimiter`):
+///
+/// ```
+/// use std::time::Duration;
+/// use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor, rule};
+///
+/// let key = KeyExtractor::header("x-api-key");
+/// let steady = Rule::new("steady", key.clone(), Quota::per_second(5));
+/// let burst = Rule::new("burst-pool", key, Quota::new(100, Duration::from_secs(3600)));
+/// let layer = RateLimitLayer::builder().any_of("api", [steady, burst]).build()?;
+/// assert_eq!(layer.describe().rules()[1].group.as_deref(), Some("api"));
+/// // The same chain for a reload.
+/// let again = rule::any_of("api", [
+///     Rule::new("steady", KeyExtractor::header("x-api-key"), Quota::per_second(5)),
+///     Rule::new("burst-pool", KeyExtractor::header("x-api-key"), Quota::new(100, Duration::from_secs(3600))),
+/// ]);
+/// layer.reload(again)?;
+/// # Ok::<(), keyed_rate_limit::error::BuildError>(())
+/// ```
+pub fn any_of(name: impl Into<Arc<str>>, members: impl IntoIterator<Item = Rule>) -> Vec<Rule> {
+    let name = name.into();
+    members
+        .into_iter()
+        .map(|mut r| {
+            r.group = Some(name.clone());
+            r
+        })
+        .collect()
+}
