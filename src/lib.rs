@@ -85,6 +85,7 @@
 //! | share limits across gateways on Redis, Redis Cluster, Redis Sentinel, TLS, coalescing and leases | [`backend::redis`][redis] (feature `redis`) |
 //! | decide what a global rule does while Redis fails | [`failure`] |
 //! | limit requests in flight per key | [`concurrency`] |
+//! | shape body bytes per key: downloads, uploads, streams | [`bandwidth`] |
 //! | load rules from a TOML or YAML file, and reload them on change | [`config`][config] (feature `config`) |
 //! | render the rules as a Markdown table or a Mermaid flowchart | [`describe`] |
 //!
@@ -122,6 +123,7 @@
 
 pub mod algorithm;
 pub mod backend;
+pub mod bandwidth;
 pub mod concurrency;
 #[cfg(feature = "config")]
 pub mod config;
@@ -146,6 +148,7 @@ mod settings;
 mod throttle;
 
 pub use algorithm::Algorithm;
+pub use bandwidth::{BandwidthLimitBuilder, BandwidthLimitLayer, BandwidthLimitService};
 pub use concurrency::{ConcurrencyLimitBuilder, ConcurrencyLimitLayer, ConcurrencyLimitService};
 pub use decision::{Decision, RateLimitDecision, RuleDecision, Source};
 pub use engine::ControlError;

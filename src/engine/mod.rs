@@ -15,6 +15,7 @@ mod decide;
 mod global;
 #[cfg(feature = "redis")]
 mod lease;
+mod meter;
 mod rule;
 mod spend;
 mod validate;
@@ -29,6 +30,7 @@ pub(crate) use chain::{Chain, ChainConfig, Suspended};
 pub use control::ControlError;
 pub(crate) use control::ControlOp;
 pub(crate) use decide::Verdict;
+pub(crate) use meter::Meter;
 pub(crate) use spend::Settlement;
 #[cfg(feature = "redis")]
 pub(crate) use validate_global::validate_global;

@@ -8,6 +8,7 @@ mod support;
 
 mod architecture;
 mod auth;
+mod bandwidth;
 mod calendar;
 mod concurrency;
 #[cfg(all(feature = "config", feature = "redis"))]

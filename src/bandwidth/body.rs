@@ -1,0 +1,203 @@
+//! The body wrapper that paces a body's bytes by its key's budget.
+
+use std::future::Future;
+use std::num::NonZeroU32;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
+use http_body::{Body, Frame, SizeHint};
+use tokio::time::{Instant, Sleep};
+
+use super::shared::Shared;
+use crate::now_or_later::NowOrLater;
+use crate::{Decision, Key};
+
+pin_project_lite::pin_project! {
+    /// A body through a [`BandwidthLimitLayer`](super::BandwidthLimitLayer):
+    /// its data frames come out no faster than its key's budget allows.
+    ///
+    /// When the budget is spent the body returns `Pending` and wakes on a
+    /// timer when enough bytes are back; it is never cut. A frame larger
+    /// than the budget lets out at once is split (without copying) and let
+    /// out in pieces. Only the frame being let out is held: a slow reader
+    /// slows the inner body, as without the layer. Trailers and other
+    /// frames pass at once. A request or response the limit does not apply
+    /// to (no key, under [`OnMissingKey::Skip`](crate::OnMissingKey::Skip))
+    /// passes as is.
+    pub struct ShapedBody<B> {
+        #[pin]
+        inner: B,
+        shaper: Option<Box<Shaper>>,
+    }
+}
+
+/// One body's place in its key's budget.
+struct Shaper {
+    shared: Arc<Shared>,
+    key: Key,
+    /// The frame being let out, what is left of it.
+    held: Option<Bytes>,
+    piece: NonZeroU32,
+    sleep: Option<Pin<Box<Sleep>>>,
+    /// A decision from Redis, and the bytes it is for.
+    asking: Option<(BoxFuture<'static, Decision>, u32)>,
+}
+
+impl<B> ShapedBody<B> {
+    pub(crate) fn new(inner: B, shaped: Option<(Arc<Shared>, Key)>) -> Self {
+        let shaper = shaped.map(|(shared, key)| {
+            Box::new(Shaper {
+                piece: shared.piece,
+                shared,
+                key,
+                held: None,
+                sleep: None,
+                asking: None,
+            })
+        });
+        Self { inner, shaper }
+    }
+
+    /// Whether this body is paced (a key was found for it).
+    pub fn is_shaped(&self) -> bool {
+        self.shaper.is_some()
+    }
+}
+
+impl Shaper {
+    /// Lets out the next piece of the held frame, or `Pending` until the
+    /// budget has it.
+    fn poll_piece(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
+        loop {
+            if let Some(sleep) = &mut self.sleep {
+                ready!(sleep.as_mut().poll(cx));
+            }
+            let decided = if let Some((ask, n)) = &mut self.asking {
+                let d = ready!(ask.as_mut().poll(cx));
+                let n = *n;
+                self.asking = None;
+                Some((d, n))
+            } else {
+                None
+            };
+            let held = match &mut self.held {
+                Some(h) if !h.is_empty() => h,
+                _ => {
+                    self.held = None;
+                    return Poll::Ready(None);
+                }
+            };
+            let (d, n) = match decided {
+                Some(dn) => dn,
+                None => {
+                    let n = u32::try_from(held.len())
+                        .unwrap_or(u32::MAX)
+                        .min(self.piece.get());
+                    let units = NonZeroU32::new(n).unwrap_or(NonZeroU32::MIN);
+                    match self.shared.meter.take(&self.key, units) {
+                        NowOrLater::Now(d) => (d, n),
+                        NowOrLater::Later(ask) => {
+                            self.asking = Some((ask, n));
+                            continue;
+                        }
+                    }
+                }
+            };
+            if d.is_allowed() {
+                let out = held.split_to(n as usize);
+                if held.is_empty() {
+                    self.held = None;
+                }
+                return Poll::Ready(Some(out));
+            }
+            let wait = match d.retry_after() {
+                Some(w) => w,
+                // Never fits: a smaller piece may (e.g. a lease's burst).
+                None => {
+                    self.piece = NonZeroU32::new(self.piece.get() / 2).unwrap_or(NonZeroU32::MIN);
+                    Duration::from_millis(1)
+                }
+            };
+            self.wait(wait.max(Duration::from_millis(1)));
+        }
+    }
+
+    fn wait(&mut self, wait: Duration) {
+        let at = Instant::now() + wait;
+        match &mut self.sleep {
+            Some(s) => s.as_mut().reset(at),
+            None => self.sleep = Some(Box::pin(tokio::time::sleep_until(at))),
+        }
+    }
+}
+
+impl<B> Body for ShapedBody<B>
+where
+    B: Body<Data = Bytes>,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let mut this = self.project();
+        let Some(shaper) = this.shaper.as_mut() else {
+            return this.inner.poll_frame(cx);
+        };
+        loop {
+            if shaper.held.is_some() {
+                if let Some(piece) = ready!(shaper.poll_piece(cx)) {
+                    return Poll::Ready(Some(Ok(Frame::data(piece))));
+                }
+                continue;
+            }
+            let frame = match ready!(this.inner.as_mut().poll_frame(cx)) {
+                Some(Ok(frame)) => frame,
+                other => return Poll::Ready(other),
+            };
+            match frame.into_data() {
+                Ok(data) if !data.is_empty() => shaper.held = Some(data),
+                Ok(empty) => return Poll::Ready(Some(Ok(Frame::data(empty)))),
+                Err(frame) => return Poll::Ready(Some(Ok(frame))),
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        let held = self.shaper.as_ref().is_some_and(|s| s.held.is_some());
+        !held && self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let mut hint = self.inner.size_hint();
+        let held = self
+            .shaper
+            .as_ref()
+            .and_then(|s| s.held.as_ref())
+            .map_or(0, |h| h.len() as u64);
+        if held > 0 {
+            hint.set_lower(hint.lower() + held);
+            if let Some(upper) = hint.upper() {
+                hint.set_upper(upper + held);
+            }
+        }
+        hint
+    }
+}
+
+impl<B> std::fmt::Debug for ShapedBody<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("ShapedBody");
+        if let Some(s) = &self.shaper {
+            d.field("limit", &s.shared.name)
+                .field("held", &s.held.as_ref().map_or(0, Bytes::len));
+        }
+        d.finish_non_exhaustive()
+    }
+}

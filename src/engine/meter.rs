@@ -1,0 +1,69 @@
+//! One rule spent by the byte, for the bandwidth layer: its key lookup
+//! and its bucket, local or leased from Redis, with no request around it.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::request::Parts;
+
+use super::chain::{Chain, ChainConfig};
+use super::rule::CompiledRule;
+use crate::error::BuildError;
+use crate::now_or_later::NowOrLater;
+use crate::rule::{Lookup, Rule, lookup};
+use crate::{Decision, Key};
+
+/// A compiled rule whose cost is given per call: a body's bytes.
+pub(crate) struct Meter {
+    chain: Arc<Chain>,
+}
+
+impl Meter {
+    /// Checks and compiles `rule` as a layer's only rule would be.
+    pub(crate) fn new(
+        rule: Rule,
+        instances: Option<u32>,
+        max_key_len: usize,
+    ) -> Result<Self, BuildError> {
+        let cfg = ChainConfig {
+            instances,
+            max_key_len,
+            cleanup_every: Duration::from_secs(60),
+            refunds: false,
+        };
+        let chain = Chain::compile(vec![rule], cfg, false, None)?;
+        Ok(Self {
+            chain: Arc::new(chain),
+        })
+    }
+
+    fn rule(&self) -> &Arc<CompiledRule> {
+        &self.chain.rules[0]
+    }
+
+    /// The request's key, under the rule's missing-key policy.
+    pub(crate) fn find(&self, parts: &Parts) -> Lookup {
+        self.chain.start_sweeper();
+        let r = self.rule();
+        lookup(r.rule.on_missing.as_ref(), &r.rule.key, parts, &r.watch)
+    }
+
+    /// Spends `units` of `key`'s bucket, or says how long until they fit.
+    pub(crate) fn take(&self, key: &Key, units: NonZeroU32) -> NowOrLater<Decision> {
+        let r = self.rule();
+        let Some(quota) = r.rule.static_quota() else {
+            return NowOrLater::Now(Decision::never(1, Duration::from_secs(1)));
+        };
+        let quota = super::rule::share(&r.rule, quota, r.instances);
+        match r.check(key, quota, units) {
+            NowOrLater::Now((d, _)) => NowOrLater::Now(d),
+            NowOrLater::Later(f) => NowOrLater::Later(Box::pin(async move { f.await.0 })),
+        }
+    }
+
+    /// Keys held in this process.
+    pub(crate) fn local_keys(&self) -> usize {
+        self.chain.local_keys()
+    }
+}
