@@ -14,7 +14,7 @@ use tokio::time::{Instant, Sleep};
 
 use super::shared::Shared;
 use crate::now_or_later::NowOrLater;
-use crate::{Decision, Key};
+use crate::{Decision, Key, Source};
 
 pin_project_lite::pin_project! {
     /// A body through a [`BandwidthLimitLayer`](super::BandwidthLimitLayer):
@@ -42,9 +42,12 @@ struct Shaper {
     /// The frame being let out, what is left of it.
     held: Option<Bytes>,
     piece: NonZeroU32,
+    /// Bytes paid for and not yet let out, and where they were spent.
+    credit: u32,
+    source: Source,
     sleep: Option<Pin<Box<Sleep>>>,
     /// A decision from Redis, and the bytes it is for.
-    asking: Option<(BoxFuture<'static, Decision>, u32)>,
+    asking: Option<(BoxFuture<'static, (Decision, Source)>, u32)>,
 }
 
 impl<B> ShapedBody<B> {
@@ -55,6 +58,8 @@ impl<B> ShapedBody<B> {
                 shared,
                 key,
                 held: None,
+                credit: 0,
+                source: Source::Local,
                 sleep: None,
                 asking: None,
             })
@@ -70,49 +75,46 @@ impl<B> ShapedBody<B> {
 
 impl Shaper {
     /// Lets out the next piece of the held frame, or `Pending` until the
-    /// budget has it.
-    fn poll_piece(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
+    /// budget has it. `rest`: the most bytes the inner body has left.
+    fn poll_piece(&mut self, cx: &mut Context<'_>, rest: u64) -> Poll<Option<Bytes>> {
         loop {
+            let Some(held) = self.held.as_mut().filter(|h| !h.is_empty()) else {
+                self.held = None;
+                return Poll::Ready(None);
+            };
+            if self.credit > 0 {
+                let n = held.len().min(self.credit as usize);
+                self.credit -= n as u32;
+                let out = held.split_to(n);
+                if held.is_empty() {
+                    self.held = None;
+                }
+                return Poll::Ready(Some(out));
+            }
+            let held = held.len() as u64;
             if let Some(sleep) = &mut self.sleep {
                 ready!(sleep.as_mut().poll(cx));
             }
-            let decided = if let Some((ask, n)) = &mut self.asking {
-                let d = ready!(ask.as_mut().poll(cx));
-                let n = *n;
-                self.asking = None;
-                Some((d, n))
-            } else {
-                None
-            };
-            let held = match &mut self.held {
-                Some(h) if !h.is_empty() => h,
-                _ => {
-                    self.held = None;
-                    return Poll::Ready(None);
+            let ((d, source), n) = match &mut self.asking {
+                Some((ask, n)) => {
+                    let decided = (ready!(ask.as_mut().poll(cx)), *n);
+                    self.asking = None;
+                    decided
                 }
-            };
-            let (d, n) = match decided {
-                Some(dn) => dn,
                 None => {
-                    let n = u32::try_from(held.len())
-                        .unwrap_or(u32::MAX)
-                        .min(self.piece.get());
-                    let units = NonZeroU32::new(n).unwrap_or(NonZeroU32::MIN);
-                    match self.shared.meter.take(&self.key, units) {
-                        NowOrLater::Now(d) => (d, n),
+                    let n = self.ask_size(held, rest);
+                    match self.shared.meter.take(&self.key, n) {
+                        NowOrLater::Now(d) => (d, n.get()),
                         NowOrLater::Later(ask) => {
-                            self.asking = Some((ask, n));
+                            self.asking = Some((ask, n.get()));
                             continue;
                         }
                     }
                 }
             };
             if d.is_allowed() {
-                let out = held.split_to(n as usize);
-                if held.is_empty() {
-                    self.held = None;
-                }
-                return Poll::Ready(Some(out));
+                (self.credit, self.source) = (n, source);
+                continue;
             }
             let wait = match d.retry_after() {
                 Some(w) => w,
@@ -126,11 +128,34 @@ impl Shaper {
         }
     }
 
+    /// The bytes to take at once: the frame's, up to a piece; for a budget
+    /// leased from Redis a whole piece when the body has that much left,
+    /// so a key at its limit asks Redis once a piece, not once a frame.
+    fn ask_size(&self, held: u64, rest: u64) -> NonZeroU32 {
+        let piece = u64::from(self.piece.get());
+        let mut n = held.min(piece);
+        if self.shared.global {
+            n = n.max(held.saturating_add(rest).min(piece));
+        }
+        // `n` is at most a piece, a `u32`, and at least one byte.
+        NonZeroU32::new(n as u32).unwrap_or(NonZeroU32::MIN)
+    }
+
     fn wait(&mut self, wait: Duration) {
         let at = Instant::now() + wait;
         match &mut self.sleep {
             Some(s) => s.as_mut().reset(at),
             None => self.sleep = Some(Box::pin(tokio::time::sleep_until(at))),
+        }
+    }
+}
+
+impl Drop for Shaper {
+    fn drop(&mut self) {
+        // Paid for and never sent: the key's, not lost with the body.
+        if self.credit > 0 {
+            let meter = &self.shared.meter;
+            meter.give_back(&self.key, self.credit, self.source);
         }
     }
 }
@@ -152,7 +177,8 @@ where
         };
         loop {
             if shaper.held.is_some() {
-                if let Some(piece) = ready!(shaper.poll_piece(cx)) {
+                let rest = this.inner.size_hint().upper().unwrap_or(u64::MAX);
+                if let Some(piece) = ready!(shaper.poll_piece(cx, rest)) {
                     return Poll::Ready(Some(Ok(Frame::data(piece))));
                 }
                 continue;

@@ -9,10 +9,11 @@ use http::request::Parts;
 
 use super::chain::{Chain, ChainConfig};
 use super::rule::CompiledRule;
+use super::spend::Spend;
 use crate::error::BuildError;
 use crate::now_or_later::NowOrLater;
 use crate::rule::{Lookup, Rule, lookup};
-use crate::{Decision, Key};
+use crate::{Decision, Key, Quota, Source};
 
 /// A compiled rule whose cost is given per call: a body's bytes.
 pub(crate) struct Meter {
@@ -49,17 +50,30 @@ impl Meter {
         lookup(r.rule.on_missing.as_ref(), &r.rule.key, parts, &r.watch)
     }
 
-    /// Spends `units` of `key`'s bucket, or says how long until they fit.
-    pub(crate) fn take(&self, key: &Key, units: NonZeroU32) -> NowOrLater<Decision> {
+    fn quota(&self) -> Quota {
         let r = self.rule();
-        let Some(quota) = r.rule.static_quota() else {
-            return NowOrLater::Now(Decision::never(1, Duration::from_secs(1)));
+        // The meter's rule has a static quota, checked at build.
+        let q = r.rule.static_quota().unwrap_or(Quota::per_second(1));
+        super::rule::share(&r.rule, q, r.instances)
+    }
+
+    /// Spends `units` of `key`'s bucket, or says how long until they fit;
+    /// the source says where they were spent, for [`give_back`](Self::give_back).
+    pub(crate) fn take(&self, key: &Key, units: NonZeroU32) -> NowOrLater<(Decision, Source)> {
+        self.rule().check(key, self.quota(), units)
+    }
+
+    /// Gives back `units` that [`take`](Self::take) spent from `source` and
+    /// were not used (a body ended with some left).
+    pub(crate) fn give_back(&self, key: &Key, units: u32, source: Source) {
+        let spend = Spend {
+            rule: self.rule().clone(),
+            key: key.clone(),
+            quota: self.quota(),
+            cost: units,
+            source,
         };
-        let quota = super::rule::share(&r.rule, quota, r.instances);
-        match r.check(key, quota, units) {
-            NowOrLater::Now((d, _)) => NowOrLater::Now(d),
-            NowOrLater::Later(f) => NowOrLater::Later(Box::pin(async move { f.await.0 })),
-        }
+        self.rule().adjust_spent(&spend, -i64::from(units));
     }
 
     /// Keys held in this process.

@@ -4,12 +4,13 @@
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
-use keyed_rate_limit::bandwidth::Direction;
+use keyed_rate_limit::bandwidth::{Direction, ShapedBody};
 use keyed_rate_limit::{BandwidthLimitLayer, KeyExtractor, OnMissingKey};
 
+use crate::support::bandwidth::{self, checksum, endless, pattern, received};
 use crate::support::{client, serve, sf};
 
 /// Bytes a second per key in the throughput test.
@@ -17,20 +18,6 @@ const RATE: u32 = 256 * 1024;
 /// Small, so the start-up burst moves the 5-s figure by about 1 %.
 const BURST: u32 = 16 * 1024;
 const WINDOW: Duration = Duration::from_secs(5);
-
-/// Byte `i` of every test body: not periodic in any frame size.
-fn pattern(len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i.wrapping_mul(31) ^ (i >> 7)) as u8)
-        .collect()
-}
-
-/// FNV-1a, enough to tell a reordered or altered body.
-fn checksum(data: &[u8]) -> u64 {
-    data.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
 
 fn app(direction: Direction) -> Router {
     let layer = BandwidthLimitLayer::builder("dl", KeyExtractor::header("x-key"), RATE)
@@ -49,16 +36,7 @@ fn app(direction: Direction) -> Router {
             ),
         )
         // An endless stream of 64 KiB frames.
-        .route(
-            "/stream",
-            get(|| async {
-                let frame = Bytes::from(pattern(64 * 1024));
-                let frames = futures_util::stream::repeat_with(move || {
-                    Ok::<_, std::convert::Infallible>(frame.clone())
-                });
-                Body::from_stream(frames)
-            }),
-        )
+        .route("/stream", get(|| async { endless(64 * 1024) }))
         .route(
             "/upload",
             post(|body: Bytes| async move { format!("{} {}", body.len(), checksum(&body)) }),
@@ -68,18 +46,7 @@ fn app(direction: Direction) -> Router {
 
 /// Bytes of `/stream` that key `key` receives in [`WINDOW`] after the headers.
 async fn streamed(base: &str, key: &str) -> usize {
-    let mut res = client()
-        .get(format!("{base}/stream"))
-        .header("x-key", key)
-        .send()
-        .await
-        .unwrap();
-    let end = Instant::now() + WINDOW;
-    let mut got = 0;
-    while let Ok(Ok(Some(chunk))) = tokio::time::timeout_at(end.into(), res.chunk()).await {
-        got += chunk.len();
-    }
-    got
+    received(&format!("{base}/stream"), key, Duration::ZERO, WINDOW).await
 }
 
 fn rate(bytes: usize) -> f64 {
@@ -87,16 +54,7 @@ fn rate(bytes: usize) -> f64 {
 }
 
 fn assert_near(what: &str, measured: f64) {
-    let want = f64::from(RATE);
-    let off = (measured - want) / want;
-    println!(
-        "{what}: {measured:.0} B/s, limit {RATE} B/s ({:+.1} %)",
-        off * 100.0
-    );
-    assert!(
-        off.abs() <= 0.10,
-        "{what}: {measured:.0} B/s is not within 10 % of {RATE}"
-    );
+    bandwidth::assert_near(what, measured, RATE);
 }
 
 /// Everything that takes wall time, at once: one key alone, a second key
@@ -220,4 +178,74 @@ fn bandwidth_build_checks_settings() {
             .is_err()
     );
     assert_eq!(b(1000).build().unwrap().burst(), 1000);
+}
+
+type Boxed = http_body_util::combinators::UnsyncBoxBody<Bytes, std::convert::Infallible>;
+
+/// The layer in process over `body`, for the global key.
+async fn through(rate: u32, burst: u32, body: Boxed) -> ShapedBody<Boxed> {
+    use tower::ServiceExt;
+    let layer = BandwidthLimitLayer::builder("dl", KeyExtractor::global(), rate)
+        .burst(burst)
+        .build()
+        .unwrap();
+    let body = std::sync::Arc::new(std::sync::Mutex::new(Some(body)));
+    let svc = layer.layer(tower::service_fn(
+        move |_req: http::Request<ShapedBody<http_body_util::Empty<Bytes>>>| {
+            let body = body.lock().unwrap().take().unwrap();
+            async move { Ok::<_, std::convert::Infallible>(http::Response::new(body)) }
+        },
+    ));
+    let req = http::Request::new(http_body_util::Empty::<Bytes>::new());
+    svc.oneshot(req).await.unwrap().into_body()
+}
+
+#[tokio::test]
+async fn bandwidth_splits_a_large_frame_without_copying() {
+    use http_body_util::BodyExt;
+    let whole = Bytes::from(pattern(100_000));
+    let mut body = std::pin::pin!(
+        through(
+            4_000_000,
+            16 * 1024,
+            http_body_util::Full::new(whole.clone()).boxed_unsync()
+        )
+        .await
+    );
+    assert!(body.is_shaped());
+    let mut at = 0;
+    while let Some(frame) = body.frame().await {
+        let piece = frame.unwrap().into_data().unwrap();
+        assert!(piece.len() <= 16 * 1024, "a piece of {} bytes", piece.len());
+        // A view of the same buffer, in order.
+        assert_eq!(piece.as_ptr(), whole[at..].as_ptr());
+        at += piece.len();
+    }
+    assert_eq!(at, whole.len());
+}
+
+#[tokio::test]
+async fn bandwidth_reads_no_further_than_a_slow_client() {
+    use http_body_util::BodyExt;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let made = Arc::new(AtomicUsize::new(0));
+    let counter = made.clone();
+    let frames = futures_util::stream::repeat_with(move || {
+        counter.fetch_add(1, Ordering::SeqCst);
+        Ok::<_, std::convert::Infallible>(http_body::Frame::data(Bytes::from_static(&[7; 1000])))
+    });
+    let body = through(
+        10_000_000,
+        64 * 1024,
+        http_body_util::StreamBody::new(frames).boxed_unsync(),
+    )
+    .await;
+    let mut body = std::pin::pin!(body);
+    for read in 1..=10 {
+        body.frame().await.unwrap().unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        // The frame let out is the only one taken from the inner body.
+        assert_eq!(made.load(Ordering::SeqCst), read);
+    }
 }

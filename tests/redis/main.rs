@@ -6,6 +6,7 @@
 mod support;
 
 mod algorithms;
+mod bandwidth;
 mod calendar;
 #[cfg(feature = "redis-cluster")]
 mod cluster;
