@@ -22,6 +22,11 @@ use crate::rule::{Found, Lookup};
 /// assert_eq!(Direction::default(), Direction::Response);
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(
+    feature = "config",
+    derive(serde::Deserialize),
+    serde(rename_all = "snake_case")
+)]
 #[non_exhaustive]
 pub enum Direction {
     /// Response bodies: downloads, SSE, server streams (the default).
