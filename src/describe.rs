@@ -212,6 +212,17 @@ impl Description {
         }
     }
 
+    /// A bandwidth limit's byte budget as one row: it delays a body
+    /// (`what`, e.g. `response bodies`), it refuses nothing.
+    pub(crate) fn bandwidth(rule: &Rule, what: &str) -> Self {
+        let mut r = DescribedRule::new(rule);
+        if let Some(q) = rule.static_quota() {
+            r.quota = format!("{} bytes/s, burst {} bytes", q.limit(), q.burst());
+        }
+        r.on_deny = format!("delay {what}");
+        Self { rules: vec![r] }
+    }
+
     /// The rules, in evaluation order.
     pub fn rules(&self) -> &[DescribedRule] {
         &self.rules

@@ -71,6 +71,24 @@ impl BandwidthLimitLayer {
     }
 }
 
+impl BandwidthLimitLayer {
+    /// The limit as the rate limiter's rules are described: one row, whose
+    /// quota is in bytes and whose answer is a delay.
+    ///
+    /// ```
+    /// # use keyed_rate_limit::{BandwidthLimitLayer, KeyExtractor};
+    /// let l = BandwidthLimitLayer::builder("dl", KeyExtractor::header("x-api-key"), 65_536).burst(8192).build()?;
+    /// let d = l.describe();
+    /// assert_eq!(d.rules()[0].quota, "65536 bytes/s, burst 8192 bytes");
+    /// assert!(d.markdown().contains("| dl | `header:x-api-key` | 65536 bytes/s, burst 8192 bytes | gcra | local | n/a | delay response bodies; missing key: skip |"));
+    /// # Ok::<(), keyed_rate_limit::BuildError>(())
+    /// ```
+    pub fn describe(&self) -> crate::describe::Description {
+        let what = format!("{} bodies", self.shared.direction.as_str());
+        crate::describe::Description::bandwidth(self.shared.meter.as_rule(), &what)
+    }
+}
+
 impl<S> Layer<S> for BandwidthLimitLayer {
     type Service = BandwidthLimitService<S>;
 

@@ -76,6 +76,11 @@ impl Meter {
         self.rule().adjust_spent(&spend, -i64::from(units));
     }
 
+    /// The rule the budget is.
+    pub(crate) fn as_rule(&self) -> &Rule {
+        &self.rule().rule
+    }
+
     /// Keys held in this process.
     pub(crate) fn local_keys(&self) -> usize {
         self.chain.local_keys()
