@@ -214,11 +214,10 @@ impl Description {
 
     /// A bandwidth limit's byte budget as one row: it delays a body
     /// (`what`, e.g. `response bodies`), it refuses nothing.
-    pub(crate) fn bandwidth(rule: &Rule, what: &str) -> Self {
+    /// The rule counts in units of bytes: `rate` and `burst` are in bytes.
+    pub(crate) fn bandwidth(rule: &Rule, (rate, burst): (u32, u32), what: &str) -> Self {
         let mut r = DescribedRule::new(rule);
-        if let Some(q) = rule.static_quota() {
-            r.quota = format!("{} bytes/s, burst {} bytes", q.limit(), q.burst());
-        }
+        r.quota = format!("{rate} bytes/s, burst {burst} bytes");
         r.on_deny = format!("delay {what}");
         Self { rules: vec![r] }
     }

@@ -42,7 +42,8 @@ struct Shaper {
     /// The frame being let out, what is left of it.
     held: Option<Bytes>,
     piece: NonZeroU32,
-    /// Bytes paid for and not yet let out, and where they were spent.
+    /// Bytes paid for and not yet let out (under a piece and a unit), and
+    /// where they were spent.
     credit: u32,
     source: Source,
     sleep: Option<Pin<Box<Sleep>>>,
@@ -78,50 +79,63 @@ impl Shaper {
     /// budget has it. `rest`: the most bytes the inner body has left.
     fn poll_piece(&mut self, cx: &mut Context<'_>, rest: u64) -> Poll<Option<Bytes>> {
         loop {
-            let Some(held) = self.held.as_mut().filter(|h| !h.is_empty()) else {
-                self.held = None;
-                return Poll::Ready(None);
+            let len = match &self.held {
+                Some(h) if !h.is_empty() => h.len(),
+                _ => {
+                    self.held = None;
+                    return Poll::Ready(None);
+                }
             };
-            if self.credit > 0 {
-                let n = held.len().min(self.credit as usize);
-                self.credit -= n as u32;
-                let out = held.split_to(n);
+            let want = self.ask_size(len as u64, rest);
+            let credit = self.credit as usize;
+            if credit >= len.min(want as usize)
+                && let Some(held) = &mut self.held
+            {
+                let out = held.split_to(len.min(credit));
+                self.credit -= out.len() as u32;
                 if held.is_empty() {
                     self.held = None;
                 }
                 return Poll::Ready(Some(out));
             }
-            let held = held.len() as u64;
             if let Some(sleep) = &mut self.sleep {
                 ready!(sleep.as_mut().poll(cx));
             }
-            let ((d, source), n) = match &mut self.asking {
-                Some((ask, n)) => {
-                    let decided = (ready!(ask.as_mut().poll(cx)), *n);
+            let ((d, source), units) = match &mut self.asking {
+                Some((ask, units)) => {
+                    let decided = (ready!(ask.as_mut().poll(cx)), *units);
                     self.asking = None;
                     decided
                 }
                 None => {
-                    let n = self.ask_size(held, rest);
-                    match self.shared.meter.take(&self.key, n) {
-                        NowOrLater::Now(d) => (d, n.get()),
+                    // Whole units for what the credit lacks; the rest of the
+                    // last one stays as credit.
+                    let unit = self.shared.unit;
+                    let units = want.saturating_sub(self.credit).div_ceil(unit);
+                    let units = NonZeroU32::new(units).unwrap_or(NonZeroU32::MIN);
+                    match self.shared.meter.take(&self.key, units) {
+                        NowOrLater::Now(d) => (d, units.get()),
                         NowOrLater::Later(ask) => {
-                            self.asking = Some((ask, n.get()));
+                            self.asking = Some((ask, units.get()));
                             continue;
                         }
                     }
                 }
             };
             if d.is_allowed() {
-                (self.credit, self.source) = (n, source);
+                let bytes = units.saturating_mul(self.shared.unit);
+                (self.credit, self.source) = (self.credit.saturating_add(bytes), source);
                 continue;
             }
             let wait = match d.retry_after() {
                 Some(w) => w,
                 // Never fits: a smaller piece may (e.g. a lease's burst).
                 None => {
-                    self.piece = NonZeroU32::new(self.piece.get() / 2).unwrap_or(NonZeroU32::MIN);
-                    Duration::from_millis(1)
+                    let half = (self.piece.get() / 2).max(self.shared.unit);
+                    let smaller = half < self.piece.get();
+                    self.piece = NonZeroU32::new(half).unwrap_or(NonZeroU32::MIN);
+                    // A unit that never fits: no busy loop while it lasts.
+                    Duration::from_millis(if smaller { 1 } else { 1000 })
                 }
             };
             self.wait(wait.max(Duration::from_millis(1)));
@@ -131,14 +145,14 @@ impl Shaper {
     /// The bytes to take at once: the frame's, up to a piece; for a budget
     /// leased from Redis a whole piece when the body has that much left,
     /// so a key at its limit asks Redis once a piece, not once a frame.
-    fn ask_size(&self, held: u64, rest: u64) -> NonZeroU32 {
+    fn ask_size(&self, held: u64, rest: u64) -> u32 {
         let piece = u64::from(self.piece.get());
         let mut n = held.min(piece);
         if self.shared.global {
             n = n.max(held.saturating_add(rest).min(piece));
         }
-        // `n` is at most a piece, a `u32`, and at least one byte.
-        NonZeroU32::new(n as u32).unwrap_or(NonZeroU32::MIN)
+        // At most a piece, a `u32`.
+        n as u32
     }
 
     fn wait(&mut self, wait: Duration) {
@@ -153,9 +167,10 @@ impl Shaper {
 impl Drop for Shaper {
     fn drop(&mut self) {
         // Paid for and never sent: the key's, not lost with the body.
-        if self.credit > 0 {
+        let units = self.credit / self.shared.unit;
+        if units > 0 {
             let meter = &self.shared.meter;
-            meter.give_back(&self.key, self.credit, self.source);
+            meter.give_back(&self.key, units, self.source);
         }
     }
 }

@@ -42,14 +42,16 @@ pub struct BandwidthLimitBuilder {
     settings: Settings,
 }
 
+/// The most units the bucket counts a second; see [`BandwidthLimitBuilder::build`].
+const UNITS_PER_SECOND: u32 = 1_000_000;
+
 /// How long a leased byte budget lasts by default (global limits).
 #[cfg(feature = "redis")]
 const LEASE_TTL: Duration = Duration::from_millis(100);
 
 impl BandwidthLimitLayer {
     /// Starts a builder for a limit named `name` (it labels headers and
-    /// logs) of `bytes_per_second` body bytes per key found by `key`
-    /// (at most 10⁹: the budget counts bytes in whole nanoseconds).
+    /// logs) of `bytes_per_second` body bytes per key found by `key`.
     ///
     /// ```
     /// use keyed_rate_limit::{BandwidthLimitLayer, KeyExtractor};
@@ -118,11 +120,10 @@ impl BandwidthLimitBuilder {
     ///
     /// # Errors
     ///
-    /// An invalid name, a zero rate or burst, a rate above 10⁹ bytes a
-    /// second, `max_keys` of zero, a `max_key_len` below 64; for a global
-    /// limit also what [`Rule::global`](crate::Rule) and leases check (a
-    /// burst no larger than the bytes one lease `ttl` brings); see
-    /// [`BuildError`].
+    /// An invalid name, a zero rate or burst, `max_keys` of zero, a
+    /// `max_key_len` below 64; for a global limit also what
+    /// [`Rule::global`](crate::Rule) and leases check (a burst no larger
+    /// than the bytes one lease `ttl` brings); see [`BuildError`].
     pub fn build(self) -> Result<BandwidthLimitLayer, BuildError> {
         let Self {
             mut rule,
@@ -133,10 +134,16 @@ impl BandwidthLimitBuilder {
         } = self;
         settings.validate()?;
         let burst = burst.unwrap_or(bytes_per_second);
-        rule.quota = QuotaSource::Static(Quota::per_second(bytes_per_second).with_burst(burst));
+        // The bucket counts units of `unit` bytes, at most 10⁶ a second: an
+        // emission interval of a microsecond or more, whose truncation to
+        // whole nanoseconds costs at most 0.1 % of the rate.
+        let unit = bytes_per_second.div_ceil(UNITS_PER_SECOND).max(1);
+        let burst_units = burst.div_ceil(unit);
+        let quota = Quota::per_second(bytes_per_second / unit).with_burst(burst_units);
+        rule.quota = QuotaSource::Static(quota);
         // Half the burst: a piece waits for room, not for a full bucket, so
         // a timer that fires late loses no bytes (they wait in the bucket).
-        let piece = burst.saturating_sub(leased_holdback(&mut rule, bytes_per_second)) / 2;
+        let piece = burst_units.saturating_sub(leased_holdback(&mut rule, quota)) / 2;
         let name = rule.name.clone();
         let key_name: Arc<str> = rule.key.name().into();
         #[cfg(feature = "redis")]
@@ -162,7 +169,9 @@ impl BandwidthLimitBuilder {
                 meter,
                 bytes_per_second,
                 burst,
-                piece: NonZeroU32::new(piece).unwrap_or(NonZeroU32::MIN),
+                unit,
+                piece: NonZeroU32::new(piece.max(1).saturating_mul(unit))
+                    .unwrap_or(NonZeroU32::MIN),
                 direction,
                 max_key_len: settings.max_key_len,
                 policy: policy.flatten(),
@@ -173,11 +182,11 @@ impl BandwidthLimitBuilder {
     }
 }
 
-/// The bytes a leased budget holds back from the burst (those one lease
+/// The units a leased budget holds back from the burst (those one lease
 /// `ttl` brings): Redis refuses a piece above the rest. A global limit
 /// leases by default.
 #[cfg(feature = "redis")]
-fn leased_holdback(rule: &mut Rule, bytes_per_second: u32) -> u32 {
+fn leased_holdback(rule: &mut Rule, quota: Quota) -> u32 {
     if !matches!(rule.scope, crate::rule::Scope::Global(_)) {
         return 0;
     }
@@ -185,11 +194,48 @@ fn leased_holdback(rule: &mut Rule, bytes_per_second: u32) -> u32 {
         .global
         .lease
         .get_or_insert(crate::rule::LeasePolicy::new(LEASE_TTL));
-    let bytes = u128::from(bytes_per_second) * lease.ttl().as_nanos();
-    u32::try_from(bytes.div_ceil(1_000_000_000)).unwrap_or(u32::MAX)
+    u32::try_from(lease.held_back(&quota)).unwrap_or(u32::MAX)
 }
 
 #[cfg(not(feature = "redis"))]
-fn leased_holdback(_: &mut Rule, _: u32) -> u32 {
+fn leased_holdback(_: &mut Rule, _: Quota) -> u32 {
     0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The rate the bucket enforces, in bytes a second: governor's
+    /// emission interval is whole nanoseconds.
+    fn enforced(bytes_per_second: u32) -> f64 {
+        let l = BandwidthLimitLayer::builder("dl", KeyExtractor::global(), bytes_per_second)
+            .build()
+            .unwrap();
+        let q = l.shared.meter.as_rule().static_quota().unwrap();
+        let t = q.emission_interval().as_nanos() as f64;
+        f64::from(l.shared.unit) * 1e9 / t
+    }
+
+    #[test]
+    fn every_rate_is_enforced_within_a_thousandth() {
+        for rate in [
+            1,
+            1000,
+            262_144,
+            999_999,
+            1_000_001,
+            30_000_000,
+            123_456_789,
+            999_999_937,
+            u32::MAX,
+        ] {
+            let off = (enforced(rate) - f64::from(rate)) / f64::from(rate);
+            assert!(
+                off.abs() < 1e-3,
+                "{rate} B/s is enforced as {}",
+                enforced(rate)
+            );
+        }
+    }
 }

@@ -85,7 +85,9 @@ impl BandwidthLimitLayer {
     /// ```
     pub fn describe(&self) -> crate::describe::Description {
         let what = format!("{} bodies", self.shared.direction.as_str());
-        crate::describe::Description::bandwidth(self.shared.meter.as_rule(), &what)
+        let s = &self.shared;
+        let bytes = (s.bytes_per_second, s.burst);
+        crate::describe::Description::bandwidth(s.meter.as_rule(), bytes, &what)
     }
 }
 

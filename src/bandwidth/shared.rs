@@ -62,8 +62,10 @@ pub(crate) struct Shared {
     pub(super) meter: Meter,
     pub(super) bytes_per_second: u32,
     pub(super) burst: u32,
-    /// The most bytes one frame lets out at once: the burst, or for a
-    /// leased budget the burst Redis counts leases in.
+    /// Bytes a unit of the bucket stands for (1 up to 10⁶ bytes a second).
+    pub(super) unit: u32,
+    /// The most bytes taken at once, whole units: half the burst, or for
+    /// a leased budget half the burst Redis counts leases in.
     pub(super) piece: NonZeroU32,
     pub(super) direction: Direction,
     pub(super) max_key_len: usize,
