@@ -47,7 +47,7 @@ struct Shaper {
     credit: u32,
     source: Source,
     sleep: Option<Pin<Box<Sleep>>>,
-    /// A decision from Redis, and the bytes it is for.
+    /// A decision from Redis, and the units it is for.
     asking: Option<(BoxFuture<'static, (Decision, Source)>, u32)>,
 }
 
