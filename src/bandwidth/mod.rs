@@ -17,7 +17,7 @@
 //! [`burst`](BandwidthLimitBuilder::burst) (default one second's worth),
 //! kept in the same bounded key store as local rules
 //! ([`max_keys`](BandwidthLimitBuilder::max_keys)). With the `redis`
-//! feature, [`global`](BandwidthLimitBuilder::global) counts every
+//! feature, `BandwidthLimitBuilder::global` counts every
 //! gateway's bytes in Redis, leased in blocks so that no frame waits for
 //! Redis while the lease lasts.
 //!
