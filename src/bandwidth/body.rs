@@ -27,7 +27,8 @@ pin_project_lite::pin_project! {
     /// slows the inner body, as without the layer. Trailers and other
     /// frames pass at once. A request or response the limit does not apply
     /// to (no key, under [`OnMissingKey::Skip`](crate::OnMissingKey::Skip))
-    /// passes as is.
+    /// passes as is. The timer is Tokio's: a shaped body is polled on a
+    /// Tokio runtime with time enabled, as axum's and tonic's servers are.
     pub struct ShapedBody<B> {
         #[pin]
         inner: B,
