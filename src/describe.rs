@@ -291,6 +291,19 @@ impl Description {
         self.layer_exempt
     }
 
+    /// A bandwidth limit's byte budget as one row: it delays a body
+    /// (`what`, e.g. `response bodies`), it refuses nothing.
+    /// The rule counts in units of bytes: `rate` and `burst` are in bytes.
+    pub(crate) fn bandwidth(rule: &Rule, (rate, burst): (u32, u32), what: &str) -> Self {
+        let mut r = DescribedRule::new(rule);
+        r.quota = format!("{rate} bytes/s, burst {burst} bytes");
+        r.on_deny = format!("delay {what}");
+        Self {
+            rules: vec![r],
+            layer_exempt: false,
+        }
+    }
+
     /// The rules, in evaluation order.
     pub fn rules(&self) -> &[DescribedRule] {
         &self.rules

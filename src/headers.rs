@@ -99,22 +99,40 @@ pub(crate) fn t_secs(d: &crate::Decision) -> u64 {
 /// stay inline, saving an allocation per request.
 pub(crate) type Rendered = smallvec::SmallVec<[(HeaderName, HeaderValue); 2]>;
 
+/// What a policy's quota counts (the draft's `qu`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unit {
+    /// Requests in a window (the default unit: no `qu`).
+    Requests,
+    /// Requests in flight: no window.
+    Concurrent,
+    /// Body bytes in a window.
+    ContentBytes,
+}
+
+impl Unit {
+    pub(crate) fn of(concurrency: bool) -> Self {
+        if concurrency {
+            Self::Concurrent
+        } else {
+            Self::Requests
+        }
+    }
+}
+
 /// One rule's `RateLimit-Policy` list member, e.g. `"api";q=100;w=60`.
-pub(crate) fn policy_item(
-    out: &mut String,
-    rule: &str,
-    limit: u32,
-    window: Duration,
-    concurrency: bool,
-) {
+pub(crate) fn policy_item(out: &mut String, rule: &str, limit: u32, window: Duration, unit: Unit) {
     use std::fmt::Write;
     push_sf_string(out, rule);
     let _ = write!(out, ";q={limit}");
-    if concurrency {
+    if unit != Unit::Concurrent {
         // A count of requests in flight has no window, and `w` is optional.
-        out.push_str(";qu=\"concurrent-requests\"");
-    } else {
         let _ = write!(out, ";w={}", ceil_secs(window).max(1));
+    }
+    match unit {
+        Unit::Requests => {}
+        Unit::Concurrent => out.push_str(";qu=\"concurrent-requests\""),
+        Unit::ContentBytes => out.push_str(";qu=\"content-bytes\""),
     }
 }
 
@@ -128,9 +146,9 @@ pub(crate) struct StaticPolicy {
 }
 
 impl StaticPolicy {
-    pub(crate) fn new(rule: &str, limit: u32, window: Duration, concurrency: bool) -> Option<Self> {
+    pub(crate) fn new(rule: &str, limit: u32, window: Duration, unit: Unit) -> Option<Self> {
         let mut item = String::new();
-        policy_item(&mut item, rule, limit, window, concurrency);
+        policy_item(&mut item, rule, limit, window, unit);
         let value = HeaderValue::try_from(item).ok()?;
         Some(Self {
             limit,
@@ -258,7 +276,7 @@ impl Headers {
                                 &d.rule,
                                 dec.limit(),
                                 dec.window(),
-                                d.concurrency,
+                                Unit::of(d.concurrency),
                             ),
                         }
                     }

@@ -56,14 +56,14 @@
 //! A rule in shadow mode only records what it would have refused; a rule
 //! with [`OnDeny::Wait`] holds a request until its unit is back instead of
 //! refusing it. [`ConcurrencyLimitLayer`] is the companion limit on requests
-//! *in flight* per key.
+//! *in flight* per key, and [`BandwidthLimitLayer`] paces body bytes per key.
 //!
 //! # Features
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
 //! | `metrics` | yes | counters, a gauge and a histogram through the [`metrics`](https://docs.rs/metrics) facade ([`observe`]); `tracing` events are always on |
-//! | `redis` | | global rate rules and global concurrency limits on Redis (`backend::redis`, `Rule::global`, `ConcurrencyLimitBuilder::global`), on redis-rs and bb8 |
+//! | `redis` | | global rate rules, concurrency and bandwidth limits on Redis (`backend::redis`, `Rule::global`, `ConcurrencyLimitBuilder::global`, `BandwidthLimitBuilder::global`), on redis-rs and bb8 |
 //! | `redis-cluster` | | `RedisBackend::cluster_builder`: Redis Cluster (implies `redis`) |
 //! | `redis-sentinel` | | `RedisBackend::sentinel_builder`: a master watched by Redis Sentinel, followed through failovers (implies `redis`) |
 //! | `redis-tls` | | `rediss://` URLs with rustls (ring), `tls_root_cert`, `tls_client_cert` (implies `redis`) |
@@ -85,12 +85,13 @@
 //! | share limits across gateways on Redis, Redis Cluster, Redis Sentinel, TLS, coalescing and leases | [`backend::redis`][redis] (feature `redis`) |
 //! | decide what a global rule does while Redis fails | [`failure`] |
 //! | limit requests in flight per key | [`concurrency`] |
+//! | shape body bytes per key: downloads, uploads, streams | [`bandwidth`] |
 //! | load rules from a TOML or YAML file, and reload them on change | [`config`][config] (feature `config`) |
 //! | render the rules as a Markdown table or a Mermaid flowchart | [`describe`] |
 //! | keep local counters across a restart | [`snapshot`] |
 //!
 //! The types most programs use are re-exported here: [`RateLimitLayer`],
-//! [`RateLimitBuilder`], [`Rule`], [`Quota`], [`KeyExtractor`], [`Key`],
+//! [`RateLimitBuilder`], [`BandwidthLimitLayer`], [`Rule`], [`Quota`], [`KeyExtractor`], [`Key`],
 //! [`Algorithm`], [`OnMissingKey`], [`OnDeny`], [`FailureMode`],
 //! [`BreakerConfig`], [`HeaderStyle`], [`RateLimitDecision`], [`Control`]
 //! and [`BuildError`].
@@ -123,6 +124,7 @@
 
 pub mod algorithm;
 pub mod backend;
+pub mod bandwidth;
 pub mod concurrency;
 #[cfg(feature = "config")]
 pub mod config;
@@ -148,6 +150,7 @@ pub mod snapshot;
 mod throttle;
 
 pub use algorithm::Algorithm;
+pub use bandwidth::{BandwidthLimitBuilder, BandwidthLimitLayer, BandwidthLimitService};
 pub use concurrency::{ConcurrencyLimitBuilder, ConcurrencyLimitLayer, ConcurrencyLimitService};
 pub use decision::{Decision, RateLimitDecision, RuleDecision, Source};
 pub use engine::ControlError;

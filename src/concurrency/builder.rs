@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::layer::ConcurrencyLimitLayer;
 use super::shared::Shared;
 use crate::error::BuildError;
-use crate::headers::StaticPolicy;
+use crate::headers::{StaticPolicy, Unit};
 use crate::key::KeyExtractor;
 use crate::rule::valid_name;
 use crate::rule::{KeyWatch, OnMissingKey};
@@ -120,7 +120,14 @@ impl ConcurrencyLimitBuilder {
                     .settings
                     .headers
                     .draft()
-                    .then(|| StaticPolicy::new(&self.name, self.limit, self.retry_after, true))
+                    .then(|| {
+                        StaticPolicy::new(
+                            &self.name,
+                            self.limit,
+                            self.retry_after,
+                            Unit::Concurrent,
+                        )
+                    })
                     .flatten(),
                 watch: KeyWatch::new(self.name.clone(), &self.key),
                 deny_log: Default::default(),

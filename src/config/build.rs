@@ -141,14 +141,8 @@ impl RuleConfig {
             let f = lookup(&reg.costs, "cost_fn", &name)?.clone();
             rule = rule.cost_fn(move |p| f(p));
         }
-        if let Some(m) = raw.on_missing_key {
-            rule = rule.on_missing_key(match m {
-                MissingSpec::Skip => OnMissingKey::Skip,
-                MissingSpec::Reject(status) => OnMissingKey::Reject(status),
-                MissingSpec::Fallback(k) => {
-                    OnMissingKey::Fallback(key_extractor(&k, proxies.as_ref(), reg)?)
-                }
-            });
+        if let Some(m) = &raw.on_missing_key {
+            rule = rule.on_missing_key(on_missing(m, proxies.as_ref(), reg)?);
         }
         #[cfg(not(feature = "redis"))]
         if raw.scope == ScopeSpec::Global {
@@ -187,9 +181,22 @@ impl RuleConfig {
     }
 }
 
+/// The policy a missing-key spec names.
+pub(super) fn on_missing(
+    m: &MissingSpec,
+    proxies: Option<&TrustedProxies>,
+    reg: &Registry,
+) -> Result<OnMissingKey, String> {
+    Ok(match m {
+        MissingSpec::Skip => OnMissingKey::Skip,
+        MissingSpec::Reject(status) => OnMissingKey::Reject(*status),
+        MissingSpec::Fallback(k) => OnMissingKey::Fallback(key_extractor(k, proxies, reg)?),
+    })
+}
+
 /// Builds the extractor a key spec names: alternatives joined with
 /// [`KeyExtractor::or`], parts with [`KeyExtractor::and`].
-fn key_extractor(
+pub(super) fn key_extractor(
     spec: &KeySpec,
     proxies: Option<&TrustedProxies>,
     reg: &Registry,

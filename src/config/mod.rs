@@ -14,6 +14,8 @@ mod registry;
 mod read;
 // A `RulesConfig` into rules and a layer.
 mod build;
+// `[[bandwidth]]` entries into bandwidth layers.
+mod bandwidth;
 mod locate;
 // Reloading a file on change.
 mod watch;

@@ -37,6 +37,10 @@ pub struct RulesConfig {
     /// The registry's `exempt_fn` that lets requests past every rule.
     pub(super) exempt_fn: Option<String>,
     pub(super) rules: Vec<RuleConfig>,
+    /// `[[bandwidth]]` entries, built one by one with
+    /// [`bandwidth_layer`](Self::bandwidth_layer).
+    #[serde(default)]
+    pub(super) bandwidth: Vec<BandwidthConfig>,
     /// Where it was read from, to place errors found when building.
     #[serde(skip)]
     pub(super) origin: super::locate::Origin,
@@ -147,4 +151,27 @@ fn shown() -> bool {
 pub(super) struct RuleConfig {
     pub(super) raw: RawRule,
     pub(super) proxies: Option<TrustedProxies>,
+}
+
+/// One `[[bandwidth]]` entry as written: a
+/// [`BandwidthLimitLayer`](crate::BandwidthLimitLayer)'s settings.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+// Parsed without the `redis` feature too, so a file checks the same either way.
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+pub(super) struct BandwidthConfig {
+    pub(super) name: String,
+    pub(super) key: KeySpec,
+    pub(super) trusted_proxies: Option<Vec<String>>,
+    pub(super) bytes_per_second: u32,
+    pub(super) burst: Option<u32>,
+    #[serde(default)]
+    pub(super) direction: crate::bandwidth::Direction,
+    #[serde(default)]
+    pub(super) scope: ScopeSpec,
+    pub(super) on_missing_key: Option<MissingSpec>,
+    pub(super) max_keys: Option<usize>,
+    pub(super) failure_mode: Option<FailureMode>,
+    pub(super) timeout: Option<DurationSpec>,
+    pub(super) lease: Option<LeaseSpec>,
 }

@@ -187,3 +187,32 @@ fn exemptions_and_near_limit() {
         "{e}"
     );
 }
+
+/// `[[bandwidth]]` entries build by name; their errors point at them.
+#[test]
+fn bandwidth_entries() {
+    let reg = Registry::new();
+    let src = "[[rules]]\nname = \"dl\"\nkey = \"global\"\nquota = \"5/min\"\n\n[[bandwidth]]\nname = \"dl\"\nkey = \"header:x-key\"\nbytes_per_second = 1000\ndirection = \"both\"\n\n[[bandwidth]]\nname = \"zero\"\nkey = \"global\"\nbytes_per_second = 0\n";
+    let config = RulesConfig::from_toml_str(src).unwrap();
+    assert_eq!(config.bandwidth_names().collect::<Vec<_>>(), ["dl", "zero"]);
+    let dl = config.bandwidth_layer("dl", &reg).unwrap();
+    assert_eq!(dl.direction(), crate::bandwidth::Direction::Both);
+    assert_eq!((dl.bytes_per_second(), dl.burst()), (1000, 1000));
+    let e = config.bandwidth_layer("zero", &reg).unwrap_err();
+    assert_eq!(e.line(), Some(13), "{e}");
+    assert!(config.bandwidth_layer("nope", &reg).is_err());
+    let e = toml_err(
+        "rules = []\n[[bandwidth]]\nname = \"x\"\nkey = \"global\"\nbytes_per_second = 1\nrate = 2\n",
+    );
+    assert!(e.to_string().contains("unknown field `rate`"), "{e}");
+    let local = "rules = []\n[[bandwidth]]\nname = \"x\"\nkey = \"global\"\nbytes_per_second = 1\ntimeout = \"1s\"\n";
+    let e = RulesConfig::from_toml_str(local)
+        .unwrap()
+        .bandwidth_layer("x", &reg)
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("only applies to `scope = \"global\"`"),
+        "{e}"
+    );
+}

@@ -17,7 +17,7 @@ use crate::backend::lock::Locks;
 use crate::decision::Decisions;
 use crate::error::BuildError;
 use crate::failure::BreakerStatus;
-use crate::headers::StaticPolicy;
+use crate::headers::{StaticPolicy, Unit};
 use crate::policy::KeySpaceFull;
 use crate::rule::{KeyWatch, Rule};
 use crate::throttle::Throttle;
@@ -107,7 +107,7 @@ impl Chain {
             };
             let policy = rule.static_quota().filter(|_| policies).and_then(|q| {
                 let q = share(&rule, q, instances);
-                StaticPolicy::new(&rule.name, q.limit(), q.window(), false)
+                StaticPolicy::new(&rule.name, q.limit(), q.window(), Unit::Requests)
             });
             let records = rule.settles() || (cfg.refunds && group_end < last);
             let near_below = match (rule.near_limit, rule.static_quota()) {
@@ -151,7 +151,7 @@ impl Chain {
 
     /// The sweep needs a Tokio runtime, which may not exist when the layer
     /// is built, so it starts with the first request and ends with the chain.
-    fn start_sweeper(self: &Arc<Self>) {
+    pub(super) fn start_sweeper(self: &Arc<Self>) {
         if self.sweeper.get().is_some() {
             return;
         }

@@ -16,6 +16,7 @@ mod decide;
 mod global;
 #[cfg(feature = "redis")]
 mod lease;
+mod meter;
 mod rule;
 mod snapshot;
 mod spend;
@@ -31,6 +32,7 @@ pub(crate) use chain::{Chain, ChainConfig, Suspended};
 pub use control::ControlError;
 pub(crate) use control::ControlOp;
 pub(crate) use decide::Verdict;
+pub(crate) use meter::Meter;
 pub(crate) use spend::Settlement;
 #[cfg(feature = "redis")]
 pub(crate) use validate_global::validate_global;

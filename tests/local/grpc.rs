@@ -297,3 +297,37 @@ async fn count_if_sees_a_trailers_only_grpc_status() {
     let err = client.check(check("")).await.unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted, "two failures spent it");
 }
+
+/// A gRPC answer is paced by its bytes (five 7-byte `Check` answers at
+/// 28 B/s after a 14-byte burst: 0.75 s), its trailers pass, and a server
+/// stream's messages come through.
+#[tokio::test]
+async fn grpc_answers_are_shaped_by_their_bytes_and_keep_their_trailers() {
+    use keyed_rate_limit::BandwidthLimitLayer;
+    let layer = BandwidthLimitLayer::builder("grpc-bytes", KeyExtractor::peer_ip(), 28)
+        .burst(14)
+        .build()
+        .unwrap();
+    let addr = serve!(layer);
+    let mut client = client(addr).await;
+    let start = std::time::Instant::now();
+    for _ in 0..5 {
+        let res = client.check(HealthCheckRequest::default()).await.unwrap();
+        let policy = res.metadata().get("ratelimit-policy").unwrap();
+        assert_eq!(policy, "\"grpc-bytes\";q=28;w=1;qu=\"content-bytes\"");
+        // A status read from the trailers: they were not held back or lost.
+        assert_eq!(res.into_inner().status(), ServingStatus::Serving);
+    }
+    let took = start.elapsed();
+    assert!(
+        took >= std::time::Duration::from_millis(600) && took < std::time::Duration::from_secs(3),
+        "five answers took {took:?}"
+    );
+    let mut stream = client
+        .watch(HealthCheckRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let first = stream.message().await.unwrap().unwrap();
+    assert_eq!(first.status(), ServingStatus::Serving);
+}

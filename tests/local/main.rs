@@ -9,6 +9,7 @@ mod support;
 mod any_of;
 mod architecture;
 mod auth;
+mod bandwidth;
 mod calendar;
 mod concurrency;
 #[cfg(all(feature = "config", feature = "redis"))]

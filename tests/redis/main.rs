@@ -7,6 +7,7 @@ mod support;
 
 mod algorithms;
 mod any_of;
+mod bandwidth;
 mod calendar;
 #[cfg(feature = "redis-cluster")]
 mod cluster;

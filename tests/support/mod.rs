@@ -6,6 +6,7 @@
 
 #[cfg(feature = "redis")]
 pub mod admits;
+pub mod bandwidth;
 pub mod events;
 #[cfg(feature = "redis")]
 pub mod gateway;

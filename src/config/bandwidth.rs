@@ -1,0 +1,152 @@
+//! `[[bandwidth]]` entries into [`BandwidthLimitLayer`]s, with the
+//! registry's extractors and Redis backend and the file's layer settings.
+
+use crate::BandwidthLimitLayer;
+use crate::key::TrustedProxies;
+
+use super::build::{key_extractor, on_missing};
+use super::error::ConfigError;
+use super::registry::Registry;
+use super::schema::{BandwidthConfig, RulesConfig, ScopeSpec};
+
+impl RulesConfig {
+    /// The names of the file's `[[bandwidth]]` entries, in file order.
+    ///
+    /// ```
+    /// use keyed_rate_limit::config::RulesConfig;
+    /// let config = RulesConfig::from_toml_str(r#"
+    ///     rules = []
+    ///     [[bandwidth]]
+    ///     name = "downloads"
+    ///     key = "header:x-api-key"
+    ///     bytes_per_second = 1048576
+    /// "#)?;
+    /// assert_eq!(config.bandwidth_names().collect::<Vec<_>>(), ["downloads"]);
+    /// # Ok::<(), keyed_rate_limit::config::ConfigError>(())
+    /// ```
+    pub fn bandwidth_names(&self) -> impl Iterator<Item = &str> {
+        self.bandwidth.iter().map(|b| b.name.as_str())
+    }
+
+    /// Builds the `[[bandwidth]]` entry named `name`, with the file's
+    /// `headers`, `instances` and `max_key_len`. Entries are read when the
+    /// layer is built: [`watch`](Self::watch) reloads rules, not these.
+    ///
+    /// ```
+    /// use axum::{Router, routing::get};
+    /// use keyed_rate_limit::bandwidth::Direction;
+    /// use keyed_rate_limit::config::{Registry, RulesConfig};
+    ///
+    /// let config = RulesConfig::from_toml_str(r#"
+    ///     [[rules]]
+    ///     name = "per-key"
+    ///     key = "header:x-api-key"
+    ///     quota = "100/min"
+    ///
+    ///     [[bandwidth]]
+    ///     name = "downloads"
+    ///     key = "header:x-api-key"
+    ///     bytes_per_second = 1048576   # 1 MiB/s per key
+    ///     burst = 65536
+    ///     direction = "response"       # response (default) | request | both
+    ///     on_missing_key = "reject:401"
+    /// "#)?;
+    /// let downloads = config.bandwidth_layer("downloads", &Registry::new())?;
+    /// assert_eq!((downloads.bytes_per_second(), downloads.direction()), (1 << 20, Direction::Response));
+    /// let app: Router = Router::new()
+    ///     .route("/files", get(|| async { "..." }))
+    ///     .layer(downloads)
+    ///     .layer(config.into_layer(&Registry::new())?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// No entry named `name`; a name the registry doesn't hold, a global
+    /// entry without [`Registry::redis`] (or the `redis` feature); a
+    /// `client_ip` key without `trusted_proxies`; any
+    /// [`BuildError`](crate::error::BuildError) of the layer.
+    pub fn bandwidth_layer(
+        &self,
+        name: &str,
+        registry: &Registry,
+    ) -> Result<BandwidthLimitLayer, ConfigError> {
+        let Some(entry) = self.bandwidth.iter().find(|b| b.name == name) else {
+            return Err(ConfigError::new(format!(
+                "no [[bandwidth]] entry named {name:?}"
+            )));
+        };
+        // Placed at the entry's `name`: after the rules that share it.
+        let nth = self.rules.iter().filter(|r| r.raw.name == name).count();
+        let placed = |e: String| {
+            self.origin
+                .rule_error(name, nth, format!("bandwidth {name:?}: {e}"))
+        };
+        let mut b = entry.builder(registry).map_err(placed)?;
+        b = b.headers(self.headers).legacy_reset(self.legacy_reset);
+        if let Some(n) = self.instances {
+            b = b.instances(n);
+        }
+        if let Some(n) = self.max_key_len {
+            b = b.max_key_len(n);
+        }
+        b.build().map_err(|e| placed(e.to_string()))
+    }
+}
+
+impl BandwidthConfig {
+    fn builder(&self, reg: &Registry) -> Result<crate::BandwidthLimitBuilder, String> {
+        let uses_client_ip = self.key.uses_client_ip()
+            || matches!(&self.on_missing_key, Some(super::parse::MissingSpec::Fallback(k)) if k.uses_client_ip());
+        let proxies = match (&self.trusted_proxies, uses_client_ip) {
+            (Some(p), true) => {
+                Some(TrustedProxies::new(p).map_err(|e| format!("`trusted_proxies`: {e}"))?)
+            }
+            (None, true) => return Err("a `client_ip` key needs `trusted_proxies`".into()),
+            (Some(_), false) => return Err("`trusted_proxies` needs a `client_ip` key".into()),
+            (None, false) => None,
+        };
+        let key = key_extractor(&self.key, proxies.as_ref(), reg)?;
+        let mut b = BandwidthLimitLayer::builder(self.name.as_str(), key, self.bytes_per_second)
+            .direction(self.direction);
+        if let Some(burst) = self.burst {
+            b = b.burst(burst);
+        }
+        if let Some(m) = &self.on_missing_key {
+            b = b.on_missing_key(on_missing(m, proxies.as_ref(), reg)?);
+        }
+        if let Some(n) = self.max_keys {
+            b = b.max_keys(n);
+        }
+        let global_only = [
+            (self.failure_mode.is_some(), "failure_mode"),
+            (self.timeout.is_some(), "timeout"),
+            (self.lease.is_some(), "lease"),
+        ];
+        if self.scope == ScopeSpec::Local {
+            if let Some((_, field)) = global_only.iter().find(|(set, _)| *set) {
+                return Err(format!("`{field}` only applies to `scope = \"global\"`"));
+            }
+            return Ok(b);
+        }
+        #[cfg(not(feature = "redis"))]
+        return Err("`scope = \"global\"` needs the crate's `redis` feature".into());
+        #[cfg(feature = "redis")]
+        {
+            let redis = reg.redis.clone().ok_or(
+                "`scope = \"global\"` needs a Redis backend: pass one with `Registry::redis`",
+            )?;
+            b = b.global(redis);
+            if let Some(mode) = self.failure_mode {
+                b = b.on_redis_failure(mode);
+            }
+            if let Some(t) = self.timeout {
+                b = b.redis_timeout(t.0);
+            }
+            if let Some(l) = self.lease {
+                b = b.lease(l.policy());
+            }
+            Ok(b)
+        }
+    }
+}
