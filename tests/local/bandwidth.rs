@@ -247,3 +247,56 @@ async fn bandwidth_reads_no_further_than_a_slow_client() {
         assert_eq!(made.load(Ordering::SeqCst), read);
     }
 }
+
+/// Server-sent events through the layer: every event arrives whole and in
+/// order, paced by its bytes (never faster than the rate after the burst).
+#[tokio::test]
+async fn bandwidth_paces_server_sent_events_intact() {
+    use axum::response::sse::{Event, Sse};
+    const EVENTS: usize = 20;
+    const SIZE: usize = 2048;
+    let rate = 32 * 1024;
+    let layer = BandwidthLimitLayer::builder("sse", KeyExtractor::header("x-key"), rate)
+        .burst(4 * 1024)
+        .build()
+        .unwrap();
+    let events = || {
+        let text = |i: usize| format!("{i:04}:{}", "x".repeat(SIZE - 5));
+        let stream = futures_util::stream::iter(
+            (0..EVENTS)
+                .map(move |i| Ok::<_, std::convert::Infallible>(Event::default().data(text(i)))),
+        );
+        Sse::new(stream)
+    };
+    let base = serve(
+        Router::new()
+            .route("/events", get(move || async move { events() }))
+            .layer(layer),
+    )
+    .await;
+    let start = Instant::now();
+    let res = client()
+        .get(format!("{base}/events"))
+        .header("x-key", "a")
+        .send()
+        .await
+        .unwrap();
+    let body = res.text().await.unwrap();
+    let took = start.elapsed();
+    let data: Vec<&str> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .collect();
+    assert_eq!(data.len(), EVENTS, "every event arrives");
+    for (i, d) in data.iter().enumerate() {
+        assert_eq!(d.len(), SIZE, "event {i} whole");
+        assert!(d.starts_with(&format!("{i:04}:")), "event {i} in order");
+    }
+    // What is past the burst comes at the rate at most.
+    let paced = (body.len() - 4 * 1024) as f64 / f64::from(rate);
+    assert!(
+        took.as_secs_f64() >= paced * 0.95,
+        "{took:?} for {} bytes",
+        body.len()
+    );
+}
