@@ -112,13 +112,7 @@ impl Shared {
             Found::Key(k) => k.bounded(self.max_key_len),
             Found::Skip => return Admission::Go(Rendered::new(), None),
             Found::Reject(status, misconfig) => {
-                let denied = Denied {
-                    rule: self.name.clone(),
-                    retry_after: None,
-                    status,
-                    hidden: false,
-                    misconfig,
-                };
+                let denied = Denied::rejected(self.name.clone(), status, misconfig);
                 let res = refusal(&self.deny, &denied, &parts.headers, Rendered::new());
                 return Admission::Stop(res);
             }

@@ -125,13 +125,7 @@ impl Shared {
             Ready::Key(key, outcome) => (key, outcome),
             Ready::Skip => return Admission::Go(Headers::new(), None),
             Ready::Reject(status, misconfig) => {
-                let denied = Denied {
-                    rule: self.name.clone(),
-                    retry_after: None,
-                    status,
-                    hidden: false,
-                    misconfig,
-                };
+                let denied = Denied::rejected(self.name.clone(), status, misconfig);
                 return Admission::Stop(refusal(
                     &self.deny,
                     &denied,

@@ -133,13 +133,7 @@ impl Shared {
                 misconfig,
             } => {
                 self.headers.render(&mut rules, &mut headers);
-                let denied = Denied {
-                    rule,
-                    retry_after: None,
-                    status,
-                    hidden: false,
-                    misconfig,
-                };
+                let denied = Denied::rejected(rule, status, misconfig);
                 Admission::Stop(refusal(&self.deny, &denied, &parts.headers, headers))
             }
         }

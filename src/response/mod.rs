@@ -38,6 +38,22 @@ pub struct Denied {
 }
 
 impl Denied {
+    /// A request `rule` rejects for its key (missing, or its source missing
+    /// from the setup): waiting would not help.
+    pub(crate) fn rejected(
+        rule: Arc<str>,
+        status: StatusCode,
+        misconfig: Option<Misconfig>,
+    ) -> Self {
+        Self {
+            rule,
+            retry_after: None,
+            status,
+            hidden: false,
+            misconfig,
+        }
+    }
+
     /// The rule that refused the request.
     pub fn rule(&self) -> &str {
         &self.rule
