@@ -6,7 +6,9 @@ use std::sync::Arc;
 use http::request::Parts;
 
 use super::decide::{Grouped, Outcome, Step};
-use super::rule::{CompiledRule, share};
+use futures_util::future::BoxFuture;
+
+use super::rule::{Backend, CompiledRule, share};
 use crate::rule::QuotaSource;
 use crate::{RuleDecision, Source};
 
@@ -19,13 +21,11 @@ pub(crate) struct AnyOf {
     denied: Vec<RuleDecision>,
 }
 
-/// Where a group stopped: decided, or awaiting the member before `next`.
+/// Where a group stopped: decided (or reading later global members for
+/// the headers), or awaiting the member before `next`.
 pub(super) enum Asked {
-    Done(Outcome),
-    Awaiting(
-        Box<AnyOf>,
-        futures_util::future::BoxFuture<'static, Outcome>,
-    ),
+    Done(Step),
+    Awaiting(Box<AnyOf>, BoxFuture<'static, Outcome>),
 }
 
 impl AnyOf {
@@ -50,7 +50,7 @@ impl AnyOf {
                 Step::Later(pending) => return Asked::Awaiting(Box::new(g), pending),
             }
         }
-        Asked::Done(g.finish())
+        Asked::Done(Step::Now(g.finish()))
     }
 
     /// Goes on after the member before `next` answered `outcome`.
@@ -61,21 +61,22 @@ impl AnyOf {
         parts: &Parts,
     ) -> Outcome {
         if let Some(done) = self.feed(outcome, rules, parts) {
-            return done;
+            return done.resolve().await;
         }
         while self.next < self.end {
             let member = &rules[self.next];
             self.next += 1;
             let o = member.step(parts).resolve().await;
             if let Some(done) = self.feed(o, rules, parts) {
-                return done;
+                return done.resolve().await;
             }
         }
         self.finish()
     }
 
-    /// Takes one member's answer; the group's outcome once it is known.
-    fn feed(&mut self, o: Outcome, rules: &[Arc<CompiledRule>], parts: &Parts) -> Option<Outcome> {
+    /// Takes one member's answer; the group's outcome once it is known
+    /// (later, when a global member after the one that admitted is read).
+    fn feed(&mut self, o: Outcome, rules: &[Arc<CompiledRule>], parts: &Parts) -> Option<Step> {
         match o {
             Outcome::Skip => None,
             Outcome::Decided(d, _) if !d.decision.is_allowed() => {
@@ -85,19 +86,34 @@ impl AnyOf {
             Outcome::Decided(d, spend) => {
                 let mut decisions = std::mem::take(&mut self.denied);
                 decisions.push(d);
-                decisions.extend(
-                    rules[self.next..self.end]
-                        .iter()
-                        .filter_map(|m| m.peek(parts)),
-                );
-                Some(Outcome::Group(Box::new(Grouped {
-                    decisions,
-                    spend,
-                    allowed: true,
+                let later: Vec<Peek> = rules[self.next..self.end]
+                    .iter()
+                    .filter_map(|m| m.peek(parts))
+                    .collect();
+                let group = |decisions| {
+                    Outcome::Group(Box::new(Grouped {
+                        decisions,
+                        spend,
+                        allowed: true,
+                    }))
+                };
+                if later.iter().all(|p| matches!(p, Peek::Now(_))) {
+                    decisions.extend(later.into_iter().filter_map(Peek::now));
+                    return Some(Step::Now(group(decisions)));
+                }
+                Some(Step::Later(Box::pin(async move {
+                    for p in later {
+                        let d = match p {
+                            Peek::Now(d) => Some(d),
+                            Peek::Read(read) => read.await,
+                        };
+                        decisions.extend(d);
+                    }
+                    group(decisions)
                 })))
             }
             // A rejection, or a nested group (never built).
-            other => Some(other),
+            other => Some(Step::Now(other)),
         }
     }
 
@@ -126,23 +142,55 @@ impl AnyOf {
     }
 }
 
+/// A member after the one that admitted, as the headers show it: read
+/// now, or read from Redis.
+enum Peek {
+    Now(RuleDecision),
+    /// A global member's read (feature `redis`).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    Read(BoxFuture<'static, Option<RuleDecision>>),
+}
+
+impl Peek {
+    fn now(self) -> Option<RuleDecision> {
+        match self {
+            Self::Now(d) => Some(d),
+            Self::Read(_) => None,
+        }
+    }
+}
+
 impl CompiledRule {
-    /// What a local member after the one that admitted would tell a request
-    /// of one unit now, without spending it; `None` for a global member (a
-    /// Redis call), a `quota_fn` or async key, or a missing key.
-    fn peek(&self, parts: &Parts) -> Option<RuleDecision> {
-        let store = self.local_store()?;
+    /// What a member after the one that admitted would tell a request of
+    /// one unit now, without spending it: from the local store, or for a
+    /// global member one read-only Redis call (under its timeout, skipped
+    /// while its breaker is open). `None` for a `quota_fn` or async key, or
+    /// a missing key.
+    fn peek(self: &Arc<Self>, parts: &Parts) -> Option<Peek> {
         let QuotaSource::Static(q) = self.rule.quota else {
             return None;
         };
         let quota = share(&self.rule, q, self.instances);
         let key = self.rule.key.extract_now(parts)?;
-        let key = self.bounded(&key);
-        let d = match self.locks.locked(&key) {
-            Some(left) => crate::Decision::denied(quota.limit(), quota.window(), left, left),
-            None => store.adjust(&key, quota, 0),
-        };
-        Some(self.rule_decision(&key, d, Source::Local))
+        let key = self.bounded(&key).into_owned();
+        if let Some(left) = self.locks.locked(&key) {
+            let d = crate::Decision::denied(quota.limit(), quota.window(), left, left);
+            return Some(Peek::Now(self.rule_decision(&key, d, Source::Locked)));
+        }
+        match &self.backend {
+            Backend::Local(store) => {
+                let d = store.adjust(&key, quota, 0);
+                Some(Peek::Now(self.rule_decision(&key, d, Source::Local)))
+            }
+            #[cfg(feature = "redis")]
+            Backend::Global(g) => {
+                let (this, g) = (self.clone(), g.clone());
+                Some(Peek::Read(Box::pin(async move {
+                    let d = g.read(&this.rule, &key, quota).await?;
+                    Some(this.rule_decision(&key, d, Source::Global))
+                })))
+            }
+        }
     }
 }
 

@@ -241,7 +241,7 @@ impl Chain {
                 continue;
             } else {
                 match AnyOf::start(&self.rules, i, parts) {
-                    Asked::Done(o) => (Step::Now(o), None),
+                    Asked::Done(step) => (step, None),
                     Asked::Awaiting(g, pending) => (Step::Later(pending), Some(g)),
                 }
             };
@@ -285,7 +285,7 @@ impl Suspended {
             let outcome = match rule.span {
                 1 => rule.step(&parts).resolve().await,
                 _ => match AnyOf::start(&this.rules, at, &parts) {
-                    Asked::Done(o) => o,
+                    Asked::Done(step) => step.resolve().await,
                     Asked::Awaiting(g, pending) => {
                         g.resume(pending.await, &this.rules, &parts).await
                     }

@@ -550,6 +550,25 @@ impl Global {
         self.fallback.adjust(key, self.guard.share(quota), units);
     }
 
+    /// What a request of one unit would be told now, read from Redis
+    /// without spending: for an any-of group's headers. `None` while the
+    /// breaker is open or when Redis does not answer within the rule's
+    /// timeout; nothing is counted against the breaker.
+    pub(super) async fn read(&self, rule: &Rule, key: &Key, quota: Quota) -> Option<Decision> {
+        if self.breaker_status().state != crate::failure::BreakerState::Closed {
+            return None;
+        }
+        let quota = self.counting(rule, quota);
+        let op = ControlScriptOp::Adjust(0);
+        let call = self
+            .redis
+            .control(&rule.name, key, rule.algorithm, &quota, op);
+        tokio::time::timeout(rule.failure.timeout, call)
+            .await
+            .ok()?
+            .ok()
+    }
+
     /// Gives back (`units < 0`) or charges units a request spent in Redis,
     /// after its response (or its refusal) is out: one `control.lua` call
     /// behind the rule's breaker and timeout. A failure is logged and

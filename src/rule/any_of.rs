@@ -13,9 +13,13 @@ use super::Rule;
 ///
 /// - A refusal carries every member's `RateLimit` item, and the
 ///   `Retry-After` of the member whose units come back soonest.
-/// - An allow carries the members asked before the one that admitted (all
-///   empty) and that one; a local member after it is read without spending,
-///   a global one is not asked (it would cost a Redis call).
+/// - An allow carries every member too: those asked before the one that
+///   admitted (all empty), that one, and the members after it read without
+///   spending. A local member is read in place; a global one costs one
+///   read-only Redis call (under its timeout; left out of the headers
+///   while its breaker is open or Redis is slow). Put global members first
+///   when that call matters: a global member that admits reads the local
+///   ones after it for free.
 /// - A member whose key is missing, or that exempts the request
 ///   ([`Rule::exempt`]), is skipped; one that rejects the request
 ///   (`OnMissingKey::Reject`) rejects it for the group.

@@ -55,8 +55,13 @@ async fn global_members_are_asked_in_turn_and_refunded() {
         let url = serve(ok_app(layer)).await;
         let (steady, pool) = (format!("steady{tag}"), format!("pool{tag}"));
         let k = [("x-api-key", "k")];
-        for _ in 0..2 {
-            assert_eq!(get(&url, &k).await.status(), 200, "{tag}: steady");
+        // The local member admits; the global one after it is read from
+        // Redis for the headers, not spent.
+        for left in [1, 0] {
+            let res = get(&url, &k).await;
+            assert_eq!(res.status(), 200, "{tag}: steady");
+            assert_eq!(member(&res, "ratelimit", &steady).int("r"), Some(left));
+            assert_eq!(member(&res, "ratelimit", &pool).int("r"), Some(3), "{tag}");
         }
         // The local member refuses; the global one, awaited, admits.
         let res = get(&url, &[("x-api-key", "k"), ("x-after", "a")]).await;
