@@ -224,10 +224,11 @@ where
             .and_then(|s| s.held.as_ref())
             .map_or(0, |h| h.len() as u64);
         if held > 0 {
-            hint.set_lower(hint.lower() + held);
+            // Upper first: `set_lower` above the old upper panics.
             if let Some(upper) = hint.upper() {
-                hint.set_upper(upper + held);
+                hint.set_upper(upper.saturating_add(held));
             }
+            hint.set_lower(hint.lower().saturating_add(held));
         }
         hint
     }
