@@ -218,6 +218,9 @@ async fn bandwidth_splits_a_large_frame_without_copying() {
         // A view of the same buffer, in order.
         assert_eq!(piece.as_ptr(), whole[at..].as_ptr());
         at += piece.len();
+        // What is held counts as still to come, exactly.
+        let left = (whole.len() - at) as u64;
+        assert_eq!(http_body::Body::size_hint(&*body).exact(), Some(left));
     }
     assert_eq!(at, whole.len());
 }
