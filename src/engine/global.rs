@@ -145,28 +145,6 @@ impl Global {
         }
     }
 
-    /// After a reload that changed `rule`'s static quota from `old`: keys
-    /// convert their old state at their next decision, while it may exist.
-    pub(super) fn converting_from(&self, rule: &Rule, old: Quota) {
-        let Some(new) = rule.static_quota() else {
-            return;
-        };
-        let (old, new) = (self.counting(rule, old), self.counting(rule, new));
-        // The longest an old state lives: a whole bucket refilling, or two
-        // windows for the sliding window.
-        let refill = old
-            .window()
-            .mul_f64(f64::from(old.burst()) / f64::from(old.limit()));
-        let until = std::time::Instant::now() + 2 * refill.max(old.window());
-        let _ = self.previous.set((old, new, rule.on_quota_change, until));
-    }
-
-    /// The previous quota a decision of `quota` converts from, if any.
-    pub(super) fn previous(&self, quota: Quota) -> Option<(Quota, QuotaChange)> {
-        let &(old, new, how, until) = self.previous.get()?;
-        (new == quota && std::time::Instant::now() < until).then_some((old, how))
-    }
-
     /// The quota Redis counts `quota` in when this rule leases it.
     pub(super) fn counted(&self, rule: &Rule, quota: Quota) -> Option<Quota> {
         let leases = self.leases.as_ref()?;
@@ -178,7 +156,7 @@ impl Global {
 
     /// The quota Redis decides `quota` in: the leases' for a leasing rule,
     /// so that an exact decision beside leases keeps their bound.
-    fn counting(&self, rule: &Rule, quota: Quota) -> Quota {
+    pub(super) fn counting(&self, rule: &Rule, quota: Quota) -> Quota {
         self.counted(rule, quota).unwrap_or(quota)
     }
 

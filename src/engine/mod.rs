@@ -17,6 +17,8 @@ mod global;
 #[cfg(feature = "redis")]
 mod lease;
 mod meter;
+#[cfg(feature = "redis")]
+mod quota_change;
 mod rule;
 mod snapshot;
 mod spend;

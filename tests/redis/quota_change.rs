@@ -131,3 +131,31 @@ async fn a_converted_key_is_charged_once() {
     let res = get(&url).await;
     assert_eq!(member(&res, "ratelimit", "api").int("r"), Some(19));
 }
+
+/// A reload between quotas that span ages converts without overflowing
+/// the conversion's end.
+#[tokio::test]
+async fn a_quota_of_ages_reloads() {
+    let server = RedisServer::start();
+    let redis = server.backend("qc-ages").await;
+    let ages = |n| Quota::new(n, Duration::MAX);
+    let layer = RateLimitLayer::builder()
+        .rule(rule(
+            &redis,
+            Algorithm::Gcra,
+            ages(1),
+            QuotaChange::Proportional,
+        ))
+        .build()
+        .unwrap();
+    layer
+        .reload([rule(
+            &redis,
+            Algorithm::Gcra,
+            ages(2),
+            QuotaChange::Proportional,
+        )])
+        .unwrap();
+    let url = serve(ok_app(layer)).await;
+    assert_eq!(get(&url).await.status(), 200);
+}
