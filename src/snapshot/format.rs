@@ -116,21 +116,28 @@ pub(crate) fn read(mut r: impl Read) -> Result<(Vec<SavedRule>, i64), SnapshotEr
             s.parse::<u32>()
                 .map_err(|_| corrupt(no, "a number is malformed"))
         };
+        // A quota's limit, window and burst: never zero.
+        let positive = |s: &str| match unsigned(s)? {
+            0 => Err(corrupt(no, "a quota of zero")),
+            n => Ok(n),
+        };
+        let positive32 =
+            |s: &str| u32::try_from(positive(s)?).map_err(|_| corrupt(no, "a number is malformed"));
         match f.as_slice() {
             ["written", t] => written = Some(num(t)?),
             ["rule", name, "rolling", limit, window, burst] => rules.push(SavedRule {
                 name: text_of(name).ok_or(corrupt(no, "a rule name is not hex of UTF-8"))?,
                 state: Saved::Rolling {
-                    limit: small(limit)?,
-                    window_ns: unsigned(window)?,
-                    burst: small(burst)?,
+                    limit: positive32(limit)?,
+                    window_ns: positive(window)?,
+                    burst: positive32(burst)?,
                     keys: Vec::new(),
                 },
             }),
             ["rule", name, "calendar", limit, period, offset] => rules.push(SavedRule {
                 name: text_of(name).ok_or(corrupt(no, "a rule name is not hex of UTF-8"))?,
                 state: Saved::Calendar {
-                    limit: small(limit)?,
+                    limit: positive32(limit)?,
                     period: match *period {
                         "day" => Period::Day,
                         "month" => Period::Month,
@@ -246,6 +253,14 @@ mod tests {
             read(later.as_bytes()),
             Err(SnapshotError::Version(2))
         ));
+        // Whole and checked, but a quota that admits nothing: refused.
+        let mut zero = sample();
+        if let Saved::Rolling { limit, .. } = &mut zero[0].state {
+            *limit = 0;
+        }
+        let mut out = Vec::new();
+        write(&mut out, &zero, 42).unwrap();
+        assert!(err(&out).contains("a quota of zero"), "{}", err(&out));
         assert_eq!(unhex("0g"), None);
         assert_eq!(unhex("abc"), None);
     }
