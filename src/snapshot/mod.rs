@@ -57,7 +57,8 @@
 //! Each `key` line belongs to the `rule` line before it. A reader refuses a
 //! file whose first line is not the header ([`SnapshotError::NotASnapshot`]),
 //! a later version ([`SnapshotError::Version`]), and one whose `end` line is
-//! missing or does not match ([`SnapshotError::Corrupt`]).
+//! missing or does not match, or that holds a quota of zero
+//! ([`SnapshotError::Corrupt`]).
 
 mod format;
 
