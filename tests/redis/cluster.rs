@@ -145,23 +145,22 @@ async fn limits_stay_exact_while_slots_move_between_nodes() {
 #[tokio::test]
 async fn the_layer_runs_global_rules_on_the_cluster() {
     let cluster = RedisCluster::start();
-    let layer = RateLimitLayer::builder()
-        .rule(
-            Rule::new(
-                "cluster",
-                KeyExtractor::header("x-api-key"),
-                Quota::per_hour(4),
-            )
-            .global(backend(&cluster, "layer").await)
+    let redis = backend(&cluster, "layer").await;
+    let rule = |q| {
+        Rule::new("cluster", KeyExtractor::header("x-api-key"), q)
+            .global(redis.clone())
             .algorithm(Algorithm::SlidingWindow)
-            .redis_timeout(std::time::Duration::from_millis(500)),
-        )
+            .redis_timeout(std::time::Duration::from_millis(500))
+            .on_quota_change(keyed_rate_limit::rule::QuotaChange::AsIs)
+    };
+    let layer = RateLimitLayer::builder()
+        .rule(rule(Quota::per_hour(4)))
         .build()
         .unwrap();
     let url = serve(
         Router::new()
             .route("/", get(|| async { "ok" }))
-            .layer(layer),
+            .layer(layer.clone()),
     )
     .await;
     let c = client();
@@ -182,6 +181,17 @@ async fn the_layer_runs_global_rules_on_the_cluster() {
     }
     // Keys without the header skip the rule.
     assert_eq!(statuses(&c, &url, 2).await, [200, 200]);
+    // A raised quota keeps the 4 units each key used: the script reads
+    // the old state beside the new, in one slot.
+    layer.reload([rule(Quota::per_hour(8))]).unwrap();
+    for key in ["a", "b"] {
+        let mut got = Vec::new();
+        for _ in 0..5 {
+            let res = c.get(&url).header("x-api-key", key).send().await.unwrap();
+            got.push(res.status().as_u16());
+        }
+        assert_eq!(got, [200, 200, 200, 200, 429], "{key} after the reload");
+    }
 
     // A crowd of 200 concurrent HTTP requests for one key, over four
     // gateways each: coalesced (the default) admits the quota exactly,
