@@ -187,26 +187,13 @@ impl<C: Clock + Clone> LocalStore<C> {
     /// `to`, as `how` says: between rolling quotas, or calendar quotas of
     /// the same period and offset. Anything else starts afresh.
     pub(crate) fn convert_from(&self, old: &Self, from: Quota, to: Quota, how: QuotaChange) {
-        let same_calendar = from.period().is_some()
-            && from.period() == to.period()
-            && from.utc_offset() == to.utc_offset();
-        if let (Some((_, _, o)), Some((_, _, n))) = (&old.fixed, &self.fixed) {
-            let (a, b) = (f64::from(from.burst()), f64::from(to.burst()));
+        if let Some((_, _, o)) = &old.fixed {
             for (key, used) in o.state.used() {
-                if let Some(used) = how.convert(used, a, b) {
-                    n.state.put_used(key, used, to.burst());
-                }
+                self.carry_used(key, used, from, to, how);
             }
-        } else if same_calendar && let Some(c) = old.calendar.get() {
-            let (a, b) = (f64::from(from.limit()), f64::from(to.limit()));
+        } else if let Some(c) = old.calendar.get() {
             for (key, count, _) in c.counts() {
-                // Rounded up: a conversion never hands out a unit.
-                match how.convert(f64::from(count), a, b).map(f64::ceil) {
-                    Some(n) if n >= 1.0 => {
-                        self.calendar().adjust(&key, to, n as i64);
-                    }
-                    _ => {}
-                }
+                self.carry_count(&key, count, from, to, how);
             }
         }
     }
@@ -218,11 +205,55 @@ impl<C: Clock + Clone> LocalStore<C> {
             .map_or_else(Vec::new, |(_, _, l)| l.state.used())
     }
 
-    /// Sets `key` of the static rolling quota `quota` to `used` units not
-    /// yet back.
-    pub(crate) fn put_used(&self, key: Key, used: f64, quota: Quota) {
-        if let Some((_, _, l)) = &self.fixed {
-            l.state.put_used(key, used, quota.burst());
+    /// Sets `key` of the static rolling quota `to` to the `used` units it
+    /// had under `from`: as they are when the quota is the same, else as
+    /// `how` converts them. Nothing when `to` is not this store's rolling
+    /// quota.
+    pub(crate) fn carry_used(&self, key: Key, used: f64, from: Quota, to: Quota, how: QuotaChange) {
+        let Some((_, _, l)) = &self.fixed else { return };
+        if to.period().is_some() || from.period().is_some() {
+            return;
+        }
+        let used = if same_size(from, to) {
+            Some(used)
+        } else {
+            how.convert(used, f64::from(from.burst()), f64::from(to.burst()))
+        };
+        if let Some(u) = used.filter(|u| *u > 0.0) {
+            l.state.put_used(key, u, to.burst());
+        }
+    }
+
+    /// Adds to `key`'s count in the current window of the calendar quota
+    /// `to` what it counted under `from`, converted as `how` says when the
+    /// limit changed (rounded up: a conversion never hands out a unit).
+    /// Nothing between calendars of another period or offset.
+    pub(crate) fn carry_count(
+        &self,
+        key: &Key,
+        count: u32,
+        from: Quota,
+        to: Quota,
+        how: QuotaChange,
+    ) {
+        let same_calendar = from.period().is_some()
+            && from.period() == to.period()
+            && from.utc_offset() == to.utc_offset();
+        if !same_calendar {
+            return;
+        }
+        let n = if from.limit() == to.limit() {
+            Some(f64::from(count))
+        } else {
+            how.convert(
+                f64::from(count),
+                f64::from(from.limit()),
+                f64::from(to.limit()),
+            )
+            .map(f64::ceil)
+        };
+        if let Some(n) = n.filter(|n| *n >= 1.0) {
+            self.calendar().adjust(key, to, n as i64);
         }
     }
 
@@ -271,6 +302,12 @@ fn limiter<C: Clock + Clone>(q: Quota, budget: &Arc<Budget>, clock: &C) -> Keyed
     let gov = RateLimiter::<Key, _, _, NoOpMiddleware<C::Instant>>::new(gq, store, clock.clone())
         .with_middleware::<StateInformationMiddleware>();
     Keyed { gov, state }
+}
+
+/// Whether two rolling quotas count alike: a state under one reads the
+/// same under the other.
+fn same_size(a: Quota, b: Quota) -> bool {
+    (a.limit(), a.window(), a.burst()) == (b.limit(), b.window(), b.burst())
 }
 
 /// `quota`'s emission interval, as governor's nanosecond counters hold it:

@@ -75,20 +75,10 @@ impl Chain {
                 } if q.period().is_none() => {
                     let old =
                         Quota::new(*limit, Duration::from_nanos(*window_ns)).with_burst(*burst);
-                    let same = (old.limit(), old.window(), old.burst())
-                        == (q.limit(), q.window(), q.burst());
                     let t = interval_us(old);
                     for (key, whole_at) in keys {
                         let used = whole_at.saturating_sub(now) as f64 / t;
-                        // `Reset` is for a changed quota only.
-                        let used = if same {
-                            Some(used)
-                        } else {
-                            how.convert(used, f64::from(old.burst()), f64::from(q.burst()))
-                        };
-                        if let Some(u) = used.filter(|u| *u > 0.0) {
-                            store.put_used(key.clone(), u, q);
-                        }
+                        store.carry_used(key.clone(), used, old, q, how);
                     }
                 }
                 Saved::Calendar {
@@ -101,18 +91,10 @@ impl Chain {
                     let Some((_, end)) = q.window_secs(now.div_euclid(1_000_000)) else {
                         continue;
                     };
+                    let old = q.with_limit(*limit);
                     for (key, count, saved_end) in keys {
-                        if *saved_end != end {
-                            continue;
-                        }
-                        let n = if *limit == q.limit() {
-                            Some(f64::from(*count))
-                        } else {
-                            how.convert(f64::from(*count), f64::from(*limit), f64::from(q.limit()))
-                                .map(f64::ceil)
-                        };
-                        if let Some(n) = n.filter(|n| *n >= 1.0) {
-                            store.adjust(key, q, n as i64);
+                        if *saved_end == end {
+                            store.carry_count(key, *count, old, q, how);
                         }
                     }
                 }

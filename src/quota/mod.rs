@@ -193,6 +193,13 @@ impl Quota {
         Some(calendar::window(self.period?, self.utc_offset, now))
     }
 
+    /// The same quota with another limit: a calendar quota as saved with
+    /// an older limit.
+    pub(crate) const fn with_limit(mut self, limit: u32) -> Self {
+        self.limit = limit;
+        self
+    }
+
     /// Sets the burst: the most units a key may spend at once.
     ///
     /// ```
