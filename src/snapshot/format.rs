@@ -78,13 +78,20 @@ pub(crate) fn read(mut r: impl Read) -> Result<(Vec<SavedRule>, i64), SnapshotEr
     if version != VERSION {
         return Err(SnapshotError::Version(version));
     }
-    // The `end` line checks every byte before it.
-    let Some(at) = text.trim_end_matches('\n').rfind('\n').map(|i| i + 1) else {
+    // The `end` line checks every byte before it, and is itself exactly
+    // `end <lines> <sha256>\n`: a lost or changed last byte is damage too.
+    let Some(last) = text.strip_suffix('\n') else {
+        return Err(corrupt(
+            text.lines().count(),
+            "the file does not end in a newline: truncated?",
+        ));
+    };
+    let Some(at) = last.rfind('\n').map(|i| i + 1) else {
         return Err(corrupt(1, "no end line"));
     };
-    let (body, end) = text.split_at(at);
+    let (body, end) = (&text[..at], &last[at..]);
     let n = body.lines().count();
-    let mut fields = end.trim_end().split(' ');
+    let mut fields = end.split(' ');
     let (Some("end"), Some(count), Some(sum), None) =
         (fields.next(), fields.next(), fields.next(), fields.next())
     else {
@@ -236,9 +243,15 @@ mod tests {
         write(&mut out, &sample(), 42).unwrap();
         let text = String::from_utf8(out.clone()).unwrap();
         let err = |b: &[u8]| read(b).unwrap_err().to_string();
-        // Every truncation fails (but of the last newline), none panics.
-        for cut in 0..out.len() - 1 {
+        // Every truncation fails, none panics.
+        for cut in 0..out.len() {
             assert!(read(&out[..cut]).is_err(), "cut at {cut}");
+        }
+        // The end line's newline lost, doubled or changed to other white space.
+        let body = &text[..text.len() - 1];
+        for tail in ["", "\n\n", "\t", "\x0b", "\x0c", "\r", " ", "\r\n", " \n"] {
+            let damaged = format!("{body}{tail}");
+            assert!(read(damaged.as_bytes()).is_err(), "ending {tail:?}");
         }
         // A flipped digit fails the checksum.
         let flipped = text.replacen("100", "900", 1);
@@ -291,7 +304,7 @@ mod tests {
                 let mut out = Vec::new();
                 write(&mut out, &rules, 7).unwrap();
                 prop_assert_eq!(read(&out[..]).unwrap(), (rules, 7));
-                let i = at.index(out.len() - 1);
+                let i = at.index(out.len());
                 let mut damaged = out.clone();
                 damaged[i] ^= flip;
                 prop_assert!(read(&damaged[..]).is_err());

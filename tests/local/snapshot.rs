@@ -148,6 +148,14 @@ fn corrupt_truncated_and_foreign_files_are_refused() {
         Some(SnapshotError::NotASnapshot)
     ));
     assert!(matches!(build(b""), Some(SnapshotError::NotASnapshot)));
+    // The end line must end in exactly one newline.
+    let whole = &saved[..saved.len() - 1];
+    for tail in [&b""[..], b"\t", b"\x0b", b"\x0c", b"\r", b" ", b"\n\n"] {
+        let damaged = [whole, tail].concat();
+        let err = build(&damaged).unwrap_or_else(|| panic!("ending {tail:?} restored"));
+        assert!(matches!(err, SnapshotError::Corrupt { .. }), "{err}");
+    }
+    assert!(build(&saved).is_none(), "the whole file restores");
     let mut tampered = saved.clone();
     let at = tampered.iter().position(|&b| b == b'\n').unwrap() + 9;
     tampered[at] ^= 1;
