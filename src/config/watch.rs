@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use notify::{Event, RecommendedWatcher, RecursiveMode, Watcher};
 
 use super::{ConfigError, Registry, RulesConfig};
+use crate::rate_limit::WeakLayer;
 use crate::{RateLimitLayer, observe};
 
 /// Editors write a file in several steps (truncate, write, rename): reload
@@ -21,12 +22,14 @@ const MAX_SETTLE: Duration = Duration::from_millis(500);
 /// How often the reload thread checks that its watcher still exists.
 const POLL: Duration = Duration::from_millis(500);
 
-/// Reloads a layer's rules whenever their file changes; made by
-/// [`RulesConfig::watch`]. Dropping it stops the watching (within half a
-/// second); the layer keeps the rules it has.
-#[must_use = "dropping the watcher stops the reloads"]
+/// The status of the reloads of a layer's rules file; made by
+/// [`RulesConfig::watch`].
+///
+/// The watching lasts as long as the layer: it stops by itself (within
+/// half a second) once the layer and every service made from it are
+/// dropped, or at [`stop`](Self::stop). Dropping this handle does not stop
+/// it, so `let (layer, _) = RulesConfig::watch(..)?` keeps reloading.
 pub struct ConfigWatcher {
-    _watcher: RecommendedWatcher,
     status: Arc<Status>,
 }
 
@@ -39,6 +42,12 @@ struct Status {
 }
 
 impl ConfigWatcher {
+    /// Stops watching (within half a second); the layer keeps the rules it
+    /// has. Logged at `info`, as a stop because the layer was dropped is.
+    pub fn stop(self) {
+        self.status.stop.store(true, Ordering::Release);
+    }
+
     /// Edits applied since watching began.
     pub fn reloads(&self) -> u64 {
         self.status.reloads.load(Ordering::Acquire)
@@ -61,12 +70,6 @@ impl ConfigWatcher {
     }
 }
 
-impl Drop for ConfigWatcher {
-    fn drop(&mut self) {
-        self.status.stop.store(true, Ordering::Release);
-    }
-}
-
 impl std::fmt::Debug for ConfigWatcher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ConfigWatcher")
@@ -79,7 +82,10 @@ impl std::fmt::Debug for ConfigWatcher {
 impl RulesConfig {
     /// Builds a layer from the file at `path` (as [`from_path`](Self::from_path)
     /// and [`into_layer`](Self::into_layer)) and reloads its rules whenever
-    /// the file changes, until the returned [`ConfigWatcher`] is dropped.
+    /// the file changes, for as long as the layer (or a service made from
+    /// it) lives; the returned [`ConfigWatcher`] reports how the reloads
+    /// went and can [`stop`](ConfigWatcher::stop) them. Starting and
+    /// stopping are logged at `info` with the file's path.
     ///
     /// Each change is read once the file has been quiet for 100 ms, then
     /// applied with [`RateLimitLayer::reload`]: atomically, and keeping the
@@ -145,7 +151,8 @@ impl RulesConfig {
         let reloader = Reloader {
             path: path.clone(),
             registry,
-            layer: layer.clone(),
+            layer: layer.downgrade(),
+            _watcher: watcher,
             settings,
             applied: src,
             status: status.clone(),
@@ -155,13 +162,8 @@ impl RulesConfig {
             .name("rate-limit-config".into())
             .spawn(move || tracing::dispatcher::with_default(&dispatch, || reloader.run(&rx)))
             .map_err(|e| cannot(&e))?;
-        Ok((
-            layer,
-            ConfigWatcher {
-                _watcher: watcher,
-                status,
-            },
-        ))
+        tracing::info!(target: observe::TARGET, path = %path.display(), "watching the rate-limit rules file");
+        Ok((layer, ConfigWatcher { status }))
     }
 }
 
@@ -180,7 +182,10 @@ pub(super) type Settings = (
 struct Reloader {
     path: PathBuf,
     registry: Registry,
-    layer: RateLimitLayer,
+    /// Not the layer itself: the watching ends with it.
+    layer: WeakLayer,
+    /// Owned by the thread, so the watching lasts as long as it does.
+    _watcher: RecommendedWatcher,
     settings: Settings,
     /// The source the running rules came from.
     applied: String,
@@ -189,6 +194,12 @@ struct Reloader {
 
 impl Reloader {
     fn run(mut self, rx: &Receiver<notify::Result<Event>>) {
+        let why = self.watch(rx);
+        tracing::info!(target: observe::TARGET, path = %self.path.display(), why, "stopped watching the rate-limit rules file");
+    }
+
+    /// Reloads on every change until watching ends; why it did.
+    fn watch(&mut self, rx: &Receiver<notify::Result<Event>>) -> &'static str {
         loop {
             match rx.recv_timeout(POLL) {
                 Ok(Ok(event)) if self.concerns(&event) => {}
@@ -197,8 +208,11 @@ impl Reloader {
                     tracing::warn!(target: observe::TARGET, path = %self.path.display(), error = %e, "watching the rate-limit rules failed");
                     continue;
                 }
-                Err(RecvTimeoutError::Timeout) if !self.stopped() => continue,
-                Err(_) => return,
+                Err(RecvTimeoutError::Timeout) => match self.stopped() {
+                    Some(why) => return why,
+                    None => continue,
+                },
+                Err(RecvTimeoutError::Disconnected) => return "the file watcher failed",
             }
             // Let the rest of the edit land: wait for a quiet spell, but
             // no longer than MAX_SETTLE (a busy directory never goes quiet).
@@ -208,18 +222,24 @@ impl Reloader {
                     Ok(Ok(event)) if self.concerns(&event) => {}
                     Ok(_) => {}
                     Err(RecvTimeoutError::Timeout) => break,
-                    Err(RecvTimeoutError::Disconnected) => return,
+                    Err(RecvTimeoutError::Disconnected) => return "the file watcher failed",
                 }
             }
-            if self.stopped() {
-                return;
+            if let Some(why) = self.stopped() {
+                return why;
             }
             self.reload();
         }
     }
 
-    fn stopped(&self) -> bool {
-        self.status.stop.load(Ordering::Acquire)
+    fn stopped(&self) -> Option<&'static str> {
+        if self.status.stop.load(Ordering::Acquire) {
+            Some("stopped by ConfigWatcher::stop")
+        } else if self.layer.upgrade().is_none() {
+            Some("the layer was dropped")
+        } else {
+            None
+        }
     }
 
     fn concerns(&self, event: &Event) -> bool {
@@ -248,9 +268,11 @@ impl Reloader {
             let origin = config.origin();
             Ok((config.into_rules(&self.registry)?, origin))
         });
-        let reloaded = rules.and_then(|(rules, origin)| {
-            self.layer.reload(rules).map_err(|e| origin.build_error(e))
-        });
+        let Some(layer) = self.layer.upgrade() else {
+            return;
+        };
+        let reloaded = rules
+            .and_then(|(rules, origin)| layer.reload(rules).map_err(|e| origin.build_error(e)));
         match reloaded {
             Ok(()) => {
                 self.applied = src;

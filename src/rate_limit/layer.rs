@@ -1,6 +1,6 @@
 //! The layer: its services share one chain, which `reload` swaps.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use tower::Layer;
 
@@ -32,7 +32,21 @@ pub struct RateLimitLayer {
     pub(super) shared: Arc<Shared>,
 }
 
+/// A handle that does not keep the layer alive: the rules file's watcher
+/// holds one, so it stops once every clone and service of the layer is gone.
+pub(crate) struct WeakLayer(Weak<Shared>);
+
+impl WeakLayer {
+    pub(crate) fn upgrade(&self) -> Option<RateLimitLayer> {
+        self.0.upgrade().map(|shared| RateLimitLayer { shared })
+    }
+}
+
 impl RateLimitLayer {
+    pub(crate) fn downgrade(&self) -> WeakLayer {
+        WeakLayer(Arc::downgrade(&self.shared))
+    }
+
     /// Wraps `inner`, as [`tower::Layer::layer`](Layer::layer) does, without
     /// naming `tower` (an axum app has no direct dependency on it): e.g. a
     /// whole `Router`, served with axum's `ServiceExt`.

@@ -11,4 +11,5 @@ pub use builder::RateLimitBuilder;
 pub use control::Control;
 pub use future::ResponseFuture;
 pub use layer::RateLimitLayer;
+pub(crate) use layer::WeakLayer;
 pub use service::RateLimitService;

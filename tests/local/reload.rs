@@ -218,3 +218,42 @@ async fn unchanged_rules_keep_their_counters() {
     assert!(err.to_string().contains("kept"), "{err}");
     assert_eq!(layer.rules().len(), 3);
 }
+
+/// `let (layer, _) = RulesConfig::watch(..)` keeps reloading: the watching
+/// lasts as long as the layer, is logged when it starts and when it stops.
+#[tokio::test]
+async fn a_dropped_watcher_handle_keeps_reloading_until_the_layer_goes() {
+    let (events, _guard) = capture();
+    let dir = TempDir::new("watch-dropped");
+    let path = dir.0.join("limits.toml");
+    save(&path, &rules(100));
+    let (layer, _) = RulesConfig::watch(&path, Registry::new()).unwrap();
+    let started = with_message(&events, "watching the rate-limit rules file");
+    assert_eq!(started.len(), 1);
+    assert_eq!(started[0]["path"], path.display().to_string());
+    let url = serve(ok_app(layer)).await;
+    let q = || async {
+        let res = crate::support::get_with(&url, &[("x-user", "u")]).await;
+        assert_eq!(res.status(), 200);
+        sf::member(&res, "ratelimit-policy", "b").int("q")
+    };
+    assert_eq!(q().await, Some(100));
+    save(&path, &rules(101));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while q().await != Some(101) {
+        assert!(Instant::now() < deadline, "the edit never applied");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(with_message(&events, "stopped watching the rate-limit rules file").is_empty());
+
+    // A layer that is dropped ends its watching, and says so.
+    let other = dir.0.join("other.toml");
+    save(&other, &rules(5));
+    let (layer, watcher) = RulesConfig::watch(&other, Registry::new()).unwrap();
+    drop(layer);
+    let stopped = || with_message(&events, "stopped watching the rate-limit rules file");
+    until(Duration::from_secs(5), || !stopped().is_empty()).await;
+    assert_eq!(stopped()[0]["path"], other.display().to_string());
+    assert_eq!(stopped()[0]["why"], "the layer was dropped");
+    assert_eq!(watcher.reloads(), 0);
+}
