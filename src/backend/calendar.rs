@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use dashmap::DashMap;
 
+use super::inherit::Inherit;
 use super::keyspace::{Budget, KeySpaceFull, mark_diverted};
 use crate::instant::unix_us;
 use crate::throttle::Throttle;
@@ -32,6 +33,9 @@ pub(crate) struct CalendarStore {
     overflow: Mutex<Option<Entry>>,
     budget: Arc<Budget>,
     sweeps: Throttle,
+    /// What a new key counted already, while a reload carries the keys of
+    /// the store this one replaces over.
+    inherit: Inherit<Entry>,
 }
 
 /// `quota`'s calendar window at `now` (µs since the epoch): its empty
@@ -55,7 +59,41 @@ impl CalendarStore {
             overflow: Mutex::new(None),
             budget,
             sweeps: Throttle::default(),
+            inherit: Inherit::none(),
         }
+    }
+
+    /// Until [`settled`](Self::settled), a new key starts from
+    /// `count(key, (start, end))`: what it counted in that window before.
+    pub(crate) fn inherit(&self, count: impl Fn(&Key, (i64, i64)) -> u32 + Send + Sync + 'static) {
+        self.inherit.set(move |key, fresh: Entry| Entry {
+            count: count(key, (fresh.start, fresh.end)),
+            ..fresh
+        });
+    }
+
+    /// Every key was carried over: new keys start at zero again.
+    pub(crate) fn settled(&self) {
+        self.inherit.clear();
+    }
+
+    /// Carries `key` over, unless it is here already or counted nothing.
+    pub(crate) fn adopt(&self, key: &Key, quota: Quota) {
+        let now = unix_us();
+        if let Some((fresh, _, _)) = window_at(quota, now)
+            && !self.map.contains_key(key)
+            && self.inherit.start(key, fresh).count > 0
+        {
+            self.upsert(now, key, fresh, true, |_| ());
+        }
+    }
+
+    /// `key`'s count in the window `(start, end)`, if it is the current one.
+    pub(crate) fn count_in(&self, key: &Key, window: (i64, i64)) -> u32 {
+        self.map
+            .get(key)
+            .filter(|e| (e.start, e.end) == window)
+            .map_or(0, |e| e.count)
     }
 
     /// Spends `cost` units of the calendar quota `quota` for `key`.
@@ -115,7 +153,7 @@ impl CalendarStore {
         let mut new = false;
         let mut e = self.map.entry(key.clone()).or_insert_with(|| {
             new = true;
-            fresh
+            self.inherit.start(key, fresh)
         });
         if !new {
             self.budget.give_back(1);
@@ -147,7 +185,9 @@ impl CalendarStore {
             };
             e.count
         };
-        let count = self.upsert(now, key, fresh, units > 0, apply).unwrap_or(0);
+        let count = self
+            .upsert(now, key, fresh, units > 0, apply)
+            .unwrap_or_else(|| self.inherit.start(key, fresh).count);
         if count < limit {
             Decision::allowed(limit, window, limit - count, reset)
         } else {

@@ -20,6 +20,7 @@ use governor::nanos::Nanos;
 use governor::state::StateStore;
 use governor::state::keyed::ShrinkableKeyedStateStore;
 
+use super::inherit::Inherit;
 use crate::Key;
 pub(crate) use crate::policy::KeySpaceFull;
 use crate::throttle::Throttle;
@@ -127,6 +128,9 @@ pub(crate) struct GcraState<C: Clock> {
     start: C::Instant,
     /// One emission interval: governor keeps a key that long past full.
     t: Nanos,
+    /// The units a new key has used already, while a reload carries the
+    /// keys of the state this one replaces over.
+    pub(crate) inherit: Inherit<f64>,
 }
 
 impl<C: Clock> GcraStore<C> {
@@ -139,6 +143,7 @@ impl<C: Clock> GcraStore<C> {
             start: clock.now(),
             clock,
             t: Nanos::from(t),
+            inherit: Inherit::none(),
         }))
     }
 
@@ -220,23 +225,55 @@ impl<C: Clock> GcraState<C> {
         };
         let tat = match self.map.get(key) {
             Some(cell) => read(&cell),
-            None if units > 0 && self.room() => {
-                let mut fresh = false;
-                let cell = self.map.entry(key.clone()).or_insert_with(|| {
-                    fresh = true;
-                    AtomicU64::new(0)
-                });
-                if !fresh {
-                    self.budget.give_back(1);
-                }
-                read(&cell)
-            }
-            None => 0,
+            None if units > 0 && self.room() => read(&self.insert(key)),
+            None => self.start(key, now),
         };
         Tat {
             tat: Duration::from_nanos(tat),
             now: now.into(),
         }
+    }
+
+    /// `key`'s cell, made with a place the caller took: another request
+    /// may have made it meanwhile.
+    fn insert(&self, key: &Key) -> dashmap::mapref::one::RefMut<'_, Key, AtomicU64> {
+        let mut fresh = false;
+        let cell = self.map.entry(key.clone()).or_insert_with(|| {
+            fresh = true;
+            AtomicU64::new(self.start(key, self.now()))
+        });
+        if !fresh {
+            self.budget.give_back(1);
+        }
+        cell
+    }
+
+    /// The arrival time a new `key` starts from at `now`: none (0), or
+    /// what it inherits.
+    fn start(&self, key: &Key, now: Nanos) -> u64 {
+        let used = self.inherit.start(key, 0.0);
+        if used > 0.0 {
+            u64::from(now).saturating_add((used * u64::from(self.t) as f64) as u64)
+        } else {
+            0
+        }
+    }
+
+    /// Carries `key` over from the state this one replaces, unless it is
+    /// here already or has nothing to carry.
+    pub(crate) fn adopt(&self, key: &Key) {
+        if !self.map.contains_key(key) && self.start(key, self.now()) != 0 && self.room() {
+            drop(self.insert(key));
+        }
+    }
+
+    /// The units `key` has not got back, in emission intervals.
+    pub(crate) fn used_of(&self, key: &Key) -> f64 {
+        let now = u64::from(self.now());
+        self.map.get(key).map_or(0.0, |tat| {
+            let tat = tat.load(Ordering::Acquire);
+            tat.saturating_sub(now) as f64 / u64::from(self.t).max(1) as f64
+        })
     }
 
     /// Each held key's units not yet back, in emission intervals: what a
@@ -301,16 +338,7 @@ impl<C: Clock> StateStore for GcraStore<C> {
             return measure(&tat, f);
         }
         if self.0.room() {
-            let mut fresh = false;
-            let tat = self.0.map.entry(key.clone()).or_insert_with(|| {
-                fresh = true;
-                AtomicU64::new(0)
-            });
-            if !fresh {
-                // Another request made it meanwhile.
-                self.0.budget.give_back(1);
-            }
-            return measure(&tat, f);
+            return measure(&self.0.insert(key), f);
         }
         mark_diverted(self.0.budget.when_full);
         match self.0.budget.when_full {

@@ -7,6 +7,7 @@
 pub(crate) mod calendar;
 #[cfg(feature = "redis")]
 pub(crate) mod deny_cache;
+pub(crate) mod inherit;
 pub(crate) mod keyspace;
 #[cfg(feature = "redis")]
 pub(crate) mod leases;

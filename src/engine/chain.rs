@@ -9,7 +9,7 @@ use http::request::Parts;
 
 use super::any_of::{AnyOf, Asked, spans};
 use super::decide::{Outcome, Step, Verdict, allow, fold};
-use super::rule::{Backend, CompiledRule, near_threshold, new_backend, share};
+use super::rule::{Backend, Carry, CompiledRule, near_threshold, new_backend, share};
 use super::spend::Spends;
 use super::validate::validate;
 use crate::backend::keyspace::Budget;
@@ -48,8 +48,10 @@ pub(crate) struct Suspended {
 
 pub(crate) struct Chain {
     pub(super) rules: Vec<Arc<CompiledRule>>,
-    /// Rules whose counters a reload converted to a new quota.
+    /// Rules whose counters a reload converts to a new quota.
     pub(crate) converted: usize,
+    /// The local ones, which the reload settles after the swap.
+    pub(crate) carries: Vec<Carry>,
     cleanup_every: Duration,
     sweeper: OnceLock<()>,
 }
@@ -78,6 +80,7 @@ impl Chain {
         // Where each rule's group ends: a rule after it may refuse.
         let mut group_end = 0;
         let mut converted = 0;
+        let mut carries = Vec::new();
         for (i, rule) in rules.into_iter().enumerate() {
             let span = spans[i];
             if span > 0 {
@@ -94,13 +97,20 @@ impl Chain {
                 }
                 _ => {
                     let backend = new_backend(&rule, instances);
-                    let locks = match old {
+                    let conversion = old.and_then(|old| {
+                        let carry = old.convert_into(&rule, &backend, instances)?;
+                        Some((carry, old.locks.clone()))
+                    });
+                    let locks = match conversion {
                         // A changed quota: usage converted, locks kept.
-                        Some(old) if old.convert_into(&rule, &backend, instances) => {
+                        Some((carry, locks)) => {
                             converted += 1;
-                            old.locks.clone()
+                            carries.extend(carry);
+                            locks
                         }
-                        _ => Arc::new(Locks::new(Budget::new(rule.max_keys, KeySpaceFull::Refuse))),
+                        None => {
+                            Arc::new(Locks::new(Budget::new(rule.max_keys, KeySpaceFull::Refuse)))
+                        }
                     };
                     (backend, Arc::default(), locks)
                 }
@@ -136,6 +146,7 @@ impl Chain {
         Ok(Self {
             rules: out,
             converted,
+            carries,
             cleanup_every: cfg.cleanup_every,
             sweeper: OnceLock::new(),
         })

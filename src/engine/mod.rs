@@ -35,6 +35,7 @@ pub use control::ControlError;
 pub(crate) use control::ControlOp;
 pub(crate) use decide::Verdict;
 pub(crate) use meter::Meter;
+pub(crate) use rule::Carry;
 pub(crate) use spend::Settlement;
 #[cfg(feature = "redis")]
 pub(crate) use validate_global::validate_global;

@@ -200,14 +200,20 @@ impl CompiledRule {
             && old.algorithm == new.algorithm
     }
 
-    /// A local rule whose static quota `new` changes: carries each key's
-    /// usage into `backend` as `new` says. Whether it did.
-    pub(super) fn convert_into(&self, new: &Rule, backend: &Backend, instances: u32) -> bool {
+    /// A rule whose static quota `new` changes: makes `backend` carry each
+    /// key's usage over as `new` says. Whether it will, and for a local
+    /// rule, what the reload settles after the swap.
+    pub(super) fn convert_into(
+        &self,
+        new: &Rule,
+        backend: &Backend,
+        instances: u32,
+    ) -> Option<Option<Carry>> {
         let (Some(a), Some(b)) = (self.rule.static_quota(), new.static_quota()) else {
-            return false;
+            return None;
         };
         if !self.counts_as(new) || new.on_quota_change == QuotaChange::Reset {
-            return false;
+            return None;
         }
         match (&self.backend, backend) {
             (Backend::Local(from), Backend::Local(to)) => {
@@ -215,17 +221,37 @@ impl CompiledRule {
                     share(&self.rule, a, self.instances),
                     share(new, b, instances),
                 );
-                to.convert_from(from, a, b, new.on_quota_change);
-                true
+                to.inherit_from(from, a, b, new.on_quota_change);
+                Some(Some(Carry {
+                    to: to.clone(),
+                    from: from.clone(),
+                    quota: b,
+                }))
             }
             // Redis converts each key at its next decision.
             #[cfg(feature = "redis")]
             (Backend::Global(_), Backend::Global(to)) => {
                 to.converting_from(new, a);
-                true
+                Some(None)
             }
             #[cfg(feature = "redis")]
-            _ => false,
+            _ => None,
         }
+    }
+}
+
+/// A local store that inherits from the one it replaces until the reload,
+/// after the swap, has carried every key over.
+pub(crate) struct Carry {
+    to: Arc<LocalStore>,
+    from: Arc<LocalStore>,
+    quota: Quota,
+}
+
+impl Carry {
+    /// Called once the new rules decide: the old ones decide no more, so
+    /// every request they decided is counted.
+    pub(crate) fn settle(self) {
+        self.to.adopt_all(&self.from, self.quota);
     }
 }

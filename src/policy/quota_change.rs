@@ -19,9 +19,16 @@
 /// attacker where it was, in proportion, instead of handing it a fresh
 /// quota, which is what `Reset` (and every reload before this setting) does.
 ///
-/// On a local rule, every key this process holds is converted in one pass
-/// when the reload compiles the new rules: rolling quotas, and calendar
-/// quotas of the same period and UTC offset.
+/// On a local rule, rolling quotas and calendar quotas of the same period
+/// and UTC offset convert the usage that exists when the new rules take
+/// over: every request the old rules decided counts, however long the
+/// reload takes. A key is carried over when the new rules first meet it,
+/// or by the reload itself right after the swap, whichever comes first;
+/// `reload` returns once every key is. Requests that were already
+/// suspended on the old rules at the swap (awaiting Redis for an earlier
+/// global rule, or waiting under `OnDeny::Wait`) finish on them, and what
+/// they then spend of a local rule is not carried: at most one request's
+/// cost per such request.
 ///
 /// On a global rule, nothing scans Redis: each key converts in the script,
 /// on Redis time, at its next decision (an exact one, or a lease's grant),

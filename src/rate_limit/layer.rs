@@ -8,7 +8,7 @@ use super::control::Control;
 use super::service::RateLimitService;
 use super::shared::Shared;
 use crate::Rule;
-use crate::engine::Chain;
+use crate::engine::{Carry, Chain};
 use crate::error::BuildError;
 
 /// Applies an ordered list of [`Rule`]s to every request.
@@ -85,9 +85,11 @@ impl RateLimitLayer {
     /// algorithm, scope and key-space settings (`max_keys`,
     /// `on_key_space_full`) are unchanged (for global rules, also its Redis
     /// backend and failure policy) keeps its counters, its cached denies and
-    /// its circuit breaker, so a reload hands nobody a fresh quota. Any other rule starts whole: locally with
-    /// new counters, globally reading the same Redis keys under its new
-    /// quota. On an error the running rules stay.
+    /// its circuit breaker, so a reload hands nobody a fresh quota. A rule
+    /// whose static quota alone changed keeps each key's usage as its
+    /// [`QuotaChange`](crate::rule::QuotaChange) says, counting every
+    /// request the old rules decided until the swap. Any other rule starts
+    /// whole. On an error the running rules stay.
     ///
     /// ```
     /// use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
@@ -112,7 +114,7 @@ impl RateLimitLayer {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let old = shared.chain.load();
-        let new = Chain::compile(
+        let mut new = Chain::compile(
             rules.into_iter().collect(),
             shared.config,
             shared.headers.draft(),
@@ -120,7 +122,11 @@ impl RateLimitLayer {
         )?;
         let kept = new.kept_from(&old);
         let (count, converted) = (new.rules().count(), new.converted);
+        let carries = std::mem::take(&mut new.carries);
         shared.chain.store(Arc::new(new));
+        // The old rules decide no more: what each key used under them is
+        // whole now. Keys met meanwhile carried themselves over.
+        carries.into_iter().for_each(Carry::settle);
         tracing::info!(target: crate::observe::TARGET, rules = count, kept, converted, "rate-limit rules reloaded");
         Ok(())
     }

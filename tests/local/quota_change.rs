@@ -137,3 +137,102 @@ fn rule_files_set_it() {
         "{err}"
     );
 }
+
+/// Spends one unit of `from` for each of 20,000 other keys, then sends 8
+/// clients at one key over HTTP and, after about 300 admissions, reloads
+/// with `to` (`Proportional`) while they go on. Returns the admissions the
+/// old and the new rules made (told apart by `RateLimit-Policy`'s `q`).
+async fn reload_under_load(from: Quota, to: Quota) -> (u64, u64) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::time::{Duration, Instant};
+    use tower::ServiceExt;
+
+    let layer = RateLimitLayer::builder()
+        .rule(rule(from, QuotaChange::Proportional))
+        .build()
+        .unwrap();
+    let app = ok_app(layer.clone());
+    for i in 0..20_000 {
+        let req = http::Request::get("/")
+            .header("x-api-key", format!("other-{i}"))
+            .body(axum::body::Body::empty())
+            .unwrap();
+        assert_eq!(app.clone().oneshot(req).await.unwrap().status(), 200);
+    }
+    let url = serve(app).await;
+    let (old_q, new_q) = (i64::from(from.limit()), i64::from(to.limit()));
+    let old_ok = Arc::new(AtomicU64::new(0));
+    let new_ok = Arc::new(AtomicU64::new(0));
+    let refused_after = Arc::new(AtomicU64::new(0));
+    let reloaded = Arc::new(AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for _ in 0..8 {
+        let (url, old_ok, new_ok) = (url.clone(), old_ok.clone(), new_ok.clone());
+        let (refused_after, reloaded) = (refused_after.clone(), reloaded.clone());
+        clients.push(tokio::spawn(async move {
+            let client = crate::support::client();
+            let deadline = Instant::now() + Duration::from_secs(60);
+            // Bounded: until the new rules have refused 200 times.
+            for _ in 0..20_000 {
+                if refused_after.load(Ordering::Acquire) >= 200 || Instant::now() > deadline {
+                    break;
+                }
+                let after = reloaded.load(Ordering::Acquire);
+                let res = client
+                    .get(&url)
+                    .header("x-api-key", "hot")
+                    .send()
+                    .await
+                    .unwrap();
+                let q = member(&res, "ratelimit-policy", "api").int("q");
+                match (res.status().as_u16(), q) {
+                    (200, Some(q)) if q == old_q => old_ok.fetch_add(1, Ordering::AcqRel),
+                    (200, Some(q)) if q == new_q => new_ok.fetch_add(1, Ordering::AcqRel),
+                    (429, _) if after => refused_after.fetch_add(1, Ordering::AcqRel),
+                    (429, _) => 0,
+                    other => panic!("unexpected answer {other:?}"),
+                };
+            }
+        }));
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while old_ok.load(Ordering::Acquire) < 300 {
+        assert!(Instant::now() < deadline, "the load never reached 300");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let reloading = layer.clone();
+    tokio::task::spawn_blocking(move || reloading.reload([rule(to, QuotaChange::Proportional)]))
+        .await
+        .unwrap()
+        .unwrap();
+    reloaded.store(true, Ordering::Release);
+    for c in clients {
+        c.await.unwrap();
+    }
+    assert!(
+        refused_after.load(Ordering::Acquire) >= 200,
+        "the new rules refused"
+    );
+    (
+        old_ok.load(Ordering::Acquire),
+        new_ok.load(Ordering::Acquire),
+    )
+}
+
+/// The old rules decide while a reload compiles (it converts 20,000 other
+/// keys too): every request they admitted counts under the new quota.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_under_load_counts_what_the_old_rules_decided_meanwhile() {
+    let day = std::time::Duration::from_secs(86_400);
+    // Rolling: 1,000 a day is one unit back every 86.4 s, none in this test.
+    let (old, new) = reload_under_load(Quota::new(1_000, day), Quota::new(500, day)).await;
+    let allowed = 500.0 - old as f64 / 2.0;
+    assert!(
+        (new as f64) <= allowed.ceil() && (new as f64) >= allowed.floor() - 1.0,
+        "rolling: {old} old admissions leave {allowed}, the new rules admitted {new}"
+    );
+    // Calendar: the count converts rounded up.
+    let (old, new) = reload_under_load(Quota::per_day(1_000), Quota::per_day(500)).await;
+    assert_eq!(new, 500 - old.div_ceil(2), "calendar: {old} old admissions");
+}
