@@ -21,13 +21,13 @@ keys=(); items=()
 for i in $(seq 1 "$n"); do keys+=("p:{k:__rand_int__}:s$i" "p:{k:__rand_int__}:lock"); items+=("$i" 1); done
 for alg in gcra token_bucket fixed_window sliding_window; do
   prelude=(); [ "$alg" = fixed_window ] && prelude=("$lua/window_end.lua")
-  after=(); case $alg in gcra|token_bucket) after=("$lua/migrate_whole_at.lua");; esac
+  after=("$lua/moved.lua"); case $alg in gcra|token_bucket) after=("$lua/whole_at.lua" "$lua/moved.lua");; esac
   sha=$(cli SCRIPT LOAD "$(cat $lua/clock.lua $lua/quota_change.lua "${prelude[@]}" $lua/$alg.lua "${after[@]}"; echo 'local wide = false'; cat $lua/batch.lua)")
   cli FLUSHALL >/dev/null; cli CONFIG RESETSTAT >/dev/null; a=$(cpu)
   # limit, window_us, burst: 1,000,000 per second, never reached; no
-  # lockout; no quota change (stride 2, four unused).
+  # lockout; no quota change (stride 2, no previous quota, mode 1, at 0).
   redis-benchmark -p "$port" -P 16 -c 8 -n "$calls" -r 10000 EVALSHA "$sha" $((2 * n)) "${keys[@]}" \
-    1000000 1000000 1000000 0 1 1 2 0 1 1 0 "${items[@]}" >/dev/null
+    1000000 1000000 1000000 0 1 1 2 0 1 0 "${items[@]}" >/dev/null
   per "$alg" "$a" "$(cpu)" $((calls * n))
   cli INFO commandstats | grep -E '^cmdstat_(evalsha|mget|set|incrby|pttl|pexpire|time):' \
     | sed 's/^cmdstat_/    /; s/,rejected.*//'

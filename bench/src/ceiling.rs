@@ -11,7 +11,8 @@ pub const GCRA: &str = concat!(
     include_str!("../../src/backend/redis/lua/clock.lua"),
     include_str!("../../src/backend/redis/lua/quota_change.lua"),
     include_str!("../../src/backend/redis/lua/gcra.lua"),
-    include_str!("../../src/backend/redis/lua/migrate_whole_at.lua"),
+    include_str!("../../src/backend/redis/lua/whole_at.lua"),
+    include_str!("../../src/backend/redis/lua/moved.lua"),
     "local wide = false\n",
     include_str!("../../src/backend/redis/lua/batch.lua"),
 );
@@ -50,8 +51,9 @@ pub async fn ceiling(url: &str, dur: Duration, q: Quota, nkeys: usize) -> f64 {
                 .arg(q.limit())
                 .arg(window_us)
                 .arg(q.burst())
-                // No lockout, no quota change, then one request: key 1, cost 1.
-                .arg(&[0, 1, 1, 2, 0, 1, 1, 0, 1, 1][..]);
+                // No lockout, no quota change (stride 2, no previous quota,
+                // mode 1, at 0), then one request: key 1, cost 1.
+                .arg(&[0, 1, 1, 2, 0, 1, 0, 1, 1][..]);
         }
         let replies: Vec<(i64, i64, i64, i64, i64)> = pipe.query_async(&mut conn).await.unwrap();
         assert_eq!(replies.len(), PIPELINE);
@@ -68,19 +70,7 @@ pub fn redis_benchmark(port: u16, sha: &str) -> Option<f64> {
         .args(["-r", "100000", "--csv", "EVALSHA", sha, "2"])
         .args(["krl:{rb:__rand_int__}:gcra", "krl:{rb:__rand_int__}:lock"])
         .args(["1000000000", "1000000"])
-        .args([
-            "1000000000",
-            "0",
-            "1",
-            "1",
-            "2",
-            "0",
-            "1",
-            "1",
-            "0",
-            "1",
-            "1",
-        ])
+        .args(["1000000000", "0", "1", "1", "2", "0", "1", "0", "1", "1"])
         .output()
         .ok()?;
     let text = String::from_utf8_lossy(&out.stdout);

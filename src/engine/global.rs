@@ -16,7 +16,7 @@ use crate::backend::lock::Locks;
 use crate::backend::redis::{ControlScriptOp, Decided, RedisBackend, Shard};
 use crate::failure::PATIENCE;
 use crate::failure::{Admit, BreakerStatus, FailureMode, Guard};
-use crate::policy::{Cause, QuotaChange};
+use crate::policy::Cause;
 use crate::rule::Rule;
 use crate::{Decision, Key, Quota, Source, observe};
 
@@ -46,10 +46,11 @@ pub(super) struct Global {
     pub(super) rule: (Arc<str>, crate::Algorithm, Duration),
     /// At most one unsettled-units line a second.
     pub(super) settle_log: observe::Sampled,
-    /// Set when a reload changed the rule's static quota: the quota Redis
-    /// counted before and the new one (as Redis counts them), how usage
-    /// converts, and until when a key's old state may still exist.
-    pub(super) previous: std::sync::OnceLock<(Quota, Quota, QuotaChange, std::time::Instant)>,
+    /// Set when a reload changed the rule's static quota.
+    pub(super) previous: std::sync::OnceLock<super::quota_change::Converting>,
+    /// The rule has a static quota (a `quota_fn` rule's calendar counts
+    /// stay as they are when its plan changes).
+    pub(super) fixed: bool,
 }
 
 impl Drop for Global {
@@ -142,6 +143,7 @@ impl Global {
             ),
             settle_log: observe::Sampled::default(),
             previous: std::sync::OnceLock::new(),
+            fixed: rule.static_quota().is_some(),
         }
     }
 

@@ -1,34 +1,97 @@
-//! A global rule after a reload changed its quota (ADR 21): which previous
-//! quota its calls convert from, and for how long. Redis converts each key
-//! in the script; local rules convert in `rule`.
+//! A global rule after a reload changed its quota (ADR 21 and 24): which
+//! previous quotas its calls convert from, and for how long. Redis converts
+//! each key in the script, and leaves the old states pointing at the new
+//! one for gateways still on older rules; local rules convert in `rule`.
 
 use std::time::{Duration, Instant};
 
 use super::global::Global;
 use crate::Quota;
+use crate::backend::redis::{MAX_PREVIOUS, Previous};
 use crate::policy::QuotaChange;
 use crate::rule::Rule;
 
+/// The shortest conversion: a gateway still on the old rules this long
+/// after another reloaded follows the keys it moved.
+const AT_LEAST: Duration = Duration::from_secs(600);
+
+/// What a reload left a global rule converting from.
+#[derive(Debug)]
+pub(super) struct Converting {
+    /// Each previous quota, as Redis counted it, most recent first, with
+    /// until when a state under it may still matter.
+    from: [Option<(Quota, Instant)>; MAX_PREVIOUS],
+    /// The quota Redis counts now.
+    to: Quota,
+    how: QuotaChange,
+    /// The reload, in seconds since the epoch.
+    at: i64,
+}
+
 impl Global {
-    /// After a reload that changed `rule`'s static quota from `old`: keys
-    /// convert their old state at their next decision, while it may exist.
-    pub(super) fn converting_from(&self, rule: &Rule, old: Quota) {
+    /// After a reload that changed `rule`'s static quota from `old` (and
+    /// `was`, the rule it replaces, may have been converting from older
+    /// ones): keys convert their old state at their next decision, while it
+    /// may exist.
+    pub(super) fn converting_from(&self, rule: &Rule, old: Quota, was: &Global) {
         let Some(new) = rule.static_quota() else {
             return;
         };
-        let (old, new) = (self.counting(rule, old), self.counting(rule, new));
-        // The longest an old state lives: a whole bucket refilling, or two
-        // windows for the sliding window. Saturating: a quota may span years.
-        let refill = old.window().as_secs_f64() * f64::from(old.burst()) / f64::from(old.limit());
-        let refill = Duration::try_from_secs_f64(refill).unwrap_or(Duration::MAX);
-        let lasts = refill.max(old.window()).saturating_mul(2);
-        let until = crate::instant::after(Instant::now(), lasts);
-        let _ = self.previous.set((old, new, rule.on_quota_change, until));
+        let (old, to) = (self.counting(rule, old), self.counting(rule, new));
+        let now = Instant::now();
+        let lasts = lasting(old).max(lasting(to));
+        let mut from = [None; MAX_PREVIOUS];
+        let older = was
+            .previous
+            .get()
+            .into_iter()
+            .flat_map(|c| c.from.iter().flatten());
+        let alive = std::iter::once((old, crate::instant::after(now, lasts)))
+            .chain(older.copied())
+            .filter(|&(q, until)| q != to && now < until);
+        let mut n = 0;
+        for (q, until) in alive {
+            if n < MAX_PREVIOUS && !from[..n].iter().flatten().any(|(p, _)| *p == q) {
+                from[n] = Some((q, until));
+                n += 1;
+            }
+        }
+        let at = crate::instant::unix_us().div_euclid(1_000_000);
+        let how = rule.on_quota_change;
+        let _ = self.previous.set(Converting { from, to, how, at });
     }
 
-    /// The previous quota a decision of `quota` converts from, if any.
-    pub(super) fn previous(&self, quota: Quota) -> Option<(Quota, QuotaChange)> {
-        let &(old, new, how, until) = self.previous.get()?;
-        (new == quota && Instant::now() < until).then_some((old, how))
+    /// How a decision of `quota` treats usage counted under another.
+    pub(super) fn previous(&self, quota: Quota) -> Option<Previous> {
+        if !self.fixed {
+            return Some(Previous::AS_COUNTED);
+        }
+        let c = self.previous.get()?;
+        if c.to != quota {
+            return None;
+        }
+        let now = Instant::now();
+        let mut quotas = [None; MAX_PREVIOUS];
+        let alive = c.from.iter().flatten().filter(|(_, until)| now < *until);
+        for (slot, (q, _)) in quotas.iter_mut().zip(alive) {
+            *slot = Some(*q);
+        }
+        // A rolling quota reset counts afresh in a key of its own; a
+        // calendar count, one per key, is set to zero once by the script.
+        let reset = c.how == QuotaChange::Reset && quota.period().is_none();
+        (quotas[0].is_some() && !reset).then_some(Previous {
+            quotas,
+            how: Some(c.how),
+            at: c.at,
+        })
     }
+}
+
+/// The longest an old state lives, twice over: a whole bucket refilling,
+/// or two windows for the sliding window; ten minutes at least (a lagging
+/// gateway follows the moves that long). Saturating: a quota may span years.
+fn lasting(q: Quota) -> Duration {
+    let refill = q.window().as_secs_f64() * f64::from(q.burst()) / f64::from(q.limit());
+    let refill = Duration::try_from_secs_f64(refill).unwrap_or(Duration::MAX);
+    refill.max(q.window()).saturating_mul(2).max(AT_LEAST)
 }

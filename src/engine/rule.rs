@@ -212,10 +212,13 @@ impl CompiledRule {
         let (Some(a), Some(b)) = (self.rule.static_quota(), new.static_quota()) else {
             return None;
         };
-        if !self.counts_as(new) || new.on_quota_change == QuotaChange::Reset {
+        if !self.counts_as(new) {
             return None;
         }
         match (&self.backend, backend) {
+            (Backend::Local(_), Backend::Local(_)) if new.on_quota_change == QuotaChange::Reset => {
+                None
+            }
             (Backend::Local(from), Backend::Local(to)) => {
                 let (a, b) = (
                     share(&self.rule, a, self.instances),
@@ -230,8 +233,8 @@ impl CompiledRule {
             }
             // Redis converts each key at its next decision.
             #[cfg(feature = "redis")]
-            (Backend::Global(_), Backend::Global(to)) => {
-                to.converting_from(new, a);
+            (Backend::Global(was), Backend::Global(to)) => {
+                to.converting_from(new, a, was);
                 Some(None)
             }
             #[cfg(feature = "redis")]

@@ -1,6 +1,8 @@
 //! The layer: its services share one chain, which `reload` swaps.
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
+#[cfg(feature = "config")]
+use std::sync::Weak;
 
 use tower::Layer;
 
@@ -34,8 +36,10 @@ pub struct RateLimitLayer {
 
 /// A handle that does not keep the layer alive: the rules file's watcher
 /// holds one, so it stops once every clone and service of the layer is gone.
+#[cfg(feature = "config")]
 pub(crate) struct WeakLayer(Weak<Shared>);
 
+#[cfg(feature = "config")]
 impl WeakLayer {
     pub(crate) fn upgrade(&self) -> Option<RateLimitLayer> {
         self.0.upgrade().map(|shared| RateLimitLayer { shared })
@@ -43,6 +47,7 @@ impl WeakLayer {
 }
 
 impl RateLimitLayer {
+    #[cfg(feature = "config")]
     pub(crate) fn downgrade(&self) -> WeakLayer {
         WeakLayer(Arc::downgrade(&self.shared))
     }

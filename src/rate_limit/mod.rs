@@ -11,5 +11,6 @@ pub use builder::RateLimitBuilder;
 pub use control::Control;
 pub use future::ResponseFuture;
 pub use layer::RateLimitLayer;
+#[cfg(feature = "config")]
 pub(crate) use layer::WeakLayer;
 pub use service::RateLimitService;

@@ -22,6 +22,7 @@ mod layer;
 mod lazy;
 mod lease;
 mod quota_change;
+mod rolling_reload;
 #[cfg(feature = "redis-sentinel")]
 mod sentinel;
 mod soak;

@@ -159,3 +159,49 @@ async fn a_quota_of_ages_reloads() {
     let url = serve(ok_app(layer)).await;
     assert_eq!(get(&url).await.status(), 200);
 }
+
+/// Spends `spent` of a global calendar `from` over HTTP, reloads to `to`,
+/// and returns the next request's status and `r`.
+async fn after_calendar_reload(
+    server: &RedisServer,
+    (from, spent): (Quota, u32),
+    to: Quota,
+    how: QuotaChange,
+) -> (u16, Option<i64>) {
+    let redis = server
+        .backend(&format!("qc-cal-{how:?}-{}", to.limit()))
+        .await;
+    let r = |q| rule(&redis, Algorithm::Gcra, q, how);
+    let layer = RateLimitLayer::builder().rule(r(from)).build().unwrap();
+    let url = serve(ok_app(layer.clone())).await;
+    for _ in 0..spent {
+        assert_eq!(get(&url).await.status(), 200);
+    }
+    layer.reload([r(to)]).unwrap();
+    let res = get(&url).await;
+    let left = (res.status() == 200)
+        .then(|| member(&res, "ratelimit", "api").int("r"))
+        .flatten();
+    (res.status().as_u16(), left)
+}
+
+/// A calendar count on Redis converts as a local one does: 8 of 10 a day
+/// is 4 of 5 or 16 of 20 (`Proportional`), 5 of 5 or 8 of 20 (`AsIs`),
+/// none (`Reset`).
+#[tokio::test]
+async fn calendar_quotas_convert_in_every_mode() {
+    let server = RedisServer::start();
+    let day = |n| Quota::per_day(n);
+    let cases = [
+        (QuotaChange::Proportional, 5, (200, Some(0))),
+        (QuotaChange::Proportional, 20, (200, Some(3))),
+        (QuotaChange::AsIs, 5, (429, None)),
+        (QuotaChange::AsIs, 20, (200, Some(11))),
+        (QuotaChange::Reset, 5, (200, Some(4))),
+        (QuotaChange::Reset, 20, (200, Some(19))),
+    ];
+    for (how, to, want) in cases {
+        let got = after_calendar_reload(&server, (day(10), 8), day(to), how).await;
+        assert_eq!(got, want, "{how:?} to {to} a day");
+    }
+}

@@ -171,7 +171,10 @@ impl RedisBackend {
             })
             .collect();
         let (invocation, width) = match quota.period() {
-            Some(period) => (script::calendar(keys, quota, period, &items, lockout), 6),
+            Some(period) => (
+                script::calendar(keys, quota, period, &items, lockout, previous),
+                6,
+            ),
             None => (
                 script::rate(algorithm, keys, quota, &items, lockout, previous),
                 5,
@@ -227,7 +230,7 @@ impl RedisBackend {
         previous: Option<script::Previous>,
     ) -> Result<Grant, RedisBackendError> {
         let redis_key = self.state_key(rule, key, algorithm, quota);
-        let previous = previous.map(|p| (self.state_key(rule, key, algorithm, &p.0), p));
+        let previous = previous.map(|p| (self.old_keys(rule, key, algorithm, quota, &p), p));
         let invocation = script::grant(
             algorithm, redis_key, quota, sizes, holder, lease, back, previous,
         );
@@ -246,8 +249,27 @@ impl RedisBackend {
         previous: Option<&script::Previous>,
     ) -> script::BatchKeys {
         let lock = keys::tagged_key(&self.inner.prefix, rule, key, keys::LOCK);
-        let old = previous.map(|(q, _)| self.state_key(rule, key, algorithm, q));
+        let old = previous.map_or_else(Vec::new, |p| self.old_keys(rule, key, algorithm, quota, p));
         (self.state_key(rule, key, algorithm, quota), lock, old)
+    }
+
+    /// `key`'s states under the previous quotas of a rolling rule (a
+    /// calendar count has one state, whatever the limit).
+    fn old_keys(
+        &self,
+        rule: &str,
+        key: &Key,
+        algorithm: Algorithm,
+        quota: &Quota,
+        previous: &script::Previous,
+    ) -> Vec<Vec<u8>> {
+        if quota.period().is_some() {
+            return Vec::new();
+        }
+        previous
+            .quotas()
+            .map(|q| self.state_key(rule, key, algorithm, q))
+            .collect()
     }
 
     /// The key a rate script keeps `key`'s state in.

@@ -9,17 +9,18 @@ use crate::policy::Lockout;
 use crate::quota::Period;
 use crate::{Algorithm, Decision, Quota};
 
-/// An algorithm's `decide(key, lock, cost)` and `migrate(key, old)` after
-/// `clock.lua` (Redis time, read once per call), `quota_change.lua` and the
-/// prelude the body needs; `after` holds a `migrate` algorithms share.
+/// An algorithm's `decide(key, lock, cost)` after `clock.lua` (Redis time,
+/// read once per call), `quota_change.lua` and the prelude the body needs;
+/// `after` holds the moves of a quota change (ADR 24) that the rolling
+/// algorithms share.
 macro_rules! decide {
-    ($body:literal $(, prelude = $prelude:literal)? $(, after = $after:literal)?) => {
+    ($body:literal $(, prelude = $prelude:literal)? $(, after = [$($after:literal),*])?) => {
         concat!(
             include_str!("lua/clock.lua"),
             include_str!("lua/quota_change.lua"),
             $(include_str!($prelude),)?
             include_str!($body),
-            $(include_str!($after),)?
+            $($(include_str!($after),)*)?
         )
     };
 }
@@ -27,9 +28,9 @@ macro_rules! decide {
 /// A rate script: `decide`, then `batch.lua`, which decides each request
 /// of a batch in turn, the lock check before and the lockout count after.
 macro_rules! batched {
-    ($body:literal, wide = $wide:literal $(, prelude = $prelude:literal)? $(, after = $after:literal)?) => {
+    ($body:literal, wide = $wide:literal $(, prelude = $prelude:literal)? $(, after = [$($after:literal),*])?) => {
         concat!(
-            decide!($body $(, prelude = $prelude)? $(, after = $after)?),
+            decide!($body $(, prelude = $prelude)? $(, after = [$($after),*])?),
             "local wide = ",
             $wide,
             "\n",
@@ -40,9 +41,9 @@ macro_rules! batched {
 
 /// A lease script: `decide`, then `grant.lua`, which calls it.
 macro_rules! granting {
-    ($body:literal $(, prelude = $prelude:literal)? $(, after = $after:literal)?) => {
+    ($body:literal $(, prelude = $prelude:literal)? $(, after = [$($after:literal),*])?) => {
         concat!(
-            decide!($body $(, prelude = $prelude)? $(, after = $after)?),
+            decide!($body $(, prelude = $prelude)? $(, after = [$($after),*])?),
             include_str!("lua/grant.lua")
         )
     };
@@ -51,19 +52,24 @@ macro_rules! granting {
 const GCRA_LUA: &str = batched!(
     "lua/gcra.lua",
     wide = "false",
-    after = "lua/migrate_whole_at.lua"
+    after = ["lua/whole_at.lua", "lua/moved.lua"]
 );
 const TOKEN_BUCKET_LUA: &str = batched!(
     "lua/token_bucket.lua",
     wide = "false",
-    after = "lua/migrate_whole_at.lua"
+    after = ["lua/whole_at.lua", "lua/moved.lua"]
 );
 const FIXED_WINDOW_LUA: &str = batched!(
     "lua/fixed_window.lua",
     wide = "false",
-    prelude = "lua/window_end.lua"
+    prelude = "lua/window_end.lua",
+    after = ["lua/moved.lua"]
 );
-const SLIDING_WINDOW_LUA: &str = batched!("lua/sliding_window.lua", wide = "false");
+const SLIDING_WINDOW_LUA: &str = batched!(
+    "lua/sliding_window.lua",
+    wide = "false",
+    after = ["lua/moved.lua"]
+);
 const LEASE_LUA: &str = include_str!("lua/lease.lua");
 /// The calendar sums, then the window that uses them: one script.
 const CALENDAR_WINDOW_LUA: &str = batched!(
@@ -72,12 +78,21 @@ const CALENDAR_WINDOW_LUA: &str = batched!(
     prelude = "lua/calendar.lua"
 );
 const INSTANCES_LUA: &str = include_str!("lua/instances.lua");
-const GRANT_GCRA_LUA: &str = granting!("lua/gcra.lua", after = "lua/migrate_whole_at.lua");
-const GRANT_TOKEN_BUCKET_LUA: &str =
-    granting!("lua/token_bucket.lua", after = "lua/migrate_whole_at.lua");
-const GRANT_FIXED_WINDOW_LUA: &str =
-    granting!("lua/fixed_window.lua", prelude = "lua/window_end.lua");
-const GRANT_SLIDING_WINDOW_LUA: &str = granting!("lua/sliding_window.lua");
+const GRANT_GCRA_LUA: &str = granting!(
+    "lua/gcra.lua",
+    after = ["lua/whole_at.lua", "lua/moved.lua"]
+);
+const GRANT_TOKEN_BUCKET_LUA: &str = granting!(
+    "lua/token_bucket.lua",
+    after = ["lua/whole_at.lua", "lua/moved.lua"]
+);
+const GRANT_FIXED_WINDOW_LUA: &str = granting!(
+    "lua/fixed_window.lua",
+    prelude = "lua/window_end.lua",
+    after = ["lua/moved.lua"]
+);
+const GRANT_SLIDING_WINDOW_LUA: &str =
+    granting!("lua/sliding_window.lua", after = ["lua/moved.lua"]);
 /// The control handle's operations, for every algorithm.
 const CONTROL_LUA: &str = concat!(
     include_str!("lua/calendar.lua"),
@@ -147,12 +162,51 @@ fn script(algorithm: Algorithm) -> &'static Script {
 pub(crate) type Item = (usize, u32);
 
 /// A batch's keys for one key of it: its state and its lock, and when a
-/// reload changed the quota, its state under the previous quota.
-pub(crate) type BatchKeys = (Vec<u8>, Vec<u8>, Option<Vec<u8>>);
+/// reload changed the quota of a rolling rule, its states under the
+/// previous quotas.
+pub(crate) type BatchKeys = (Vec<u8>, Vec<u8>, Vec<Vec<u8>>);
 
-/// A rule's previous quota, and what its usage becomes under the new one
-/// (never `Reset`: that passes none).
-pub(crate) type Previous = (Quota, crate::policy::QuotaChange);
+/// The most previous quotas a conversion converts from: a gateway that
+/// reloads again while it converts keeps converting from the older ones.
+pub(crate) const MAX_PREVIOUS: usize = 3;
+
+/// How a call treats usage counted under another quota (ADR 21 and 24).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Previous {
+    /// The rule's previous quotas, most recent first, as Redis counted them.
+    pub(crate) quotas: [Option<Quota>; MAX_PREVIOUS],
+    /// What usage under one of them becomes; `None`: a calendar count of
+    /// another limit stays as it is (a `quota_fn` rule's plan changed).
+    pub(crate) how: Option<crate::policy::QuotaChange>,
+    /// The reload's second since the epoch: a calendar count converts by
+    /// `how` in a window that began before it.
+    pub(crate) at: i64,
+}
+
+impl Previous {
+    /// Counts of another limit stay as they are.
+    pub(crate) const AS_COUNTED: Self = Self {
+        quotas: [None; MAX_PREVIOUS],
+        how: None,
+        at: 0,
+    };
+
+    pub(crate) fn quotas(&self) -> impl Iterator<Item = &Quota> {
+        self.quotas.iter().flatten()
+    }
+
+    fn mode(this: Option<&Self>) -> u8 {
+        use crate::policy::QuotaChange;
+        match this.map(|p| p.how) {
+            // A call that knows no previous quota converts a count of
+            // another limit (a gateway on other rules) proportionally.
+            None | Some(Some(QuotaChange::Proportional)) => 1,
+            Some(None) => 0,
+            Some(Some(QuotaChange::AsIs)) => 2,
+            Some(Some(QuotaChange::Reset)) => 3,
+        }
+    }
+}
 
 /// The invocation of an algorithm's script deciding `items` in turn over
 /// `keys` (one reply each, concatenated). Every key must hash to one
@@ -174,10 +228,10 @@ pub(crate) fn rate(
     invocation
 }
 
-/// `batch.lua`'s keys, a (state, lock) pair per key or with the previous
-/// quota's state a triple, and `ARGV[4..]`: the lockout's three, the
-/// stride and the previous quota's four (quota_change.lua), then a pair
-/// (key number, from 1, and cost) per request.
+/// `batch.lua`'s keys, a (state, lock) pair per key, or with its states
+/// under the previous quotas, and `ARGV[4..]`: the lockout's three, the
+/// stride, the previous quotas (`changed_from` in quota_change.lua), then a
+/// pair (key number, from 1, and cost) per request.
 fn batch_args(
     invocation: &mut redis::ScriptInvocation<'_>,
     keys: Vec<BatchKeys>,
@@ -185,23 +239,19 @@ fn batch_args(
     lockout: Option<Lockout>,
     previous: Option<Previous>,
 ) {
-    let triples = previous.is_some() && keys.iter().all(|k| k.2.is_some());
+    let n = previous.map_or(0, |p| p.quotas().count());
+    let declared = n > 0 && keys.iter().all(|k| k.2.len() == n);
     for (state, lock, old) in keys {
         invocation.key(state).key(lock);
-        if let Some(old) = old.filter(|_| triples) {
-            invocation.key(old);
+        if declared {
+            for old in old {
+                invocation.key(old);
+            }
         }
     }
     lockout_args(invocation, lockout);
-    match previous.filter(|_| triples) {
-        Some((q, how)) => {
-            invocation.arg(3);
-            change_args(invocation, &q, how);
-        }
-        None => {
-            invocation.arg(2).arg(0).arg(1).arg(1).arg(0);
-        }
-    }
+    invocation.arg(if declared { 2 + n } else { 2 });
+    change_args(invocation, previous.as_ref());
     for &(index, cost) in items {
         invocation.arg(index + 1).arg(cost);
     }
@@ -219,7 +269,7 @@ pub(crate) fn grant(
     holder: &str,
     lease: Duration,
     (back, back_window): (u32, Option<u64>),
-    previous: Option<(Vec<u8>, Previous)>,
+    previous: Option<(Vec<Vec<u8>>, Previous)>,
 ) -> redis::ScriptInvocation<'static> {
     let script: &Script = match algorithm {
         Algorithm::Gcra => &GRANT_GCRA,
@@ -238,28 +288,26 @@ pub(crate) fn grant(
         .arg(ms(lease))
         .arg(back)
         .arg(back_window.unwrap_or(0));
-    if let Some((old, (q, how))) = previous {
-        invocation.key(old);
-        change_args(&mut invocation, &q, how);
+    if let Some((old, p)) = previous.filter(|(old, _)| !old.is_empty()) {
+        for old in old {
+            invocation.key(old);
+        }
+        change_args(&mut invocation, Some(&p));
     }
     invocation
 }
 
-/// `quota_change.lua`'s four: the previous quota and the mode.
-fn change_args(
-    invocation: &mut redis::ScriptInvocation<'_>,
-    q: &Quota,
-    how: crate::policy::QuotaChange,
-) {
-    let mode = match how {
-        crate::policy::QuotaChange::AsIs => 2,
-        _ => 1,
-    };
+/// `changed_from`'s arguments (quota_change.lua): how many previous quotas,
+/// each one's limit, window_us and burst, the mode and the reload's second.
+fn change_args(invocation: &mut redis::ScriptInvocation<'_>, previous: Option<&Previous>) {
+    let quotas = || previous.into_iter().flat_map(Previous::quotas);
+    invocation.arg(quotas().count());
+    for q in quotas() {
+        invocation.arg(q.limit()).arg(window_us(q)).arg(q.burst());
+    }
     invocation
-        .arg(q.limit())
-        .arg(window_us(q))
-        .arg(q.burst())
-        .arg(mode);
+        .arg(Previous::mode(previous))
+        .arg(previous.map_or(0, |p| p.at));
 }
 
 /// `grant.lua` returns `{granted, remaining, wait_ms, reset_ms, lease_ms,
@@ -315,13 +363,14 @@ pub(crate) fn calendar(
     period: Period,
     items: &[Item],
     lockout: Option<Lockout>,
+    previous: Option<Previous>,
 ) -> redis::ScriptInvocation<'static> {
     let mut invocation = CALENDAR_WINDOW.prepare_invoke();
     invocation
         .arg(quota.limit())
         .arg(period.as_str())
         .arg(quota.utc_offset());
-    batch_args(&mut invocation, keys, items, lockout, None);
+    batch_args(&mut invocation, keys, items, lockout, previous);
     invocation
 }
 

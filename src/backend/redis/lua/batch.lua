@@ -1,27 +1,29 @@
 -- Decides a batch: each request in turn, as if each were its own call
 -- (clock.lua, quota_change.lua and an algorithm's `decide(key, lock,
--- cost)` and `migrate(key, old)` come first, and `wide` says whether
--- `decide` returns a window length as a fifth value).
+-- cost)`, with moved.lua's `migrate(key, at)` for the rolling ones, come
+-- first, and `wide` says whether `decide` returns a window length as a
+-- fifth value).
 -- KEYS: for each key of the batch, once, its state key then its lock key
 -- (the rule and key's own, whatever the algorithm or quota: declared, and
--- not built here, where each string costs), then, when ARGV[7] is 3, its
--- state key under the rule's previous quota (see quota_change.lua), which
--- `migrate` converts before the key's first decision. ARGV[4..6]: lock
--- after this many denies (0: no lockout), within_ms, block_ms. ARGV[12..]:
--- pairs (key number k, its keys KEYS[stride * (k - 1) + 1...]; cost), in
--- arrival order.
+-- not built here, where each string costs), then, when ARGV[7] (the stride)
+-- is above 2, its state keys under the rule's previous quotas (see
+-- quota_change.lua), which `migrate` converts before the key's first
+-- decision. ARGV[4..6]: lock after this many denies (0: no lockout),
+-- within_ms, block_ms. ARGV[8..]: the previous quotas (`changed_from`),
+-- then pairs (key number k, its keys KEYS[stride * (k - 1) + 1...]; cost),
+-- in arrival order.
 -- Returns each request's allowed, remaining, wait_ms, reset_ms (window_s),
 -- then `locked`: 1 when the key was locked already, 2 when this deny locked
 -- it (wait_ms and reset_ms are then the lock's time left).
 local after = tonumber(ARGV[4])
 local stride = tonumber(ARGV[7])
-if stride == 3 then changed_from(8) end
+local items = changed_from(8)
 local out = {}
 local n = 0
-for i = 12, #ARGV, 2 do
+for i = items, #ARGV, 2 do
   local first = stride * (tonumber(ARGV[i]) - 1)
   local lock = KEYS[first + 2]
-  if stride == 3 then migrate(KEYS[first + 1], KEYS[first + 3]) end
+  if stride > 2 then migrate(KEYS[first + 1], first + 3) end
   local allowed, remaining, wait, reset, window_s = decide(KEYS[first + 1], lock, tonumber(ARGV[i + 1]))
   local locked = 0
   if not allowed then

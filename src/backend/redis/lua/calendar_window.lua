@@ -1,6 +1,13 @@
 -- A fixed window whose edges are calendar boundaries (calendar.lua comes
 -- first). State: a hash {s = window start, e = window end (s), c = units
--- spent}. ARGV: limit, period ('day' | 'month'), utc_offset_s.
+-- spent, l = the limit `c` was counted under, r = the window start a
+-- reload's mode converted it in}. ARGV: limit, period ('day' | 'month'),
+-- utc_offset_s.
+-- A count of another limit converts (quota_change.lua): by the rule's
+-- mode once, when that limit is one of its previous quotas and the window
+-- began before the reload; otherwise proportionally (a gateway on other
+-- rules), rounded up; not at all in mode 0 (`quota_fn`: a key's plan
+-- changes, its count stays).
 -- `decide(key, lock, cost)` returns allowed, remaining, wait_ms, reset_ms,
 -- window_s, or nil and the lock's time left: wait_ms and reset_ms are both
 -- the time to the window's end, when every unit comes back.
@@ -12,19 +19,39 @@ local reset_ms = math.max(1, math.ceil(((finish - secs) * 1000000 - tonumber(t[2
 local function decide(key, lock, cost)
   local locked = lock_left(lock, true)
   if locked > 0 then return nil, locked end
-  local state = redis.call('HMGET', key, 's', 'e', 'c')
+  local state = redis.call('HMGET', key, 's', 'e', 'c', 'l', 'r')
   local count = 0
+  local converted_in
   -- A count from another window is void: an earlier one (the key outlived
   -- its expiry by a tick), or a day that began with this month.
   if tonumber(state[1]) == start and tonumber(state[2]) == finish then
     count = tonumber(state[3]) or 0
+    local l = tonumber(state[4])
+    if l and l ~= limit and change_mode > 0 then
+      local mode = 1
+      if state[5] ~= tostring(start) and start <= changed_at then
+        for j = 1, prev_n do
+          if prev_l[j] == l then mode = change_mode end
+        end
+      end
+      if mode == 3 then
+        count = 0
+      else
+        count = math.ceil(converted(count, l, limit, mode) - 1e-9)
+      end
+      if mode ~= 1 then converted_in = start end
+    end
   end
   if count + cost > limit then
     return 0, 0, reset_ms, reset_ms, finish - start
   end
   count = count + cost
   left_ms = reset_ms
-  redis.call('HSET', key, 's', start, 'e', finish, 'c', count)
+  if converted_in then
+    redis.call('HSET', key, 's', start, 'e', finish, 'c', count, 'l', limit, 'r', converted_in)
+  else
+    redis.call('HSET', key, 's', start, 'e', finish, 'c', count, 'l', limit)
+  end
   -- A second past the edge: the check above, not the expiry, ends the window.
   redis.call('PEXPIREAT', key, finish * 1000 + 1000)
   return 1, limit - count, reset_ms, reset_ms, finish - start

@@ -7,16 +7,32 @@
 -- `remaining` fits (0 when the quota is whole): the draft's `t`. A deny
 -- writes nothing. A window is named by its end (window_end.lua comes
 -- first).
-local limit = tonumber(ARGV[1])
-local window_ms = math.max(1, math.ceil(tonumber(ARGV[2]) / 1000))
--- Formatted once per call, not per decision.
-local window_arg = tostring(window_ms)
+local limit, window, window_ms, window_arg
+
+-- The quota decisions are made in: the call's, or a moved state's.
+local function set_frame(l, w)
+  limit, window = l, w
+  window_ms = math.max(1, math.ceil(w / 1000))
+  -- Formatted once per call, not per decision.
+  window_arg = tostring(window_ms)
+end
+set_frame(own_l, own_w)
+
+local counts = true
+
+local function capacity()
+  return limit
+end
 
 local function decide(key, lock, cost, of_window)
   local v = redis.call('MGET', key, lock)
   local locked = lock_left(lock, v[2])
   if locked > 0 then return nil, locked end
-  local count = tonumber(v[1]) or 0
+  local count = tonumber(v[1])
+  if not count then
+    if v[1] then return follow(key, v[1], lock, cost, of_window) end
+    count = 0
+  end
   if count + cost > limit or (cost < 0 and count == 0) then
     -- A deny does not consume. ttl < 0 only for a key without expiry;
     -- treat it as a new window.
@@ -46,17 +62,23 @@ local function decide(key, lock, cost, of_window)
   return 1, limit - n, ttl, ttl
 end
 
--- A quota change: the old window's count, converted (rounded up: a
--- conversion never hands out a unit), ending when the old window ends (or
--- a new window's length from now, if sooner). It moves, as in
--- migrate_whole_at.lua.
-local function migrate(key, old)
-  if redis.call('EXISTS', key) == 1 then return end
-  local count = tonumber(redis.call('GET', old))
-  if not count then return end
-  local ttl = redis.call('PTTL', old)
-  redis.call('DEL', old)
-  local n = math.ceil(converted(count, old_limit, limit) - 1e-9)
-  if ttl <= 0 or n <= 0 then return end
+-- A quota change's moves (moved.lua comes next): the old window's count,
+-- converted (rounded up: a conversion never hands out a unit), ending when
+-- the old window ends (or a new window's length from now, if sooner).
+local function absent(key)
+  return redis.call('EXISTS', key) == 0
+end
+
+local function movable()
+  return true
+end
+
+local function move(from, l, w, b, mode, key)
+  local count = tonumber(redis.call('GET', from))
+  if not count then return false end
+  local ttl = redis.call('PTTL', from)
+  local n = math.ceil(converted(count, l, limit, mode) - 1e-9)
+  if ttl <= 0 or n <= 0 then return false end
   redis.call('SET', key, n, 'PX', math.min(ttl, window_ms))
+  return true
 end

@@ -5,11 +5,21 @@
 -- an allow, the wait until one unit more than `remaining` fits (0 when the
 -- quota is whole): the draft's `t`. A deny writes nothing. (Several values,
 -- not a table: no garbage per decision.)
-local limit = tonumber(ARGV[1])
-local window = tonumber(ARGV[2])
-local burst = tonumber(ARGV[3])
-local interval = window / limit
-local tolerance = (burst - 1) * interval
+local limit, window, burst, interval, tolerance
+
+-- The quota decisions are made in: the call's, or a moved state's.
+local function set_frame(l, w, b)
+  limit, window, burst = l, w, b
+  interval = window / limit
+  tolerance = (burst - 1) * interval
+end
+set_frame(own_l, own_w, own_b)
+
+local counts = false
+
+local function capacity()
+  return burst
+end
 -- Absorbs float error on exact boundaries.
 local eps = 1e-6
 
@@ -17,7 +27,11 @@ local function decide(key, lock, cost)
   local v = redis.call('MGET', key, lock)
   local locked = lock_left(lock, v[2])
   if locked > 0 then return nil, locked end
-  local tat = tonumber(v[1]) or now
+  local tat = tonumber(v[1])
+  if not tat then
+    if v[1] then return follow(key, v[1], lock, cost) end
+    tat = now
+  end
   local earliest = tat + (cost - 1) * interval - tolerance
   if now + eps < earliest then
     local reset = math.ceil(math.max(0, tat - now) / 1000)

@@ -1,12 +1,12 @@
 -- Leases quota to one gateway (clock.lua and an algorithm's
--- `decide(key, lock, cost)` come first; `decide` may set `left_ms` to the
--- time left in its window).
+-- `decide(key, lock, cost)` and moved.lua come first; `decide` may set
+-- `left_ms` to the time left in its window).
 -- ARGV: limit, window_us, burst (as the algorithm takes them), need, want,
 -- holder, lease_ms, back: units of this holder's last lease it did not
 -- spend, given back first (`decide` of a negative cost), back_window: for a
--- window, the one that lease was in (0 for the smooth buckets); with a
--- KEYS[2], the key's state under the rule's previous quota, converted
--- first (quota_change.lua, from ARGV[10..13]).
+-- window, the one that lease was in (0 for the smooth buckets); with
+-- KEYS[2...], the key's states under the rule's previous quotas, converted
+-- first (quota_change.lua, from ARGV[10...]).
 -- Grants `need` units or none, and up to `want`, but never more than an
 -- even share of what is left among the gateways holding leases on the key
 -- (`need` excepted): a few gateways cannot strand the quota.
@@ -27,7 +27,7 @@ local back_window = tonumber(ARGV[9])
 if back_window == 0 then back_window = nil end
 if KEYS[2] then
   changed_from(10)
-  migrate(KEYS[1], KEYS[2])
+  migrate(KEYS[1], 2)
 end
 if back > 0 then decide(KEYS[1], lock, -back, back_window) end
 

@@ -1,18 +1,67 @@
--- A quota change (`QuotaChange`): while a reload's conversion lasts, each
--- key comes with its state key under the rule's previous quota, and
--- `changed_from(i)` reads that quota's limit, window_us and burst and the
--- mode (1 proportional, 2 as is) from ARGV[i..i + 3] (batch.lua: 8, when
--- its ARGV[7] is 3; grant.lua: 10, with a KEYS[2]). `converted(used, from,
--- to)` is what `used` units of a capacity `from` become under `to`.
-local old_limit, old_window, old_burst, change_mode
+-- A quota change (`QuotaChange`, ADR 21 and 24). While a reload's
+-- conversion lasts, each key comes with its state keys under the rule's
+-- previous quotas, most recent first, and `changed_from(i)` reads from
+-- ARGV[i..]: their count n, each one's limit, window_us and burst, the mode
+-- (0 none, 1 proportional, 2 as is, 3 reset) and the reload's Redis-clock
+-- second; it returns the index of the argument after them.
+-- `converted(used, from, to, mode)` is what `used` units of a capacity
+-- `from` become under `to`.
+local own_l, own_w, own_b = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local prev_n, change_mode, changed_at = 0, 0, 0
+local prev_l, prev_w, prev_b = {}, {}, {}
 
 local function changed_from(i)
-  old_limit, old_window = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
-  old_burst, change_mode = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
+  prev_n = tonumber(ARGV[i])
+  i = i + 1
+  for j = 1, prev_n do
+    prev_l[j], prev_w[j], prev_b[j] = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+    i = i + 3
+  end
+  change_mode, changed_at = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+  return i + 2
 end
 
-local function converted(used, from, to)
+local function converted(used, from, to, mode)
   used = math.min(math.max(used, 0), from)
-  if change_mode == 1 then return used / from * to end
-  return math.min(used, to)
+  if mode == 2 then return math.min(used, to) end
+  return used / from * to
 end
+
+-- Moved states. The gateway that converts a key leaves, where each older
+-- state was, a tombstone: '>' and the quota ("limit/window_us/burst") that
+-- ends the key of the state it moved to, beside the old one. A gateway
+-- still on an older quota follows it (`follow`, per algorithm) and decides
+-- in that state, converted proportionally: every gateway counts one state.
+local function tomb_of(v)
+  if v and string.byte(v) == 62 then return string.sub(v, 2) end
+end
+
+local function spec_key(key, spec)
+  return string.match(key, '^(.*):[^:]*$') .. ':' .. spec
+end
+
+local function spec_quota(spec)
+  local l, w, b = string.match(spec, '^(%d+)/(%d+)/(%d+)$')
+  return tonumber(l), tonumber(w), tonumber(b)
+end
+
+-- The end of the moves from `key`, whose value is `v`: the key holding the
+-- state, and its quota's spec (nil: `key`'s own); nil for a loop.
+local function resolve(key, v)
+  local spec
+  for _ = 1, 16 do
+    local s = tomb_of(v)
+    if not s then return key, spec end
+    spec = s
+    key = spec_key(key, s)
+    v = redis.call('GET', key)
+  end
+end
+
+-- How long a tombstone lasts: as long as the conversion on the gateway
+-- that wrote it (engine/quota_change.rs), ten minutes at least.
+local function tomb_ms(l, w, b)
+  return math.max(600000, 2 * math.ceil(w * math.max(1, b / l) / 1000))
+end
+
+local follow

@@ -6,8 +6,20 @@
 -- the retry-after; on an allow, the wait until one unit more than
 -- `remaining` fits (0 when the quota is whole): the draft's `t`. A deny
 -- writes nothing.
-local limit = tonumber(ARGV[1])
-local window = tonumber(ARGV[2])
+local limit = own_l
+local window = own_w
+
+-- The quota decisions are made in: the call's, or a moved state's, which
+-- is of the same window (the sliding window moves only then).
+local function set_frame(l)
+  limit = l
+end
+
+local counts = true
+
+local function capacity()
+  return limit
+end
 local idx = math.floor(now / window)
 local elapsed = now - idx * window
 local curr_suffix = ':' .. string.format('%.0f', idx)
@@ -38,9 +50,11 @@ end
 local function decide(key, lock, cost, of_window)
   if of_window and of_window ~= idx then return 0, 0, 1, 1 end
   local curr_key = key .. curr_suffix
-  local v = redis.call('MGET', curr_key, key .. prev_suffix, lock)
+  local v = redis.call('MGET', curr_key, key .. prev_suffix, lock, key)
   local locked = lock_left(lock, v[3])
   if locked > 0 then return nil, locked end
+  -- The state key itself holds nothing but a tombstone.
+  if v[4] then return follow(key, v[4], lock, cost, of_window) end
   local curr = tonumber(v[1]) or 0
   local prev = tonumber(v[2]) or 0
 
@@ -65,19 +79,24 @@ local function decide(key, lock, cost, of_window)
   return 1, remaining, next_ms, keep_ms
 end
 
--- A quota change of the same window: each of the two windows' counts,
--- converted (rounded up), moved as in migrate_whole_at.lua. With another
--- window the counts are not comparable: the key starts afresh.
-local function migrate(key, old)
-  if old_window ~= window then return end
-  local cur, prev = key .. curr_suffix, key .. prev_suffix
-  if redis.call('EXISTS', cur, prev) > 0 then return end
-  local old_cur, old_prev = old .. curr_suffix, old .. prev_suffix
-  local v = redis.call('MGET', old_cur, old_prev)
-  if not v[1] and not v[2] then return end
-  redis.call('DEL', old_cur, old_prev)
-  for i, k in ipairs({cur, prev}) do
-    local n = math.ceil(converted(tonumber(v[i]) or 0, old_limit, limit) - 1e-9)
+-- A quota change's moves (moved.lua comes next), of the same window only:
+-- each of the two windows' counts, converted (rounded up). With another
+-- window the counts are not comparable: the key starts afresh, and nothing
+-- moves.
+local function absent(key)
+  return redis.call('EXISTS', key, key .. curr_suffix, key .. prev_suffix) == 0
+end
+
+local function movable(w)
+  return w == window
+end
+
+local function move(from, l, w, b, mode, key)
+  local v = redis.call('MGET', from .. curr_suffix, from .. prev_suffix)
+  if not v[1] and not v[2] then return false end
+  for i, k in ipairs({key .. curr_suffix, key .. prev_suffix}) do
+    local n = math.ceil(converted(tonumber(v[i]) or 0, l, limit, mode) - 1e-9)
     if n > 0 then redis.call('SET', k, n, 'PX', keep_arg) end
   end
+  return true
 end

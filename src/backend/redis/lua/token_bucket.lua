@@ -6,11 +6,21 @@
 -- or nil and the lock's time left. On a deny wait_ms is the retry-after; on
 -- an allow, the wait until one unit more than `remaining` fits (0 when the
 -- quota is whole): the draft's `t`. A deny writes nothing.
-local limit = tonumber(ARGV[1])
-local window = tonumber(ARGV[2])
-local burst = tonumber(ARGV[3])
--- deficit * window / limit rather than / rate: exact for whole numbers.
-local us_per_token = window / limit
+local limit, window, burst, us_per_token
+
+-- The quota decisions are made in: the call's, or a moved state's.
+local function set_frame(l, w, b)
+  limit, window, burst = l, w, b
+  -- deficit * window / limit rather than / rate: exact for whole numbers.
+  us_per_token = window / limit
+end
+set_frame(own_l, own_w, own_b)
+
+local counts = false
+
+local function capacity()
+  return burst
+end
 -- Absorbs float error so an exactly refilled token counts.
 local eps = 1e-9
 
@@ -18,7 +28,11 @@ local function decide(key, lock, cost)
   local v = redis.call('MGET', key, lock)
   local locked = lock_left(lock, v[2])
   if locked > 0 then return nil, locked end
-  local full_at = tonumber(v[1]) or now
+  local full_at = tonumber(v[1])
+  if not full_at then
+    if v[1] then return follow(key, v[1], lock, cost) end
+    full_at = now
+  end
   -- A clock step back (failover) only ever leaves fewer tokens.
   local tokens = burst - math.max(0, full_at - now) / us_per_token
   if tokens + eps < cost then

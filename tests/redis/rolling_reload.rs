@@ -1,0 +1,186 @@
+//! A rolling reload: gateways on one Redis reload a rule's quota one at a
+//! time, in every order, and those still on the old rules decide between
+//! the others' reloads. Nobody gets a fresh quota: after 8 of 10 spent,
+//! the whole fleet admits at most what the most generous quota in play
+//! leaves (`Proportional`: a fifth of it), over HTTP, on every algorithm.
+
+use crate::support::Backend as _;
+use crate::support::gateway::HEALTHY_TIMEOUT;
+use crate::support::{ALGORITHMS, get_with, ok_app, serve};
+use keyed_rate_limit::backend::redis::RedisBackend;
+use keyed_rate_limit::rule::QuotaChange;
+use keyed_rate_limit::{Algorithm, Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit_testing::RedisServer;
+
+fn rule(redis: &RedisBackend, algorithm: Algorithm, per_hour: u32) -> Rule {
+    Rule::new(
+        "api",
+        KeyExtractor::header("x-api-key"),
+        Quota::per_hour(per_hour),
+    )
+    .global(redis.clone())
+    .algorithm(algorithm)
+    .redis_timeout(HEALTHY_TIMEOUT)
+    .on_quota_change(QuotaChange::Proportional)
+}
+
+/// Every order of `0..n`.
+fn orders(n: usize) -> Vec<Vec<usize>> {
+    if n == 0 {
+        return vec![vec![]];
+    }
+    let mut out = Vec::new();
+    for rest in orders(n - 1) {
+        for at in 0..=rest.len() {
+            let mut o = rest.clone();
+            o.insert(at, n - 1);
+            out.push(o);
+        }
+    }
+    out
+}
+
+/// Requests `key` from `url` until the first refusal (at most 30): how
+/// many were admitted.
+async fn drain(url: &str, key: &str) -> u32 {
+    for n in 0..30 {
+        if get_with(url, &[("x-api-key", key)]).await.status() != 200 {
+            return n;
+        }
+    }
+    panic!("30 admissions in a row");
+}
+
+/// `n` gateways spend 8 of 10 an hour on one key, then reload to `to` in
+/// `order`, every gateway draining the key after each reload. What the
+/// fleet admitted after the 8.
+async fn admitted(server: &RedisServer, algorithm: Algorithm, order: &[usize], to: u32) -> u32 {
+    let prefix = format!("roll-{algorithm}-{to}-{order:?}");
+    let mut gateways = Vec::new();
+    for _ in order {
+        // Each gateway its own connection, as in a fleet.
+        let redis = server.backend(&prefix).await;
+        let layer = RateLimitLayer::builder()
+            .rule(rule(&redis, algorithm, 10))
+            .build()
+            .unwrap();
+        let url = serve(ok_app(layer.clone())).await;
+        gateways.push((redis, layer, url));
+    }
+    for i in 0..8 {
+        let url = &gateways[i % gateways.len()].2;
+        assert_eq!(get_with(url, &[("x-api-key", "k")]).await.status(), 200);
+    }
+    let mut total = 0;
+    for &g in order {
+        let (redis, layer, _) = &gateways[g];
+        layer.reload([rule(redis, algorithm, to)]).unwrap();
+        for (_, _, url) in &gateways {
+            total += drain(url, "k").await;
+        }
+    }
+    total
+}
+
+#[tokio::test]
+async fn a_rolling_reload_hands_nobody_a_fresh_quota() {
+    let server = RedisServer::start();
+    for algorithm in ALGORITHMS {
+        for n in [2, 3] {
+            for order in orders(n) {
+                // Lowered to 5: the old rules leave 2, the new ones 1.
+                let low = admitted(&server, algorithm, &order, 5).await;
+                assert!(
+                    (1..=2).contains(&low),
+                    "{algorithm}, {n} gateways reloading to 5 in order {order:?}: {low} admitted"
+                );
+                // Raised to 20: the new rules leave 4, the old ones 2.
+                let high = admitted(&server, algorithm, &order, 20).await;
+                assert!(
+                    (2..=4).contains(&high),
+                    "{algorithm}, {n} gateways reloading to 20 in order {order:?}: {high} admitted"
+                );
+            }
+        }
+    }
+}
+
+/// One step of a fleet: gateway `g` reloads to `QUOTAS[q]` when `q` is
+/// set, then asks for the key `n` times.
+type Step = (usize, Option<usize>, u32);
+
+const QUOTAS: [u32; 3] = [5, 10, 20];
+
+/// Three gateways in this process on one private Redis, starting at 10 an
+/// hour, run `steps` against one key: the admissions, and the most
+/// generous quota any gateway had meanwhile.
+async fn fleet(
+    server: &RedisServer,
+    prefix: &str,
+    algorithm: Algorithm,
+    steps: &[Step],
+) -> (u32, u32) {
+    use tower::ServiceExt;
+    let mut gateways = Vec::new();
+    for _ in 0..3 {
+        let redis = server.backend(prefix).await;
+        let layer = RateLimitLayer::builder()
+            .rule(rule(&redis, algorithm, 10))
+            .build()
+            .unwrap();
+        gateways.push((redis, layer));
+    }
+    let (mut admitted, mut most) = (0, 10);
+    for &(g, q, n) in steps {
+        let (redis, layer) = &gateways[g];
+        if let Some(q) = q {
+            layer.reload([rule(redis, algorithm, QUOTAS[q])]).unwrap();
+            most = most.max(QUOTAS[q]);
+        }
+        for _ in 0..n {
+            let req = http::Request::get("/")
+                .header("x-api-key", "k")
+                .body(axum::body::Body::empty())
+                .unwrap();
+            let res = ok_app(layer.clone()).oneshot(req).await.unwrap();
+            match res.status().as_u16() {
+                200 => admitted += 1,
+                429 => {}
+                other => panic!("status {other}"),
+            }
+        }
+    }
+    (admitted, most)
+}
+
+/// Random reloads on three gateways, with random requests between them:
+/// a key never gets more than the most generous quota in play would give
+/// it alone (the fraction used is one state, whichever quota reads it; an
+/// hour's quota gives nothing back within a case).
+#[test]
+fn random_rolling_reloads_never_admit_more_than_the_most_generous_quota() {
+    use proptest::prelude::*;
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let case = std::sync::atomic::AtomicUsize::new(0);
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: 24,
+        max_shrink_iters: 64,
+        ..ProptestConfig::default()
+    });
+    let steps =
+        proptest::collection::vec((0usize..3, proptest::option::of(0usize..3), 0u32..8), 1..16);
+    runner
+        .run(&(0usize..4, steps), |(a, steps)| {
+            let algorithm = ALGORITHMS[a];
+            let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let prefix = format!("roll-prop-{n}");
+            let (admitted, most) = runtime.block_on(fleet(&server, &prefix, algorithm, &steps));
+            prop_assert!(
+                admitted <= most,
+                "{algorithm}: {admitted} admitted, the most generous quota {most}: {steps:?}"
+            );
+            Ok(())
+        })
+        .unwrap();
+}
