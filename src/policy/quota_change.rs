@@ -35,12 +35,33 @@
 /// from the state it has under the previous quota (a state key names its
 /// quota, see `backend::redis`). GCRA, the token bucket and the fixed
 /// window convert whatever the windows; the sliding window converts when
-/// the window is unchanged (its counts are per aligned window). The
-/// control handle reads a key that has not been decided since as whole.
-/// A gateway that starts with the new rules, rather than reloading them,
-/// knows no previous quota: a key it decides first starts afresh. The
-/// conversion lasts as long as an old state can: twice the old quota's
-/// window or refill time.
+/// the window is unchanged (its counts are per aligned window). A gateway
+/// that reloads again while converting converts from the older quotas too
+/// (up to three). The conversion lasts ten minutes, or twice the longer
+/// refill time (window, for the windows) of the two quotas if longer.
+///
+/// A reload is rolling in a fleet: each gateway's watcher fires on its own
+/// schedule. The gateway that converts a key leaves a tombstone where the
+/// old state was, and a gateway still on the old rules follows it: it
+/// decides in the moved state, its cost converted proportionally (exactly
+/// for GCRA and the token bucket; rounded up to whole units for the
+/// windows, so a lagging gateway's requests may cost a fraction of a unit
+/// more). The fleet thus counts one state per key, and, whatever the order
+/// of the reloads, admits no more than the most generous quota in play
+/// would alone from the same usage: with `Proportional`, no more than
+/// that quota's unused fraction. Calendar counts (one per key, whatever
+/// the limit) carry the limit they were counted under: a reloaded gateway
+/// converts a count of its previous limit by this setting once per window,
+/// any other gateway proportionally.
+///
+/// Bounds: a gateway that starts with the new rules, rather than reloading
+/// them, knows no previous quota, so a key it decides first starts afresh
+/// (and counts apart from gateways on the old rules until one that
+/// reloaded moves it); a gateway still on the old rules when the
+/// conversion has ended counts apart for keys first decided after that;
+/// `Reset` on a rolling quota counts afresh in a state of its own, beside
+/// the old rules' state. The control handle reads a key that has not been
+/// decided since the reload as whole.
 ///
 /// Not converted anywhere: between a rolling and a calendar quota, two
 /// calendar periods, the sliding window across windows, and `quota_fn`

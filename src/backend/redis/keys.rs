@@ -1,8 +1,12 @@
 //! Redis key layout: `prefix:{<len>:rule:key}:algo:<limit>/<window_us>/<burst>`
-//! for a rolling quota's state (`:cal` for calendar quotas, whose count is
-//! per key whatever the quota), `…}:lock` for a key's lock, and
+//! for a rolling quota's state (`:cal` for calendar quotas, a hash whose
+//! count is per key whatever the quota, beside the limit it was counted
+//! under), `…}:lock` for a key's lock, `…}:denies` for its lockout's deny
+//! count, `…}:holders` for the gateways holding a rate lease on it, and
 //! `prefix:{<len>:limit:key}:lease` for concurrency leases, where `<len>` is
-//! the name's length in bytes.
+//! the name's length in bytes. After a reload moved a rolling state, the
+//! old state key holds a tombstone: `>` and the quota that ends the key it
+//! moved to (`quota_change.lua`).
 //!
 //! The length makes the layout injective: names may contain `:`, so without
 //! it rule `api` with key `v2:x` and rule `api:v2` with key `x` would share

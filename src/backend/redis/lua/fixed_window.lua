@@ -69,6 +69,11 @@ local function absent(key)
   return redis.call('EXISTS', key) == 0
 end
 
+-- Leaves a tombstone at `from`, in place of its state.
+local function bury(from, tomb, ttl)
+  redis.call('SET', from, tomb, 'PX', ttl)
+end
+
 local function movable()
   return true
 end

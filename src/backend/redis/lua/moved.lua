@@ -1,7 +1,7 @@
 -- A reload's conversion and the moves it leaves (quota_change.lua), over an
 -- algorithm's `set_frame(limit, window_us, burst)`, `capacity()`, `counts`
--- (its state counts whole units), `absent(key)`, `movable(window_us)` and
--- `move(from, l, w, b, mode, key)`.
+-- (its state counts whole units), `absent(key)`, `movable(window_us)`,
+-- `move(from, l, w, b, mode, key)` and `bury(from, tomb, ttl)`.
 
 -- Before `key`'s first decision under a quota a reload changed: when it has
 -- no state yet, converts the state of the first of its previous quotas'
@@ -12,6 +12,7 @@ local function migrate(key, at)
   if not absent(key) then return end
   local tomb = '>' .. string.match(key, ':([^:]*)$')
   local ttl = tomb_ms(own_l, own_w, own_b)
+  for j = 1, prev_n do ttl = math.max(ttl, tomb_ms(prev_l[j], prev_w[j], prev_b[j])) end
   local moved = false
   for j = 1, prev_n do
     local old = KEYS[at + j - 1]
@@ -22,9 +23,9 @@ local function migrate(key, at)
     if movable(w) then
       if target and target ~= key then
         if not moved and mode ~= 3 then moved = move(target, l, w, b, mode, key) end
-        redis.call('SET', target, tomb, 'PX', ttl)
+        bury(target, tomb, ttl)
       end
-      if old ~= target then redis.call('SET', old, tomb, 'PX', ttl) end
+      if old ~= target then bury(old, tomb, ttl) end
     end
   end
 end

@@ -50,11 +50,15 @@ end
 local function decide(key, lock, cost, of_window)
   if of_window and of_window ~= idx then return 0, 0, 1, 1 end
   local curr_key = key .. curr_suffix
-  local v = redis.call('MGET', curr_key, key .. prev_suffix, lock, key)
+  local v = redis.call('MGET', curr_key, key .. prev_suffix, lock)
   local locked = lock_left(lock, v[3])
   if locked > 0 then return nil, locked end
-  -- The state key itself holds nothing but a tombstone.
-  if v[4] then return follow(key, v[4], lock, cost, of_window) end
+  -- A key without counts here may have moved: its state key itself holds
+  -- nothing but a tombstone (a move deletes the counts it leaves).
+  if not v[1] and not v[2] then
+    local moved = redis.call('GET', key)
+    if moved then return follow(key, moved, lock, cost, of_window) end
+  end
   local curr = tonumber(v[1]) or 0
   local prev = tonumber(v[2]) or 0
 
@@ -89,6 +93,12 @@ end
 
 local function movable(w)
   return w == window
+end
+
+-- Leaves a tombstone at `from`, whose counts go.
+local function bury(from, tomb, ttl)
+  redis.call('DEL', from .. curr_suffix, from .. prev_suffix)
+  redis.call('SET', from, tomb, 'PX', ttl)
 end
 
 local function move(from, l, w, b, mode, key)
