@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
-use std::sync::{Arc, OnceLock, PoisonError, RwLock};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
 use governor::clock::{Clock, DefaultClock};
@@ -18,9 +18,9 @@ use crate::{Decision, Key, Quota};
 type Governor<C> = RateLimiter<Key, GcraStore<C>, C, StateInformationMiddleware>;
 
 /// governor's limiter for one quota, and its state for adjustments.
-struct Keyed<C: Clock> {
+pub(super) struct Keyed<C: Clock> {
     gov: Governor<C>,
-    state: Arc<GcraState<C>>,
+    pub(super) state: Arc<GcraState<C>>,
 }
 
 /// Keyed limiters for one rule: one governor limiter per distinct quota, so
@@ -29,10 +29,13 @@ struct Keyed<C: Clock> {
 pub(crate) struct LocalStore<C: Clock = DefaultClock> {
     /// The static quota's limiter and emission interval: the hot path skips
     /// the map and the division.
-    fixed: Option<(Quota, Duration, Arc<Keyed<C>>)>,
+    pub(super) fixed: Option<(Quota, Duration, Arc<Keyed<C>>)>,
     dynamic: RwLock<HashMap<Quota, Arc<Keyed<C>>>>,
     /// Calendar quotas, made on first use; boxed to keep the store small.
-    calendar: OnceLock<Box<CalendarStore>>,
+    pub(super) calendar: OnceLock<Box<CalendarStore>>,
+    /// Set when a reload replaced this store: what its rules still decide
+    /// (requests suspended on them at the swap) is decided in its successor.
+    pub(super) forward: OnceLock<Forward>,
     /// The places for keys every limiter here shares.
     budget: Arc<Budget>,
     clock: C,
@@ -41,41 +44,6 @@ pub(crate) struct LocalStore<C: Clock = DefaultClock> {
 impl LocalStore {
     pub(crate) fn new(fixed: Option<Quota>, budget: Arc<Budget>) -> Self {
         Self::with_clock(fixed, budget, DefaultClock::default())
-    }
-
-    /// Makes this store, which replaces `old` in a reload, start each new
-    /// key from what it used under `from` in `old`, converted to `to` as
-    /// `how` says: between rolling quotas, or calendar quotas of the same
-    /// period and offset (anything else starts afresh). Lasts until
-    /// [`adopt_all`](Self::adopt_all): requests that the old rules decide
-    /// meanwhile count.
-    pub(crate) fn inherit_from(
-        self: &Arc<Self>,
-        old: &Arc<Self>,
-        from: Quota,
-        to: Quota,
-        how: QuotaChange,
-    ) {
-        if let (Some((_, _, l)), Some(_)) = (&self.fixed, &old.fixed) {
-            if from.period().is_none() {
-                let old = old.clone();
-                l.state.inherit.set(move |key, _| {
-                    let used = old
-                        .fixed
-                        .as_ref()
-                        .map_or(0.0, |(_, _, o)| o.state.used_of(key));
-                    converted_used(used, from, to, how)
-                        .unwrap_or(0.0)
-                        .clamp(0.0, f64::from(to.burst()))
-                });
-            }
-        } else if same_calendar(from, to) {
-            let old = old.clone();
-            self.calendar().inherit(move |key, window| {
-                let count = old.calendar.get().map_or(0, |c| c.count_in(key, window));
-                converted_count(count, from, to, how).unwrap_or(0)
-            });
-        }
     }
 }
 
@@ -87,6 +55,7 @@ impl<C: Clock + Clone> LocalStore<C> {
                 .map(|q| (q, interval(q), Arc::new(limiter(q, &budget, &clock)))),
             dynamic: RwLock::new(HashMap::new()),
             calendar: OnceLock::new(),
+            forward: OnceLock::new(),
             budget,
             clock,
         }
@@ -101,6 +70,11 @@ impl<C: Clock + Clone> LocalStore<C> {
         quota: Quota,
         cost: NonZeroU32,
     ) -> (Decision, Option<KeySpaceFull>) {
+        if let Some(f) = self.forward.get()
+            && let Some((to, quota)) = f.to(quota)
+        {
+            return to.check(key, quota, f.cost(cost));
+        }
         let d = self.check_inner(key, quota, cost);
         match keyspace::take_diverted() {
             None => (d, None),
@@ -208,6 +182,11 @@ impl<C: Clock + Clone> LocalStore<C> {
     /// unit would be told now, without spending it. Bounded by an empty and
     /// a whole bucket: see [`GcraState::adjust`].
     pub(crate) fn adjust(&self, key: &Key, quota: Quota, units: i64) -> Decision {
+        if let Some(f) = self.forward.get()
+            && let Some((to, quota)) = f.to(quota)
+        {
+            return to.adjust(key, quota, f.units(units));
+        }
         if quota.period().is_some() {
             return self.calendar().adjust(key, quota, units);
         }
@@ -218,54 +197,11 @@ impl<C: Clock + Clone> LocalStore<C> {
         }
     }
 
-    /// Carries over every key of `old` that no request has carried yet, then
-    /// stops inheriting: `old` can go.
-    pub(crate) fn adopt_all(&self, old: &Self, to: Quota) {
-        if let Some((_, _, l)) = &self.fixed {
-            for (key, _) in old.used() {
-                l.state.adopt(&key);
-            }
-            l.state.inherit.clear();
-        }
-        if let Some(c) = self.calendar.get() {
-            for (key, _, _) in old.calendar_counts() {
-                c.adopt(&key, to);
-            }
-            c.settled();
-        }
-    }
-
     /// The static rolling quota's keys with the units each has not got back.
     pub(crate) fn used(&self) -> Vec<(Key, f64)> {
         self.fixed
             .as_ref()
             .map_or_else(Vec::new, |(_, _, l)| l.state.used())
-    }
-
-    /// Sets `key` of the static rolling quota `to` to the `used` units it
-    /// had under `from`: as they are when the quota is the same, else as
-    /// `how` converts them. Nothing when `to` is not this store's rolling
-    /// quota.
-    pub(crate) fn carry_used(&self, key: Key, used: f64, from: Quota, to: Quota, how: QuotaChange) {
-        let Some((_, _, l)) = &self.fixed else { return };
-        if let Some(u) = converted_used(used, from, to, how).filter(|u| *u > 0.0) {
-            l.state.put_used(key, u, to.burst());
-        }
-    }
-
-    /// Adds to `key`'s count in the current window of the calendar quota
-    /// `to` what it counted under `from`, converted as `how` says.
-    pub(crate) fn carry_count(
-        &self,
-        key: &Key,
-        count: u32,
-        from: Quota,
-        to: Quota,
-        how: QuotaChange,
-    ) {
-        if let Some(n) = converted_count(count, from, to, how).filter(|n| *n >= 1) {
-            self.calendar().adjust(key, to, i64::from(n));
-        }
     }
 
     /// The calendar quotas' counts in windows that have not ended, with
@@ -284,7 +220,7 @@ impl<C: Clock + Clone> LocalStore<C> {
         }
     }
 
-    fn calendar(&self) -> &CalendarStore {
+    pub(super) fn calendar(&self) -> &CalendarStore {
         self.calendar
             .get_or_init(|| Box::new(CalendarStore::new(self.budget.clone())))
     }
@@ -302,6 +238,65 @@ impl<C: Clock + Clone> LocalStore<C> {
     }
 }
 
+/// Where a store that a reload replaced sends what its rules still decide.
+pub(crate) struct Forward {
+    to: Weak<LocalStore>,
+    from: Quota,
+    quota: Quota,
+    how: QuotaChange,
+}
+
+impl Forward {
+    pub(super) fn new(
+        to: Weak<LocalStore>,
+        (from, quota): (Quota, Quota),
+        how: QuotaChange,
+    ) -> Self {
+        Self {
+            to,
+            from,
+            quota,
+            how,
+        }
+    }
+
+    /// The successor and its quota, for a decision of `quota` here.
+    pub(super) fn to(&self, quota: Quota) -> Option<(Arc<LocalStore>, Quota)> {
+        (quota == self.from).then(|| Some((self.to.upgrade()?, self.quota)))?
+    }
+
+    /// `cost` units here in the successor's, rounded up: never a unit more.
+    pub(super) fn cost(&self, cost: NonZeroU32) -> NonZeroU32 {
+        let n = self
+            .scaled(f64::from(cost.get()))
+            .ceil()
+            .min(f64::from(u32::MAX));
+        NonZeroU32::new(n as u32).unwrap_or(NonZeroU32::MIN)
+    }
+
+    /// Units spent (above 0, rounded up) or given back (below, rounded
+    /// down) here, in the successor's.
+    pub(super) fn units(&self, units: i64) -> i64 {
+        let n = self.scaled(units.unsigned_abs() as f64);
+        if units >= 0 {
+            n.ceil() as i64
+        } else {
+            -(n.floor() as i64)
+        }
+    }
+
+    fn scaled(&self, n: f64) -> f64 {
+        let (from, to) = match self.from.period() {
+            Some(_) => (self.from.limit(), self.quota.limit()),
+            None => (self.from.burst(), self.quota.burst()),
+        };
+        match self.how {
+            QuotaChange::Proportional => n * f64::from(to) / f64::from(from),
+            _ => n,
+        }
+    }
+}
+
 fn limiter<C: Clock + Clone>(q: Quota, budget: &Arc<Budget>, clock: &C) -> Keyed<C> {
     // Callers validated the quota: interval and burst are non-zero.
     let burst = NonZeroU32::new(q.burst()).unwrap_or(NonZeroU32::MIN);
@@ -313,47 +308,6 @@ fn limiter<C: Clock + Clone>(q: Quota, budget: &Arc<Budget>, clock: &C) -> Keyed
     let gov = RateLimiter::<Key, _, _, NoOpMiddleware<C::Instant>>::new(gq, store, clock.clone())
         .with_middleware::<StateInformationMiddleware>();
     Keyed { gov, state }
-}
-
-/// The `used` units of the rolling quota `from` under the rolling quota
-/// `to`: as they are when both count alike, else as `how` converts them.
-/// `None` when one is a calendar quota.
-fn converted_used(used: f64, from: Quota, to: Quota, how: QuotaChange) -> Option<f64> {
-    if to.period().is_some() || from.period().is_some() {
-        None
-    } else if same_size(from, to) {
-        Some(used)
-    } else {
-        how.convert(used, f64::from(from.burst()), f64::from(to.burst()))
-    }
-}
-
-/// A calendar `count` of `from` under `to`, converted as `how` says when
-/// the limit changed (rounded up: a conversion never hands out a unit).
-/// `None` between calendars of another period or offset.
-fn converted_count(count: u32, from: Quota, to: Quota, how: QuotaChange) -> Option<u32> {
-    if !same_calendar(from, to) {
-        None
-    } else if from.limit() == to.limit() {
-        Some(count)
-    } else {
-        let n = how.convert(
-            f64::from(count),
-            f64::from(from.limit()),
-            f64::from(to.limit()),
-        )?;
-        Some(n.ceil().min(f64::from(u32::MAX)) as u32)
-    }
-}
-
-fn same_calendar(from: Quota, to: Quota) -> bool {
-    from.period().is_some() && from.period() == to.period() && from.utc_offset() == to.utc_offset()
-}
-
-/// Whether two rolling quotas count alike: a state under one reads the
-/// same under the other.
-fn same_size(a: Quota, b: Quota) -> bool {
-    (a.limit(), a.window(), a.burst()) == (b.limit(), b.window(), b.burst())
 }
 
 /// `quota`'s emission interval, as governor's nanosecond counters hold it:

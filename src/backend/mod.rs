@@ -5,6 +5,7 @@
 //!   scope; feature `redis`).
 
 pub(crate) mod calendar;
+mod carry;
 #[cfg(feature = "redis")]
 pub(crate) mod deny_cache;
 pub(crate) mod inherit;

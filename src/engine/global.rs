@@ -13,10 +13,10 @@ use crate::backend::keyspace::{Budget, KeySpaceFull};
 use crate::backend::leases::{Leases, Take, Unspent, Woken};
 use crate::backend::local::LocalStore;
 use crate::backend::lock::Locks;
-use crate::backend::redis::{ControlScriptOp, Decided, RedisBackend, Shard};
+use crate::backend::redis::{ControlScriptOp, Decided, MAX_PREVIOUS, RedisBackend, Shard};
 use crate::failure::PATIENCE;
 use crate::failure::{Admit, BreakerStatus, FailureMode, Guard};
-use crate::policy::Cause;
+use crate::policy::{Cause, QuotaChange};
 use crate::rule::Rule;
 use crate::{Decision, Key, Quota, Source, observe};
 
@@ -47,10 +47,23 @@ pub(super) struct Global {
     /// At most one unsettled-units line a second.
     pub(super) settle_log: observe::Sampled,
     /// Set when a reload changed the rule's static quota.
-    pub(super) previous: std::sync::OnceLock<super::quota_change::Converting>,
+    pub(super) previous: std::sync::OnceLock<Converting>,
     /// The rule has a static quota (a `quota_fn` rule's calendar counts
     /// stay as they are when its plan changes).
     pub(super) fixed: bool,
+}
+
+/// What a reload left a global rule converting from.
+#[derive(Debug)]
+pub(crate) struct Converting {
+    /// Each previous quota, as Redis counted it, most recent first, with
+    /// until when a state under it may still matter.
+    pub(super) from: [Option<(Quota, std::time::Instant)>; MAX_PREVIOUS],
+    /// The quota Redis counts now.
+    pub(super) to: Quota,
+    pub(super) how: QuotaChange,
+    /// The reload, in seconds since the epoch.
+    pub(super) at: i64,
 }
 
 impl Drop for Global {

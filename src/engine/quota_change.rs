@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::global::Global;
+use super::global::{Converting, Global};
 use crate::Quota;
 use crate::backend::redis::{MAX_PREVIOUS, Previous};
 use crate::policy::QuotaChange;
@@ -14,19 +14,6 @@ use crate::rule::Rule;
 /// The shortest conversion: a gateway still on the old rules this long
 /// after another reloaded follows the keys it moved.
 const AT_LEAST: Duration = Duration::from_secs(600);
-
-/// What a reload left a global rule converting from.
-#[derive(Debug)]
-pub(super) struct Converting {
-    /// Each previous quota, as Redis counted it, most recent first, with
-    /// until when a state under it may still matter.
-    from: [Option<(Quota, Instant)>; MAX_PREVIOUS],
-    /// The quota Redis counts now.
-    to: Quota,
-    how: QuotaChange,
-    /// The reload, in seconds since the epoch.
-    at: i64,
-}
 
 impl Global {
     /// After a reload that changed `rule`'s static quota from `old` (and

@@ -228,7 +228,8 @@ impl CompiledRule {
                 Some(Some(Carry {
                     to: to.clone(),
                     from: from.clone(),
-                    quota: b,
+                    quotas: (a, b),
+                    how: new.on_quota_change,
                 }))
             }
             // Redis converts each key at its next decision.
@@ -248,13 +249,22 @@ impl CompiledRule {
 pub(crate) struct Carry {
     to: Arc<LocalStore>,
     from: Arc<LocalStore>,
-    quota: Quota,
+    /// The old quota and the new.
+    quotas: (Quota, Quota),
+    how: QuotaChange,
 }
 
 impl Carry {
+    /// Called just before the swap: requests still suspended on the old
+    /// rules after it decide in the new store.
+    pub(crate) fn forward(&self) {
+        let (a, b) = self.quotas;
+        self.to.succeed(&self.from, a, b, self.how);
+    }
+
     /// Called once the new rules decide: the old ones decide no more, so
     /// every request they decided is counted.
     pub(crate) fn settle(self) {
-        self.to.adopt_all(&self.from, self.quota);
+        self.to.adopt_all(&self.from, self.quotas.1);
     }
 }

@@ -128,6 +128,7 @@ impl RateLimitLayer {
         let kept = new.kept_from(&old);
         let (count, converted) = (new.rules().count(), new.converted);
         let carries = std::mem::take(&mut new.carries);
+        carries.iter().for_each(Carry::forward);
         shared.chain.store(Arc::new(new));
         // The old rules decide no more: what each key used under them is
         // whole now. Keys met meanwhile carried themselves over.

@@ -236,3 +236,46 @@ async fn a_reload_under_load_counts_what_the_old_rules_decided_meanwhile() {
     let (old, new) = reload_under_load(Quota::per_day(1_000), Quota::per_day(500)).await;
     assert_eq!(new, 500 - old.div_ceil(2), "calendar: {old} old admissions");
 }
+
+/// Requests waiting out a deny (`OnDeny::Wait`) when a reload lands ask
+/// again on the rules they started with: their store sends them to its
+/// successor, so they share the new quota's refill instead of the old
+/// one's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_waiting_through_a_reload_are_decided_in_the_new_store() {
+    use keyed_rate_limit::rule::OnDeny;
+    use std::time::Duration;
+    let waiting = |q| {
+        rule(q, QuotaChange::Proportional).on_deny(OnDeny::Wait {
+            max: Duration::from_secs(3),
+            queue: 8,
+        })
+    };
+    // One unit back every 500 ms before the reload, every second after.
+    let (old, new) = (
+        Quota::new(4, Duration::from_secs(2)),
+        Quota::new(2, Duration::from_secs(2)),
+    );
+    let layer = RateLimitLayer::builder()
+        .rule(waiting(old))
+        .build()
+        .unwrap();
+    let url = serve(ok_app(layer.clone())).await;
+    for _ in 0..4 {
+        assert_eq!(get(&url).await.status(), 200);
+    }
+    let waiters: Vec<_> = (0..8)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { get(&url).await.status().as_u16() })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    layer.reload([waiting(new)]).unwrap();
+    let mut admitted = 0;
+    for w in waiters {
+        admitted += u32::from(w.await.unwrap() == 200);
+    }
+    // Within their 3 s: about 3 units of the new refill, not 6 of the old.
+    assert!((1..=4).contains(&admitted), "{admitted} waiters admitted");
+}
