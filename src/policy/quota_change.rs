@@ -26,9 +26,9 @@
 /// or by the reload itself right after the swap, whichever comes first;
 /// `reload` returns once every key is. Requests that were already
 /// suspended on the old rules at the swap (awaiting Redis for an earlier
-/// global rule, or waiting under `OnDeny::Wait`) finish on them, and what
-/// they then spend of a local rule is not carried: at most one request's
-/// cost per such request.
+/// global rule, or waiting under `OnDeny::Wait`) finish on them, but their
+/// local decisions are made in the new store, their cost converted and
+/// rounded up.
 ///
 /// On a global rule, nothing scans Redis: each key converts in the script,
 /// on Redis time, at its next decision (an exact one, or a lease's grant),
