@@ -21,7 +21,11 @@ keys=(); items=()
 for i in $(seq 1 "$n"); do keys+=("p:{k:__rand_int__}:s$i" "p:{k:__rand_int__}:lock"); items+=("$i" 1); done
 for alg in gcra token_bucket fixed_window sliding_window; do
   prelude=(); [ "$alg" = fixed_window ] && prelude=("$lua/window_end.lua")
-  after=("$lua/moved.lua"); case $alg in gcra|token_bucket) after=("$lua/whole_at.lua" "$lua/moved.lua");; esac
+  case $alg in
+    gcra|token_bucket) after=("$lua/whole_at.lua" "$lua/one_key.lua" "$lua/moved.lua");;
+    fixed_window) after=("$lua/one_key.lua" "$lua/moved.lua");;
+    *) after=("$lua/moved.lua");;
+  esac
   sha=$(cli SCRIPT LOAD "$(cat $lua/clock.lua $lua/quota_change.lua "${prelude[@]}" $lua/$alg.lua "${after[@]}"; echo 'local wide = false'; cat $lua/batch.lua)")
   cli FLUSHALL >/dev/null; cli CONFIG RESETSTAT >/dev/null; a=$(cpu)
   # limit, window_us, burst: 1,000,000 per second, never reached; no

@@ -12,6 +12,7 @@ pub const GCRA: &str = concat!(
     include_str!("../../src/backend/redis/lua/quota_change.lua"),
     include_str!("../../src/backend/redis/lua/gcra.lua"),
     include_str!("../../src/backend/redis/lua/whole_at.lua"),
+    include_str!("../../src/backend/redis/lua/one_key.lua"),
     include_str!("../../src/backend/redis/lua/moved.lua"),
     "local wide = false\n",
     include_str!("../../src/backend/redis/lua/batch.lua"),

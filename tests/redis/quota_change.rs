@@ -34,15 +34,35 @@ async fn after_reload(
     to: Quota,
     how: QuotaChange,
 ) -> (u16, Option<i64>) {
-    let redis = server
-        .backend(&format!("qc-{algorithm}-{how:?}-{}", to.window().as_secs()))
-        .await;
+    let prefix = format!("qc-{algorithm}-{how:?}-{}", to.window().as_secs());
+    spend_then_reload(
+        server,
+        &prefix,
+        algorithm,
+        (Quota::per_hour(100), 80),
+        to,
+        how,
+    )
+    .await
+}
+
+/// Spends `spent` of `from` over HTTP, reloads to `to`, and returns the
+/// next request's status and `r`.
+async fn spend_then_reload(
+    server: &RedisServer,
+    prefix: &str,
+    algorithm: Algorithm,
+    (from, spent): (Quota, u32),
+    to: Quota,
+    how: QuotaChange,
+) -> (u16, Option<i64>) {
+    let redis = server.backend(prefix).await;
     let layer = RateLimitLayer::builder()
-        .rule(rule(&redis, algorithm, Quota::per_hour(100), how))
+        .rule(rule(&redis, algorithm, from, how))
         .build()
         .unwrap();
     let url = serve(ok_app(layer.clone())).await;
-    for _ in 0..80 {
+    for _ in 0..spent {
         assert_eq!(get(&url).await.status(), 200);
     }
     layer.reload([rule(&redis, algorithm, to, how)]).unwrap();
@@ -160,31 +180,6 @@ async fn a_quota_of_ages_reloads() {
     assert_eq!(get(&url).await.status(), 200);
 }
 
-/// Spends `spent` of a global calendar `from` over HTTP, reloads to `to`,
-/// and returns the next request's status and `r`.
-async fn after_calendar_reload(
-    server: &RedisServer,
-    (from, spent): (Quota, u32),
-    to: Quota,
-    how: QuotaChange,
-) -> (u16, Option<i64>) {
-    let redis = server
-        .backend(&format!("qc-cal-{how:?}-{}", to.limit()))
-        .await;
-    let r = |q| rule(&redis, Algorithm::Gcra, q, how);
-    let layer = RateLimitLayer::builder().rule(r(from)).build().unwrap();
-    let url = serve(ok_app(layer.clone())).await;
-    for _ in 0..spent {
-        assert_eq!(get(&url).await.status(), 200);
-    }
-    layer.reload([r(to)]).unwrap();
-    let res = get(&url).await;
-    let left = (res.status() == 200)
-        .then(|| member(&res, "ratelimit", "api").int("r"))
-        .flatten();
-    (res.status().as_u16(), left)
-}
-
 /// A calendar count on Redis converts as a local one does: 8 of 10 a day
 /// is 4 of 5 or 16 of 20 (`Proportional`), 5 of 5 or 8 of 20 (`AsIs`),
 /// none (`Reset`).
@@ -201,7 +196,16 @@ async fn calendar_quotas_convert_in_every_mode() {
         (QuotaChange::Reset, 20, (200, Some(19))),
     ];
     for (how, to, want) in cases {
-        let got = after_calendar_reload(&server, (day(10), 8), day(to), how).await;
+        let prefix = format!("qc-cal-{how:?}-{to}");
+        let got = spend_then_reload(
+            &server,
+            &prefix,
+            Algorithm::Gcra,
+            (day(10), 8),
+            day(to),
+            how,
+        )
+        .await;
         assert_eq!(got, want, "{how:?} to {to} a day");
     }
 }

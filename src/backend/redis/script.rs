@@ -52,18 +52,18 @@ macro_rules! granting {
 const GCRA_LUA: &str = batched!(
     "lua/gcra.lua",
     wide = "false",
-    after = ["lua/whole_at.lua", "lua/moved.lua"]
+    after = ["lua/whole_at.lua", "lua/one_key.lua", "lua/moved.lua"]
 );
 const TOKEN_BUCKET_LUA: &str = batched!(
     "lua/token_bucket.lua",
     wide = "false",
-    after = ["lua/whole_at.lua", "lua/moved.lua"]
+    after = ["lua/whole_at.lua", "lua/one_key.lua", "lua/moved.lua"]
 );
 const FIXED_WINDOW_LUA: &str = batched!(
     "lua/fixed_window.lua",
     wide = "false",
     prelude = "lua/window_end.lua",
-    after = ["lua/moved.lua"]
+    after = ["lua/one_key.lua", "lua/moved.lua"]
 );
 const SLIDING_WINDOW_LUA: &str = batched!(
     "lua/sliding_window.lua",
@@ -80,16 +80,16 @@ const CALENDAR_WINDOW_LUA: &str = batched!(
 const INSTANCES_LUA: &str = include_str!("lua/instances.lua");
 const GRANT_GCRA_LUA: &str = granting!(
     "lua/gcra.lua",
-    after = ["lua/whole_at.lua", "lua/moved.lua"]
+    after = ["lua/whole_at.lua", "lua/one_key.lua", "lua/moved.lua"]
 );
 const GRANT_TOKEN_BUCKET_LUA: &str = granting!(
     "lua/token_bucket.lua",
-    after = ["lua/whole_at.lua", "lua/moved.lua"]
+    after = ["lua/whole_at.lua", "lua/one_key.lua", "lua/moved.lua"]
 );
 const GRANT_FIXED_WINDOW_LUA: &str = granting!(
     "lua/fixed_window.lua",
     prelude = "lua/window_end.lua",
-    after = ["lua/moved.lua"]
+    after = ["lua/one_key.lua", "lua/moved.lua"]
 );
 const GRANT_SLIDING_WINDOW_LUA: &str =
     granting!("lua/sliding_window.lua", after = ["lua/moved.lua"]);

@@ -62,22 +62,10 @@ local function decide(key, lock, cost, of_window)
   return 1, limit - n, ttl, ttl
 end
 
--- A quota change's moves (moved.lua comes next): the old window's count,
--- converted (rounded up: a conversion never hands out a unit), ending when
--- the old window ends (or a new window's length from now, if sooner).
-local function absent(key)
-  return redis.call('EXISTS', key) == 0
-end
-
--- Leaves a tombstone at `from`, in place of its state.
-local function bury(from, tomb, ttl)
-  redis.call('SET', from, tomb, 'PX', ttl)
-end
-
-local function movable()
-  return true
-end
-
+-- A quota change's moves (one_key.lua and moved.lua come next): the old
+-- window's count, converted (rounded up: a conversion never hands out a
+-- unit), ending when the old window ends (or a new window's length from
+-- now, if sooner).
 local function move(from, l, w, b, mode, key)
   local count = tonumber(redis.call('GET', from))
   if not count then return false end

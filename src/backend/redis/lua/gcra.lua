@@ -15,11 +15,6 @@ local function set_frame(l, w, b)
 end
 set_frame(own_l, own_w, own_b)
 
-local counts = false
-
-local function capacity()
-  return burst
-end
 -- Absorbs float error on exact boundaries.
 local eps = 1e-6
 

@@ -16,11 +16,6 @@ local function set_frame(l, w, b)
 end
 set_frame(own_l, own_w, own_b)
 
-local counts = false
-
-local function capacity()
-  return burst
-end
 -- Absorbs float error so an exactly refilled token counts.
 local eps = 1e-9
 

@@ -1,17 +1,10 @@
--- GCRA's and the token bucket's moves (moved.lua comes next): a key's state
--- is when it is whole again, so the units it has not got back are that time
--- over the emission interval, under any quota.
-local function absent(key)
-  return redis.call('EXISTS', key) == 0
-end
+-- GCRA's and the token bucket's moves (one_key.lua and moved.lua come
+-- next): a key's state is when it is whole again, so the units it has not
+-- got back are that time over the emission interval, under any quota.
+local counts = false
 
--- Leaves a tombstone at `from`, in place of its state.
-local function bury(from, tomb, ttl)
-  redis.call('SET', from, tomb, 'PX', ttl)
-end
-
-local function movable()
-  return true
+local function capacity()
+  return burst
 end
 
 -- Converts the state of `from`, under the quota (l, w, b), into `key`
