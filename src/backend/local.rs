@@ -71,9 +71,9 @@ impl<C: Clock + Clone> LocalStore<C> {
         cost: NonZeroU32,
     ) -> (Decision, Option<KeySpaceFull>) {
         if let Some(f) = self.forward.get()
-            && let Some((to, quota)) = f.to(quota)
+            && let Some(d) = f.check(key, quota, cost)
         {
-            return to.check(key, quota, f.cost(cost));
+            return d;
         }
         let d = self.check_inner(key, quota, cost);
         match keyspace::take_diverted() {
@@ -183,9 +183,9 @@ impl<C: Clock + Clone> LocalStore<C> {
     /// a whole bucket: see [`GcraState::adjust`].
     pub(crate) fn adjust(&self, key: &Key, quota: Quota, units: i64) -> Decision {
         if let Some(f) = self.forward.get()
-            && let Some((to, quota)) = f.to(quota)
+            && let Some(d) = f.adjust(key, quota, units)
         {
-            return to.adjust(key, quota, f.units(units));
+            return d;
         }
         if quota.period().is_some() {
             return self.calendar().adjust(key, quota, units);
@@ -261,12 +261,34 @@ impl Forward {
     }
 
     /// The successor and its quota, for a decision of `quota` here.
-    pub(super) fn to(&self, quota: Quota) -> Option<(Arc<LocalStore>, Quota)> {
+    fn to(&self, quota: Quota) -> Option<(Arc<LocalStore>, Quota)> {
         (quota == self.from).then(|| Some((self.to.upgrade()?, self.quota)))?
     }
 
+    /// [`LocalStore::check`] in the successor. Out of line, and cold: the
+    /// check it calls stays inlinable, and costs the hot path nothing.
+    #[cold]
+    #[inline(never)]
+    fn check(
+        &self,
+        key: &Key,
+        quota: Quota,
+        cost: NonZeroU32,
+    ) -> Option<(Decision, Option<KeySpaceFull>)> {
+        let (to, quota) = self.to(quota)?;
+        Some(to.check(key, quota, self.cost(cost)))
+    }
+
+    /// [`LocalStore::adjust`] in the successor.
+    #[cold]
+    #[inline(never)]
+    fn adjust(&self, key: &Key, quota: Quota, units: i64) -> Option<Decision> {
+        let (to, quota) = self.to(quota)?;
+        Some(to.adjust(key, quota, self.units(units)))
+    }
+
     /// `cost` units here in the successor's, rounded up: never a unit more.
-    pub(super) fn cost(&self, cost: NonZeroU32) -> NonZeroU32 {
+    fn cost(&self, cost: NonZeroU32) -> NonZeroU32 {
         let n = self
             .scaled(f64::from(cost.get()))
             .ceil()
@@ -276,7 +298,7 @@ impl Forward {
 
     /// Units spent (above 0, rounded up) or given back (below, rounded
     /// down) here, in the successor's.
-    pub(super) fn units(&self, units: i64) -> i64 {
+    fn units(&self, units: i64) -> i64 {
         let n = self.scaled(units.unsigned_abs() as f64);
         if units >= 0 {
             n.ceil() as i64

@@ -1,4 +1,4 @@
-//! A global rule after a reload changed its quota (ADR 21 and 24): which
+//! A global rule after a reload changed its quota (ADR 21 and 25): which
 //! previous quotas its calls convert from, and for how long. Redis converts
 //! each key in the script, and leaves the old states pointing at the new
 //! one for gateways still on older rules; local rules convert in `rule`.

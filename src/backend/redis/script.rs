@@ -11,7 +11,7 @@ use crate::{Algorithm, Decision, Quota};
 
 /// An algorithm's `decide(key, lock, cost)` after `clock.lua` (Redis time,
 /// read once per call), `quota_change.lua` and the prelude the body needs;
-/// `after` holds the moves of a quota change (ADR 24) that the rolling
+/// `after` holds the moves of a quota change (ADR 25) that the rolling
 /// algorithms share.
 macro_rules! decide {
     ($body:literal $(, prelude = $prelude:literal)? $(, after = [$($after:literal),*])?) => {
@@ -170,7 +170,7 @@ pub(crate) type BatchKeys = (Vec<u8>, Vec<u8>, Vec<Vec<u8>>);
 /// reloads again while it converts keeps converting from the older ones.
 pub(crate) const MAX_PREVIOUS: usize = 3;
 
-/// How a call treats usage counted under another quota (ADR 21 and 24).
+/// How a call treats usage counted under another quota (ADR 21 and 25).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Previous {
     /// The rule's previous quotas, most recent first, as Redis counted them.

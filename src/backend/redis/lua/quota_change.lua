@@ -1,4 +1,4 @@
--- A quota change (`QuotaChange`, ADR 21 and 24). While a reload's
+-- A quota change (`QuotaChange`, ADR 21 and 25). While a reload's
 -- conversion lasts, each key comes with its state keys under the rule's
 -- previous quotas, most recent first, and `changed_from(i)` reads from
 -- ARGV[i..]: their count n, each one's limit, window_us and burst, the mode
