@@ -23,7 +23,7 @@ local n = 0
 for i = items, #ARGV, 2 do
   local first = stride * (tonumber(ARGV[i]) - 1)
   local lock = KEYS[first + 2]
-  if stride > 2 then migrate(KEYS[first + 1], first + 3) end
+  if stride > 2 then moves().migrate(KEYS[first + 1], first + 3) end
   local allowed, remaining, wait, reset, window_s = decide(KEYS[first + 1], lock, tonumber(ARGV[i + 1]))
   local locked = 0
   if not allowed then

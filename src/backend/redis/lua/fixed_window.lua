@@ -18,11 +18,6 @@ local function set_frame(l, w)
 end
 set_frame(own_l, own_w)
 
-local counts = true
-
-local function capacity()
-  return limit
-end
 
 local function decide(key, lock, cost, of_window)
   local v = redis.call('MGET', key, lock)
@@ -30,7 +25,7 @@ local function decide(key, lock, cost, of_window)
   if locked > 0 then return nil, locked end
   local count = tonumber(v[1])
   if not count then
-    if v[1] then return follow(key, v[1], lock, cost, of_window) end
+    if v[1] then return moves().follow(key, v[1], lock, cost, of_window) end
     count = 0
   end
   if count + cost > limit or (cost < 0 and count == 0) then
@@ -66,12 +61,20 @@ end
 -- window's count, converted (rounded up: a conversion never hands out a
 -- unit), ending when the old window ends (or a new window's length from
 -- now, if sooner).
-local function move(from, l, w, b, mode, key)
-  local count = tonumber(redis.call('GET', from))
-  if not count then return false end
-  local ttl = redis.call('PTTL', from)
-  local n = math.ceil(converted(count, l, limit, mode) - 1e-9)
-  if ttl <= 0 or n <= 0 then return false end
-  redis.call('SET', key, n, 'PX', math.min(ttl, window_ms))
-  return true
+moves_of[#moves_of + 1] = function(m)
+  m.counts = true
+
+  function m.capacity()
+    return limit
+  end
+
+  function m.move(from, l, w, b, mode, key)
+    local count = tonumber(redis.call('GET', from))
+    if not count then return false end
+    local ttl = redis.call('PTTL', from)
+    local n = math.ceil(converted(count, l, limit, mode) - 1e-9)
+    if ttl <= 0 or n <= 0 then return false end
+    redis.call('SET', key, n, 'PX', math.min(ttl, window_ms))
+    return true
+  end
 end

@@ -24,7 +24,7 @@ local function decide(key, lock, cost)
   if locked > 0 then return nil, locked end
   local tat = tonumber(v[1])
   if not tat then
-    if v[1] then return follow(key, v[1], lock, cost) end
+    if v[1] then return moves().follow(key, v[1], lock, cost) end
     tat = now
   end
   local earliest = tat + (cost - 1) * interval - tolerance

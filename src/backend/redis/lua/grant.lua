@@ -27,7 +27,7 @@ local back_window = tonumber(ARGV[9])
 if back_window == 0 then back_window = nil end
 if KEYS[2] then
   changed_from(10)
-  migrate(KEYS[1], 2)
+  moves().migrate(KEYS[1], 2)
 end
 if back > 0 then decide(KEYS[1], lock, -back, back_window) end
 

@@ -15,11 +15,6 @@ local function set_frame(l)
   limit = l
 end
 
-local counts = true
-
-local function capacity()
-  return limit
-end
 local idx = math.floor(now / window)
 local elapsed = now - idx * window
 local curr_suffix = ':' .. string.format('%.0f', idx)
@@ -57,7 +52,7 @@ local function decide(key, lock, cost, of_window)
   -- nothing but a tombstone (a move deletes the counts it leaves).
   if not v[1] and not v[2] then
     local moved = redis.call('GET', key)
-    if moved then return follow(key, moved, lock, cost, of_window) end
+    if moved then return moves().follow(key, moved, lock, cost, of_window) end
   end
   local curr = tonumber(v[1]) or 0
   local prev = tonumber(v[2]) or 0
@@ -87,26 +82,34 @@ end
 -- each of the two windows' counts, converted (rounded up). With another
 -- window the counts are not comparable: the key starts afresh, and nothing
 -- moves.
-local function absent(key)
-  return redis.call('EXISTS', key, key .. curr_suffix, key .. prev_suffix) == 0
-end
+moves_of[#moves_of + 1] = function(m)
+  m.counts = true
 
-local function movable(w)
-  return w == window
-end
-
--- Leaves a tombstone at `from`, whose counts go.
-local function bury(from, tomb, ttl)
-  redis.call('DEL', from .. curr_suffix, from .. prev_suffix)
-  redis.call('SET', from, tomb, 'PX', ttl)
-end
-
-local function move(from, l, w, b, mode, key)
-  local v = redis.call('MGET', from .. curr_suffix, from .. prev_suffix)
-  if not v[1] and not v[2] then return false end
-  for i, k in ipairs({key .. curr_suffix, key .. prev_suffix}) do
-    local n = math.ceil(converted(tonumber(v[i]) or 0, l, limit, mode) - 1e-9)
-    if n > 0 then redis.call('SET', k, n, 'PX', keep_arg) end
+  function m.capacity()
+    return limit
   end
-  return true
+
+  function m.absent(key)
+    return redis.call('EXISTS', key, key .. curr_suffix, key .. prev_suffix) == 0
+  end
+
+  function m.movable(w)
+    return w == window
+  end
+
+  -- Leaves a tombstone at `from`, whose counts go.
+  function m.bury(from, tomb, ttl)
+    redis.call('DEL', from .. curr_suffix, from .. prev_suffix)
+    redis.call('SET', from, tomb, 'PX', ttl)
+  end
+
+  function m.move(from, l, w, b, mode, key)
+    local v = redis.call('MGET', from .. curr_suffix, from .. prev_suffix)
+    if not v[1] and not v[2] then return false end
+    for i, k in ipairs({key .. curr_suffix, key .. prev_suffix}) do
+      local n = math.ceil(converted(tonumber(v[i]) or 0, l, limit, mode) - 1e-9)
+      if n > 0 then redis.call('SET', k, n, 'PX', keep_arg) end
+    end
+    return true
+  end
 end

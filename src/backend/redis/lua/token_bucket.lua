@@ -25,7 +25,7 @@ local function decide(key, lock, cost)
   if locked > 0 then return nil, locked end
   local full_at = tonumber(v[1])
   if not full_at then
-    if v[1] then return follow(key, v[1], lock, cost) end
+    if v[1] then return moves().follow(key, v[1], lock, cost) end
     full_at = now
   end
   -- A clock step back (failover) only ever leaves fewer tokens.
