@@ -17,7 +17,7 @@
 /// bucket, its burst less what it may spend now; for calendar quotas, the
 /// window's count. Lowering a limit during an attack therefore keeps the
 /// attacker where it was, in proportion, instead of handing it a fresh
-/// quota, which is what `Reset` (and every reload before this setting) does.
+/// quota, which is what `Reset` does.
 ///
 /// On a local rule, every key this process holds is converted in one pass
 /// when the reload compiles the new rules: rolling quotas, and calendar

@@ -61,7 +61,7 @@ pub(crate) enum Cost {
 }
 
 /// The most keys one rule holds in this process by default: about 100 MB
-/// of local state at the ~100 bytes a key costs (BENCHMARKS.md, "Memory").
+/// of local state at the ~100 bytes a key costs ([BENCHMARKS.md](https://github.com/keyed-rate-limit/keyed-rate-limit/blob/main/BENCHMARKS.md), "Memory").
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 
 /// Where a rule's counters live.
@@ -398,7 +398,7 @@ impl Rule {
     /// counters, and for a global rule its cached denies and, apart, its
     /// fallback shares. Memory then
     /// stays under `max_keys` times the bytes a key costs (~100, see
-    /// BENCHMARKS.md), whatever a flood of distinct keys does.
+    /// [BENCHMARKS.md](https://github.com/keyed-rate-limit/keyed-rate-limit/blob/main/BENCHMARKS.md)), whatever a flood of distinct keys does.
     ///
     /// A new key that finds no place first makes room by forgetting full
     /// buckets (which changes no decision; at most ten sweeps a second

@@ -86,7 +86,14 @@ async fn health_checks_are_limited_per_peer_ip_with_resource_exhausted() {
 
     assert_eq!(allowed, QUOTA);
     assert_eq!(status.code(), Code::ResourceExhausted);
-    assert_eq!(status.message(), "rate limit \"grpc-per-ip\" exceeded");
+    // The wait in words, as the HTTP body's `detail` gives it.
+    assert!(
+        status
+            .message()
+            .starts_with("rate limit \"grpc-per-ip\" exceeded; retry in "),
+        "{}",
+        status.message()
+    );
     let pushback: u64 = status
         .metadata()
         .get("grpc-retry-pushback-ms")
@@ -106,6 +113,7 @@ async fn health_checks_are_limited_per_peer_ip_with_resource_exhausted() {
         .parse()
         .unwrap();
     assert_eq!(retry_after, pushback.div_ceil(1000));
+    assert!(status.message().ends_with(&format!(" {retry_after} s")));
 
     // The refusal did not break the connection: the next call is refused the same way.
     let again = client
@@ -149,7 +157,8 @@ async fn grpc_message_words_the_refusal_and_a_misconfigured_rule_is_internal() {
     assert_eq!(status.code(), Code::Internal);
     assert_eq!(
         status.message(),
-        "rate limit \"route\" is misconfigured: no axum router has seen the request"
+        "rate limit \"route\" is misconfigured: the rate limit runs outside the router",
+        "the setup in words; the fix is in the server's log"
     );
 }
 
@@ -174,7 +183,11 @@ async fn grpc_missing_key_is_rejected_with_the_mapped_code() {
         .await
         .unwrap_err();
     assert_eq!(status.code(), Code::Unauthenticated);
-    assert_eq!(status.message(), "no rate-limit key for rule \"tenant\"");
+    // Words for a client that forgot its credentials, not the limiter's terms.
+    assert_eq!(
+        status.message(),
+        "credentials required: rate limit \"tenant\" counts requests by caller, and this request names none"
+    );
 
     let mut req = tonic::Request::new(HealthCheckRequest::default());
     req.metadata_mut()
