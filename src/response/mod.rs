@@ -300,8 +300,42 @@ fn is_grpc(headers: &HeaderMap) -> bool {
 /// service's body type: wrapping it in a body of the layer's would make
 /// axum box every response once more.
 ///
-/// Implemented for axum's and tonic's bodies, [`Full<Bytes>`] and
-/// `http-body-util`'s boxed bodies. For a body type of your own:
+/// Implemented for axum's body, [`Full<Bytes>`](http_body_util::Full),
+/// `http-body-util`'s boxed bodies and, **with the `tonic` feature**,
+/// tonic's body (`tonic::body::Body`, what a tonic `Server` answers with).
+/// Without the feature the layer on a tonic `Server` does not compile, and
+/// the compiler says which feature to turn on:
+///
+#[cfg_attr(not(feature = "tonic"), doc = "```compile_fail,E0277")]
+#[cfg_attr(feature = "tonic", doc = "```")]
+/// use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
+///
+/// async fn serve(addr: std::net::SocketAddr) -> Result<(), tonic::transport::Error> {
+///     let limit = RateLimitLayer::builder()
+///         .rule(Rule::new("per-ip", KeyExtractor::peer_ip(), Quota::per_minute(60)))
+///         .build()
+///         .expect("valid rules");
+///     let (_, health) = tonic_health::server::health_reporter();
+///     tonic::transport::Server::builder()
+///         .layer(limit)
+///         .add_service(health)
+///         .serve(addr)
+///         .await
+/// }
+/// ```
+///
+/// ```text
+/// error[E0277]: the rate limiter cannot write its refusals in a `tonic::body::Body`
+///    |
+/// 11 |         .serve(addr)
+///    |          ^^^^^ the layer's refusals need a body of this type
+///    |
+///    = help: the trait `RefusalBody` is not implemented for `tonic::body::Body`
+///    = note: tonic's `Server` answers with `tonic::body::Body`: turn on the `tonic` feature of keyed-rate-limit (features = ["tonic"] in Cargo.toml)
+///    = note: a body type of your own needs an `impl keyed_rate_limit::response::RefusalBody`
+/// ```
+///
+/// For a body type of your own:
 ///
 /// ```
 /// use bytes::Bytes;
@@ -316,6 +350,12 @@ fn is_grpc(headers: &HeaderMap) -> bool {
 /// }
 /// assert_eq!(MyBody::from_refusal(Bytes::from("slow down")).0, "slow down");
 /// ```
+#[diagnostic::on_unimplemented(
+    message = "the rate limiter cannot write its refusals in a `{Self}`",
+    label = "the layer's refusals need a body of this type",
+    note = "tonic's `Server` answers with `tonic::body::Body`: turn on the `tonic` feature of keyed-rate-limit (features = [\"tonic\"] in Cargo.toml)",
+    note = "a body type of your own needs an `impl keyed_rate_limit::response::RefusalBody`"
+)]
 pub trait RefusalBody {
     /// A body holding `body`, the refusal's whole content.
     fn from_refusal(body: Bytes) -> Self;

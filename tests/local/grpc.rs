@@ -344,3 +344,80 @@ async fn grpc_answers_are_shaped_by_their_bytes_and_keep_their_trailers() {
     let first = stream.message().await.unwrap().unwrap();
     assert_eq!(first.status(), ServingStatus::Serving);
 }
+
+#[allow(dead_code)] // the example's `main`
+#[path = "../../examples/grpc.rs"]
+mod example;
+
+/// `examples/grpc.rs`, served for real and called by its own client.
+mod example_app {
+    use std::time::Duration;
+
+    use tonic::Code;
+    use tonic::transport::Channel;
+    use tonic_health::pb::health_client::HealthClient;
+
+    use super::example::{self, Pushback};
+
+    #[tokio::test]
+    async fn the_example_client_waits_out_the_pushback_and_is_served() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(example::serve(listener));
+        let channel = Channel::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let client = HealthClient::new(channel);
+        let once = Pushback {
+            attempts: 1,
+            max_wait: Duration::from_secs(2),
+        };
+        let patient = Pushback {
+            attempts: 3,
+            ..once
+        };
+
+        // The burst of 2, then a refusal that names the wait.
+        for _ in 0..2 {
+            let (answer, attempts) = example::check(&client, Some("acme"), once).await;
+            assert!(answer.is_ok(), "{answer:?}");
+            assert_eq!(attempts, 1);
+        }
+        let (refused, _) = example::check(&client, Some("acme"), once).await;
+        let refused = refused.unwrap_err();
+        assert_eq!(refused.code(), Code::ResourceExhausted);
+        let wait = example::pushback(&refused).expect("grpc-retry-pushback-ms");
+        assert!(
+            wait > Duration::ZERO && wait <= Duration::from_millis(500),
+            "{wait:?}"
+        );
+        assert!(
+            refused.message().contains("retry in 1 s"),
+            "{}",
+            refused.message()
+        );
+
+        // Refused at first, the client waits the pushback, and the retry
+        // passes: a client that did not wait would be refused again.
+        let (answer, attempts) = example::check(&client, Some("acme"), patient).await;
+        assert!(answer.is_ok(), "{answer:?}");
+        assert_eq!(attempts, 2, "one refusal, one wait, one retry");
+
+        // Another tenant has its own budget.
+        let (answer, attempts) = example::check(&client, Some("globex"), once).await;
+        assert!(answer.is_ok() && attempts == 1, "{answer:?}");
+
+        // No tenant: UNAUTHENTICATED in words for a client, never retried.
+        let (anonymous, attempts) = example::check(&client, None, patient).await;
+        let anonymous = anonymous.unwrap_err();
+        assert_eq!(anonymous.code(), Code::Unauthenticated);
+        assert_eq!(attempts, 1);
+        assert!(
+            anonymous.message().starts_with("credentials required"),
+            "{}",
+            anonymous.message()
+        );
+    }
+}
