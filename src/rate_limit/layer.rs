@@ -71,9 +71,11 @@ impl RateLimitLayer {
     /// algorithm, scope and key-space settings (`max_keys`,
     /// `on_key_space_full`) are unchanged (for global rules, also its Redis
     /// backend and failure policy) keeps its counters, its cached denies and
-    /// its circuit breaker, so a reload hands nobody a fresh quota. Any other rule starts whole: locally with
-    /// new counters, globally reading the same Redis keys under its new
-    /// quota. On an error the running rules stay.
+    /// its circuit breaker, so a reload hands nobody a fresh quota. One whose
+    /// static quota alone changed keeps each key's usage, converted as its
+    /// [`on_quota_change`](crate::Rule::on_quota_change) says. Any other rule
+    /// starts whole: locally with new counters, globally reading the same
+    /// Redis keys under its new quota. On an error the running rules stay.
     ///
     /// ```
     /// use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};

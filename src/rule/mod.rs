@@ -66,7 +66,6 @@ pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 
 /// Where a rule's counters live.
 #[derive(Clone, Debug, Default)]
-#[non_exhaustive]
 pub(crate) enum Scope {
     /// In this process, with `governor`: fast, but each gateway instance
     /// counts on its own.

@@ -2,7 +2,11 @@
 //! for a rolling quota's state (`:cal` for calendar quotas, whose count is
 //! per key whatever the quota), `…}:lock` for a key's lock, and
 //! `prefix:{<len>:limit:key}:lease` for concurrency leases, where `<len>` is
-//! the name's length in bytes.
+//! the name's length in bytes. Two more keys of a rule's key are built by
+//! the Lua scripts alone, from the hash tag, so no Rust function here
+//! names them: `…}:denies`, the denies counted toward a lockout (beside
+//! `:lock`), and `…}:holders`, the gateways holding a lease of its quota
+//! (a sorted set scored by lease end).
 //!
 //! The length makes the layout injective: names may contain `:`, so without
 //! it rule `api` with key `v2:x` and rule `api:v2` with key `x` would share
