@@ -235,11 +235,38 @@ impl Rule {
         self.lockout
     }
 
+    /// A local GCRA rule whose quota `f` computes per request, as
+    /// [`quota_fn`](Self::quota_fn) sets it: the way to write such a rule
+    /// without a static quota that would go unused.
+    ///
+    /// ```
+    /// use keyed_rate_limit::{Quota, Rule, key::KeyExtractor};
+    ///
+    /// #[derive(Clone, Copy)]
+    /// enum Plan { Free, Pro }
+    ///
+    /// let rule = Rule::computed("plan", KeyExtractor::header("x-api-key"), |parts| {
+    ///     match parts.extensions.get::<Plan>() {
+    ///         Some(Plan::Pro) => Quota::per_minute(1000),
+    ///         _ => Quota::per_minute(100),
+    ///     }
+    /// });
+    /// assert!(rule.static_quota().is_none());
+    /// ```
+    pub fn computed<F>(name: impl Into<Arc<str>>, key: KeyExtractor, f: F) -> Self
+    where
+        F: Fn(&Parts) -> Quota + Send + Sync + 'static,
+    {
+        // The static quota is replaced at once; any valid one will do.
+        Self::new(name, key, Quota::per_second(1)).quota_fn(f)
+    }
+
     /// Computes the quota per request, e.g. from a plan an auth layer put in
-    /// the extensions. Such quotas are checked at request time: one that can
-    /// never admit anything gives a 429 without `Retry-After` and a warning.
-    /// Each distinct quota keeps its own counters, so a key that changes plan
-    /// starts afresh.
+    /// the extensions; it replaces the quota given to [`new`](Self::new)
+    /// ([`computed`](Self::computed) needs none). Such quotas are checked at
+    /// request time: one that can never admit anything gives a 429 without
+    /// `Retry-After` and a warning. Each distinct quota keeps its own
+    /// counters, so a key that changes plan starts afresh.
     ///
     /// ```
     /// use keyed_rate_limit::{Quota, Rule, key::KeyExtractor};

@@ -420,6 +420,40 @@ async fn start_up_errors_name_their_cause() {
     }
 }
 
+/// Nothing listens: the error names the server tried (never its
+/// password), and says its cause once.
+#[tokio::test]
+async fn an_unreachable_server_is_named_at_start_up() {
+    let mut server = RedisServer::start();
+    let port = server.port();
+    server.kill();
+    let url = format!("redis://:s3cret@127.0.0.1:{port}/0");
+    for mode in [ConnectionMode::Multiplexed, POOL] {
+        let err = RedisBackend::builder(url.clone())
+            .connection(mode)
+            .build()
+            .await
+            .unwrap_err();
+        let (shown, debug) = (err.to_string(), format!("{err:?}"));
+        assert!(
+            matches!(&err, RedisBackendError::Unreachable { servers, .. }
+                if *servers == format!("redis://127.0.0.1:{port}/0")),
+            "{mode:?}: {debug}"
+        );
+        assert!(
+            shown.starts_with(&format!(
+                "cannot connect to redis at redis://127.0.0.1:{port}/0: "
+            )),
+            "{shown}"
+        );
+        assert_eq!(
+            debug, shown,
+            "the cause is told once, not again as a source"
+        );
+        assert!(!debug.contains("s3cret"), "{debug}");
+    }
+}
+
 #[tokio::test]
 async fn binary_and_long_keys() {
     let server = RedisServer::start();
