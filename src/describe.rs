@@ -229,45 +229,48 @@ fn duration(d: Duration) -> String {
     format!("{d:?}")
 }
 
-/// A table cell of text: a `|` would end the cell, and `<`, `>`, `&` are
-/// HTML to a Markdown renderer (a rule named `plan<shadow>` would lose its
-/// tail to an unknown tag), so they are written as entities.
-fn cell(s: &str) -> String {
+/// `s` with each character of `table` replaced by its text.
+fn escape(s: &str, table: &[(char, &str)]) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
-        match c {
-            '|' => out.push_str("\\|"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '&' => out.push_str("&amp;"),
-            c => out.push(c),
+        match table.iter().find(|(from, _)| *from == c) {
+            Some((_, to)) => out.push_str(to),
+            None => out.push(c),
         }
     }
     out
 }
 
+/// A table cell of text: a `|` would end the cell, and `<`, `>`, `&` are
+/// HTML to a Markdown renderer (a rule named `plan<shadow>` would lose its
+/// tail to an unknown tag), so they are written as entities.
+fn cell(s: &str) -> String {
+    escape(
+        s,
+        &[('|', "\\|"), ('<', "&lt;"), ('>', "&gt;"), ('&', "&amp;")],
+    )
+}
+
 /// A table cell in a code span, where entities are not read: only `|`
 /// needs escaping (GitHub's tables split on it even there).
 fn code_cell(s: &str) -> String {
-    s.replace('|', "\\|")
+    escape(s, &[('|', "\\|")])
 }
 
 /// Mermaid labels are quoted and read as HTML: a quote would end the
 /// label, and `<`, `>`, `&` would be markup. Each is Mermaid's entity code
 /// (`#quot;`, `#lt;`, `#gt;`, `#amp;`), and so is `#` itself, which starts one.
 fn label(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '#' => out.push_str("#35;"),
-            '"' => out.push_str("#quot;"),
-            '<' => out.push_str("#lt;"),
-            '>' => out.push_str("#gt;"),
-            '&' => out.push_str("#amp;"),
-            c => out.push(c),
-        }
-    }
-    out
+    escape(
+        s,
+        &[
+            ('#', "#35;"),
+            ('"', "#quot;"),
+            ('<', "#lt;"),
+            ('>', "#gt;"),
+            ('&', "#amp;"),
+        ],
+    )
 }
 
 impl Description {

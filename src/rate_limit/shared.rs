@@ -137,19 +137,17 @@ impl Shared {
 /// `Retry-After` (a cost that never fits, none, last of all).
 #[inline(never)]
 fn denial(refused: &[RuleDecision]) -> Denied {
-    let wait = |d: &RuleDecision| d.decision.retry_after().unwrap_or(Duration::MAX);
-    let answer = refused
-        .iter()
-        .min_by_key(|d| wait(d))
-        .expect("a deny carries its decision");
-    let violated = if refused.len() > 1 {
-        refused
-            .iter()
-            .filter(|d| !d.hidden)
-            .map(|d| d.rule.clone())
-            .collect()
-    } else {
-        Vec::new()
+    let (answer, violated) = match refused {
+        [one] => (one, Vec::new()),
+        group => {
+            let wait = |d: &&RuleDecision| d.decision.retry_after().unwrap_or(Duration::MAX);
+            let answer = group
+                .iter()
+                .min_by_key(wait)
+                .expect("a deny carries its decision");
+            let visible = group.iter().filter(|d| !d.hidden);
+            (answer, visible.map(|d| d.rule.clone()).collect())
+        }
     };
     Denied {
         rule: answer.rule.clone(),

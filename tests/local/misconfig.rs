@@ -123,6 +123,17 @@ async fn auth(mut req: Request, next: Next) -> Response {
     next.run(req).await
 }
 
+/// The status of a GET as `user` (`x-user`; empty: anonymous).
+async fn status_as(url: &str, user: &str) -> u16 {
+    let req = client().get(url);
+    let req = if user.is_empty() {
+        req
+    } else {
+        req.header("x-user", user)
+    };
+    req.send().await.unwrap().status().as_u16()
+}
+
 fn by_user() -> Rule {
     // A closure capturing a value, where a `fn` pointer was required before.
     let tenant = String::from("acme");
@@ -180,19 +191,7 @@ async fn an_extension_rule_outside_its_auth_layer_refuses() {
         .layer(layer(by_user()))
         .layer(middleware::from_fn(auth));
     let url = serve(app).await;
-    let sent = |user: &'static str| {
-        let c = c.clone();
-        let url = url.clone();
-        async move {
-            let req = c.get(&url);
-            let req = if user.is_empty() {
-                req
-            } else {
-                req.header("x-user", user)
-            };
-            req.send().await.unwrap().status().as_u16()
-        }
-    };
+    let sent = |user: &'static str| status_as(&url, user);
     assert_eq!(
         [sent("7").await, sent("7").await, sent("7").await],
         [200, 200, 429]
@@ -232,18 +231,7 @@ async fn an_optional_extension_skips_anonymous_requests_and_limits_known_users()
         .layer(middleware::from_fn(auth));
     let url = serve(app).await;
     let c = client();
-    let as_user = |user: &'static str| {
-        let (c, url) = (c.clone(), url.clone());
-        async move {
-            let req = c.get(&url);
-            let req = if user.is_empty() {
-                req
-            } else {
-                req.header("x-user", user)
-            };
-            req.send().await.unwrap().status().as_u16()
-        }
-    };
+    let as_user = |user: &'static str| status_as(&url, user);
     for _ in 0..4 {
         assert_eq!(as_user("").await, 200, "anonymous requests skip the rule");
     }

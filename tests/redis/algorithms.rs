@@ -364,11 +364,7 @@ async fn password_in_url() {
     // A wrong password is a clear start-up error that never shows the password.
     for mode in [ConnectionMode::Multiplexed, POOL] {
         let wrong = format!("redis://:n0pe-secret@127.0.0.1:{}", server.port());
-        let err = RedisBackend::builder(wrong)
-            .connection(mode)
-            .build()
-            .await
-            .unwrap_err();
+        let err = start_up_error(&wrong, mode).await;
         let (shown, debug) = (err.to_string(), format!("{err:?}"));
         assert!(
             !shown.contains("n0pe-secret") && !debug.contains("n0pe-secret"),
@@ -398,11 +394,7 @@ async fn start_up_errors_name_their_cause() {
     ]);
     let url = format!("redis://app:app-secret@127.0.0.1:{}", server.port());
     for mode in [ConnectionMode::Multiplexed, POOL] {
-        let err = RedisBackend::builder(url.clone())
-            .connection(mode)
-            .build()
-            .await
-            .unwrap_err();
+        let err = start_up_error(&url, mode).await;
         assert!(
             matches!(err, RedisBackendError::Permission(_)),
             "{mode:?}: {err}"
@@ -420,6 +412,15 @@ async fn start_up_errors_name_their_cause() {
     }
 }
 
+/// What `build` says for `url` in `mode`.
+async fn start_up_error(url: &str, mode: ConnectionMode) -> RedisBackendError {
+    RedisBackend::builder(url)
+        .connection(mode)
+        .build()
+        .await
+        .unwrap_err()
+}
+
 /// Nothing listens: the error names the server tried (never its
 /// password), and says its cause once.
 #[tokio::test]
@@ -429,11 +430,7 @@ async fn an_unreachable_server_is_named_at_start_up() {
     server.kill();
     let url = format!("redis://:s3cret@127.0.0.1:{port}/0");
     for mode in [ConnectionMode::Multiplexed, POOL] {
-        let err = RedisBackend::builder(url.clone())
-            .connection(mode)
-            .build()
-            .await
-            .unwrap_err();
+        let err = start_up_error(&url, mode).await;
         let (shown, debug) = (err.to_string(), format!("{err:?}"));
         assert!(
             matches!(&err, RedisBackendError::Unreachable { servers, .. }
