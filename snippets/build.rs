@@ -32,6 +32,7 @@ fn features(stem: &str) -> &'static [&'static str] {
         "redis_cluster" => &["redis-cluster"],
         "redis_tls" => &["redis-tls"],
         "redis_sentinel" => &["redis-sentinel"],
+        "grpc" => &["tonic"],
         _ => &[],
     }
 }

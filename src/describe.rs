@@ -29,6 +29,8 @@ pub struct Description {
     rules: Vec<DescribedRule>,
     /// `RateLimitBuilder::exempt` is set.
     layer_exempt: bool,
+    /// A bandwidth layer's budget: it delays bodies, refuses nothing.
+    bandwidth: bool,
 }
 
 /// One rule, as text.
@@ -70,6 +72,8 @@ pub struct DescribedRule {
     pub group: Option<String>,
     reject: Option<u16>,
     shadow: bool,
+    /// Who skips the rule: `10.0.0.0/8 + fn`.
+    exempt: Option<String>,
 }
 
 impl DescribedRule {
@@ -102,6 +106,13 @@ impl DescribedRule {
         if rule.on_quota_change != QuotaChange::default() {
             let _ = write!(quota, ", on change: {}", rule.on_quota_change.as_str());
         }
+        let exempt = rule.exempt.as_ref().map(|e| {
+            let mut who = e.written.clone();
+            if e.f.is_some() {
+                who.push("fn".to_owned());
+            }
+            who.join(" + ")
+        });
         let (on_missing_key, reject) = match &rule.on_missing {
             None => match rule.key.needs() {
                 Some(needs) => (format!("skip; 500 without {needs}"), None),
@@ -148,12 +159,8 @@ impl DescribedRule {
                 } else if rule.partition_key {
                     s.push_str(", pk");
                 }
-                if let Some(e) = &rule.exempt {
-                    let mut who = e.written.clone();
-                    if e.f.is_some() {
-                        who.push("fn".to_owned());
-                    }
-                    let _ = write!(s, ", exempt: {}", who.join(" + "));
+                if let Some(who) = &exempt {
+                    let _ = write!(s, ", exempt: {who}");
                 }
                 match rule.near_limit {
                     None => s.push_str(", near limit off"),
@@ -168,6 +175,7 @@ impl DescribedRule {
             group: rule.group().map(str::to_owned),
             reject,
             shadow: rule.shadow,
+            exempt,
         }
     }
 }
@@ -221,14 +229,48 @@ fn duration(d: Duration) -> String {
     format!("{d:?}")
 }
 
-/// Table cells: a `|` would end the cell.
-fn cell(s: &str) -> String {
-    s.replace('|', "\\|")
+/// `s` with each character of `table` replaced by its text.
+fn escape(s: &str, table: &[(char, &str)]) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match table.iter().find(|(from, _)| *from == c) {
+            Some((_, to)) => out.push_str(to),
+            None => out.push(c),
+        }
+    }
+    out
 }
 
-/// Mermaid labels are quoted; quotes inside them are entities.
+/// A table cell of text: a `|` would end the cell, and `<`, `>`, `&` are
+/// HTML to a Markdown renderer (a rule named `plan<shadow>` would lose its
+/// tail to an unknown tag), so they are written as entities.
+fn cell(s: &str) -> String {
+    escape(
+        s,
+        &[('|', "\\|"), ('<', "&lt;"), ('>', "&gt;"), ('&', "&amp;")],
+    )
+}
+
+/// A table cell in a code span, where entities are not read: only `|`
+/// needs escaping (GitHub's tables split on it even there).
+fn code_cell(s: &str) -> String {
+    escape(s, &[('|', "\\|")])
+}
+
+/// Mermaid labels are quoted and read as HTML: a quote would end the
+/// label, and `<`, `>`, `&` would be markup. Each is Mermaid's entity code
+/// (`#quot;`, `#lt;`, `#gt;`, `#amp;`), and so is `#` itself, which starts one.
 fn label(s: &str) -> String {
-    s.replace('"', "#quot;")
+    escape(
+        s,
+        &[
+            ('#', "#35;"),
+            ('"', "#quot;"),
+            ('<', "#lt;"),
+            ('>', "#gt;"),
+            ('&', "#amp;"),
+        ],
+    )
 }
 
 impl Description {
@@ -259,6 +301,7 @@ impl Description {
         Self {
             rules,
             layer_exempt,
+            bandwidth: false,
         }
     }
 
@@ -301,6 +344,7 @@ impl Description {
         Self {
             rules: vec![r],
             layer_exempt: false,
+            bandwidth: true,
         }
     }
 
@@ -327,12 +371,12 @@ impl Description {
                 "| {} | {} | `{}` | {} | {} | {} | {} | {}; missing key: {} |",
                 i + 1,
                 cell(&r.name),
-                cell(&r.key),
+                code_cell(&r.key),
                 cell(&r.quota),
-                r.algorithm,
-                r.scope,
-                r.failure_mode.as_deref().unwrap_or("n/a"),
-                r.on_deny,
+                cell(&r.algorithm),
+                cell(&r.scope),
+                cell(r.failure_mode.as_deref().unwrap_or("n/a")),
+                cell(&r.on_deny),
                 cell(&r.on_missing_key),
             );
         }
@@ -373,29 +417,44 @@ impl Description {
     }
 
     /// A Mermaid flowchart: the client, the gateway, each rule in order with
-    /// its store and decision, the 429 (gRPC `RESOURCE_EXHAUSTED`) path, the
-    /// path to the service, and metrics as dashed edges.
+    /// its store and decision, the requests exempt from it, the 429 (gRPC
+    /// `RESOURCE_EXHAUSTED`) path, the path to the service, and metrics as
+    /// dashed edges. A bandwidth layer's chart shows its byte budget, and
+    /// the delay that stands for a refusal.
     pub fn mermaid(&self) -> String {
-        let mut out = String::from(
-            "flowchart TD\n    client([client]) --> gateway[\"gateway: RateLimitLayer\"]\n",
-        );
+        let layer = if self.bandwidth {
+            "BandwidthLimitLayer"
+        } else {
+            "RateLimitLayer"
+        };
+        let mut out =
+            format!("flowchart TD\n    client([client]) --> gateway[\"gateway: {layer}\"]\n");
+        if self.layer_exempt {
+            out.push_str("    gateway -->|\"exempt from every rule: fn\"| service\n");
+        }
         for (i, r) in self.rules.iter().enumerate() {
             let n = i + 1;
             let store = match r.failure_mode.as_deref() {
                 None => "local store (governor)".to_owned(),
-                Some(f) => format!("Redis<br/>on failure: {f}"),
+                Some(f) => format!("Redis<br/>on failure: {}", label(f)),
+            };
+            let (budget, question) = if self.bandwidth {
+                (label(&r.quota), "bytes within budget?")
+            } else {
+                (
+                    format!("{} ({})", label(&r.quota), label(&r.algorithm)),
+                    "within quota?",
+                )
             };
             let _ = writeln!(
                 out,
-                "    {}r{n}[\"{n}. {}<br/>key: {}<br/>{} ({})\"]\n    \
-                 r{n} --> s{n}[(\"{}\")]\n    s{n} --> d{n}{{within quota?}}",
+                "    {}r{n}[\"{n}. {}<br/>key: {}<br/>{budget}\"]\n    \
+                 r{n} --> s{n}[(\"{}\")]\n    s{n} --> d{n}{{{question}}}",
                 // Later rules are reached by the previous rule's "yes" edge.
                 if n == 1 { "gateway --> " } else { "" },
                 label(&r.name),
                 label(&r.key),
-                label(&r.quota),
-                r.algorithm,
-                label(&store),
+                store,
             );
             if let Some(status) = r.reject {
                 let _ = writeln!(out, "    r{n} -->|missing key| m{n}[\"{status}\"]");
@@ -408,7 +467,20 @@ impl Description {
                 }
             };
             let next = node(self.after(i));
-            if r.on_deny.contains(": the next member") {
+            if let Some(who) = &r.exempt {
+                // An exempt request skips this rule (a group member: the member).
+                let _ = writeln!(
+                    out,
+                    "    r{n} -->|\"exempt: {}\"| {}",
+                    label(who),
+                    node(i + 1)
+                );
+            }
+            if self.bandwidth {
+                let _ = writeln!(out, "    d{n} -->|no| delay");
+                let _ = writeln!(out, "    d{n} -->|yes| {next}");
+                let _ = writeln!(out, "    delay -->|bytes back| {next}");
+            } else if r.on_deny.contains(": the next member") {
                 let _ = writeln!(out, "    d{n} -->|no| {}", node(i + 1));
                 let _ = writeln!(out, "    d{n} -->|yes| {next}");
             } else if r.shadow {
@@ -421,10 +493,14 @@ impl Description {
                 let _ = writeln!(out, "    d{n} -->|yes| {next}");
             }
         }
-        out.push_str(
-            "    deny[\"429 Too Many Requests + Retry-After<br/>gRPC: RESOURCE_EXHAUSTED + grpc-retry-pushback-ms\"]\n    \
-             deny -.-> metrics[(\"metrics: rate_limit_decisions_total\")]\n",
-        );
+        if self.bandwidth {
+            out.push_str("    delay[\"the body waits for its bytes<br/>nothing is refused\"]\n");
+        } else {
+            out.push_str(
+                "    deny[\"429 Too Many Requests + Retry-After<br/>gRPC: RESOURCE_EXHAUSTED + grpc-retry-pushback-ms\"]\n    \
+                 deny -.-> metrics[(\"metrics: rate_limit_decisions_total\")]\n",
+            );
+        }
         out
     }
 }
@@ -450,5 +526,44 @@ mod tests {
         assert_eq!(window(Duration::from_secs(86_400)), "day");
         assert_eq!(window(Duration::from_millis(500)), "500ms");
         assert_eq!(cell("a|b"), "a\\|b");
+    }
+
+    /// Names holding every character either rendering reads as markup.
+    #[test]
+    fn names_are_escaped_in_both_renderings() {
+        use crate::{KeyExtractor, Quota, RateLimitLayer};
+        let name = r#"plan<shadow> & "free"|#1"#;
+        let layer = RateLimitLayer::builder()
+            .rule(
+                Rule::new(
+                    name,
+                    KeyExtractor::header("x-a").or(KeyExtractor::header("x-b")),
+                    Quota::per_minute(5),
+                )
+                .exempt_ips(["10.0.0.0/8"]),
+            )
+            .build()
+            .unwrap();
+        let d = layer.describe();
+        assert_eq!(d.rules()[0].name, name, "the plain facts stay plain");
+        let md = d.markdown();
+        assert!(
+            md.contains(
+                r#"| 1 | plan&lt;shadow&gt; &amp; "free"\|#1 | `header:x-a\|header:x-b` | 5/min |"#
+            ),
+            "{md}"
+        );
+        let m = d.mermaid();
+        assert!(
+            m.contains(r#"r1["1. plan#lt;shadow#gt; #amp; #quot;free#quot;|#35;1<br/>key: header:x-a|header:x-b<br/>5/min (gcra)"]"#),
+            "{m}"
+        );
+        // No raw markup from the name anywhere in the chart.
+        assert!(!m.contains("<shadow>") && !m.contains(" & "), "{m}");
+        assert!(
+            m.contains(r#"r1 -->|"exempt: 10.0.0.0/8"| service[service]"#),
+            "the chart shows the exemption the table shows: {m}"
+        );
+        assert!(md.contains("exempt: 10.0.0.0/8"), "{md}");
     }
 }

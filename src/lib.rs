@@ -30,17 +30,25 @@
 //! }
 //! ```
 //!
-//! `cargo run --example quickstart` serves a limited `GET /` on
-//! `127.0.0.1:3000` and prints its rules.
+//! The repository's [`examples/quickstart.rs`](https://github.com/keyed-rate-limit/keyed-rate-limit/blob/main/examples/quickstart.rs)
+//! (`cargo run --example quickstart` in a clone) serves a limited `GET /`
+//! on `127.0.0.1:3000` and prints its rules. Every diagnostic of the crate
+//! (a key it cannot find, Redis failing, a rejected reload) is a `tracing`
+//! event: install a subscriber (`tracing_subscriber::fmt::init()`) to see
+//! them.
 //!
 //! # How a request is decided
 //!
 //! 1. **Key.** Each rule's [`KeyExtractor`] reads the request head. When it
-//!    finds no key, the rule's [`OnMissingKey`] skips the rule (the
-//!    default), rejects the request (e.g. 401), or counts it against a
-//!    fallback key. A rule whose key can never be found in this setup (no
-//!    `ConnectInfo`, the layer outside the router or its auth layer) answers
-//!    500 and logs the fix instead of limiting nothing.
+//!    finds no key, the rule's [`OnMissingKey`] skips the rule, rejects the
+//!    request (e.g. 401), or counts it against a fallback key. A rule with
+//!    no `OnMissingKey` skips a request without the key, **except** when
+//!    what the key is read from is missing: no `ConnectInfo`, the layer
+//!    outside the router, or for [`KeyExtractor::extension`] no such
+//!    extension (the layer runs before its auth layer, or the request is
+//!    anonymous). Then it answers 500 and logs the fix instead of limiting
+//!    nothing. Auth that lets anonymous requests through keys with
+//!    [`KeyExtractor::optional_extension`].
 //! 2. **Rules.** The rules run in the order they were added. Each spends the
 //!    request's cost from the key's bucket under its [`Quota`], in this
 //!    process or, for a global rule, in Redis. The first rule that refuses
@@ -67,18 +75,20 @@
 //! | `redis-cluster` | | `RedisBackend::cluster_builder`: Redis Cluster (implies `redis`) |
 //! | `redis-sentinel` | | `RedisBackend::sentinel_builder`: a master watched by Redis Sentinel, followed through failovers (implies `redis`) |
 //! | `redis-tls` | | `rediss://` URLs with rustls (ring), `tls_root_cert`, `tls_client_cert` (implies `redis`) |
-//! | `tonic` | | tonic's body type for refusals, and `peer_ip()` from tonic's `TcpConnectInfo` |
+//! | `tonic` | | the layers on a tonic `Server` (refusals in tonic's body type), and `peer_ip()` from tonic's `TcpConnectInfo` |
 //! | `config` | | rules from TOML or YAML files (`config::RulesConfig`), reloaded on change with `notify` (`RulesConfig::watch`) |
 //!
-//! Only `metrics` is on by default. gRPC refusals need no feature: they are
-//! only headers, so the `tonic` feature is needed only for tonic's body type
-//! and its `TcpConnectInfo`.
+//! Only `metrics` is on by default. A tonic `Server` needs the `tonic`
+//! feature: its responses have tonic's body type, in which the layer writes
+//! its refusals (without it the compiler says so, naming the feature). gRPC
+//! served by an axum `Router` needs none: a refusal is only headers.
 //!
 //! # Where to start
 //!
 //! | to | read |
 //! |---|---|
 //! | write rules: quotas, costs, any-of groups, algorithms, shadow mode, waiting, lockouts, the control handle, counting by the response, refunds, reload | [`rate_limit`] |
+//! | limit a tonic service, and write a client that waits out `grpc-retry-pushback-ms` | [`rate_limit`'s gRPC guide](rate_limit#grpc) |
 //! | choose a key: headers, IPs behind proxies, extensions set by auth, composing the limiter with auth | [`key`] |
 //! | read the headers and the 429 a client gets, or replace its body | [`headers`] |
 //! | watch the limiter: `tracing` events, metrics, the decision extension | [`observe`] |
@@ -90,11 +100,12 @@
 //! | render the rules as a Markdown table or a Mermaid flowchart | [`describe`] |
 //! | keep local counters across a restart | [`snapshot`] |
 //!
-//! The types most programs use are re-exported here: [`RateLimitLayer`],
-//! [`RateLimitBuilder`], [`BandwidthLimitLayer`], [`Rule`], [`Quota`], [`KeyExtractor`], [`Key`],
+//! The types most programs use are re-exported here, among them
+//! [`RateLimitLayer`], [`RateLimitBuilder`], [`ConcurrencyLimitLayer`],
+//! [`BandwidthLimitLayer`], [`Rule`], [`Quota`], [`KeyExtractor`], [`Key`],
 //! [`Algorithm`], [`OnMissingKey`], [`OnDeny`], [`FailureMode`],
-//! [`BreakerConfig`], [`HeaderStyle`], [`RateLimitDecision`], [`Control`]
-//! and [`BuildError`].
+//! [`HeaderStyle`], [`RateLimitDecision`], [`Control`] and [`BuildError`];
+//! the list at the foot of this page has them all.
 //!
 #![cfg_attr(feature = "redis", doc = include_str!("../docs/front_redis.md"))]
 #![cfg_attr(

@@ -1,5 +1,5 @@
-//! The settings the rate-limit and concurrency builders share: each one's
-//! default, check and setter documentation is written once, here.
+//! The settings the rate-limit, concurrency and bandwidth builders share:
+//! each one's default, check and setter documentation is written once, here.
 
 use std::sync::Arc;
 
@@ -10,7 +10,7 @@ use crate::response::{Refusals, problem_json};
 /// `RateLimitBuilder::exempt`.
 pub(crate) type ExemptFn = dyn Fn(&http::request::Parts) -> bool + Send + Sync;
 
-/// What both builders configure.
+/// What the three builders configure.
 #[derive(Clone)]
 pub(crate) struct Settings {
     pub(crate) max_key_len: usize,
@@ -111,6 +111,8 @@ macro_rules! settings_setters {
         }
 
         /// Which rate-limit headers to send (default [`HeaderStyle::Draft`](crate::HeaderStyle::Draft)).
+        /// A bandwidth layer sends only the draft's `RateLimit-Policy`
+        /// (see [`BandwidthLimitBuilder`](crate::BandwidthLimitBuilder)).
         ///
         /// ```
         /// # use keyed_rate_limit::{ConcurrencyLimitLayer, HeaderStyle, KeyExtractor, Quota, RateLimitLayer, Rule};
@@ -125,6 +127,7 @@ macro_rules! settings_setters {
         /// What `X-RateLimit-Reset` counts in the legacy styles (default
         /// [`ResetFormat::DeltaSeconds`](crate::ResetFormat::DeltaSeconds);
         /// `UnixSeconds` is GitHub's and express-rate-limit's convention).
+        /// No effect on a bandwidth layer, which sends no legacy headers.
         ///
         /// ```
         /// # use keyed_rate_limit::{ConcurrencyLimitLayer, HeaderStyle, KeyExtractor, Quota, RateLimitLayer, ResetFormat, Rule};
@@ -175,8 +178,9 @@ macro_rules! settings_setters {
             self
         }
 
-        /// The `grpc-message` of gRPC refusals (default: `rate limit "api"
-        /// exceeded`, or `rate limited` for a hidden rule). Percent-encoded
+        /// The `grpc-message` of gRPC refusals (default: the words of the
+        /// HTTP body's `detail`, e.g. `rate limit "api" exceeded; retry in
+        /// 2 s`, and `rate limit a …` for a hidden rule). Percent-encoded
         /// as gRPC asks; the code stays `RESOURCE_EXHAUSTED` (or the one
         /// matching a rejection's status) and `grpc-retry-pushback-ms` the
         /// wait.

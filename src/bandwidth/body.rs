@@ -157,7 +157,7 @@ impl Shaper {
     }
 
     fn wait(&mut self, wait: Duration) {
-        let at = Instant::now() + wait;
+        let at = crate::instant::after(Instant::now(), wait);
         match &mut self.sleep {
             Some(s) => s.as_mut().reset(at),
             None => self.sleep = Some(Box::pin(tokio::time::sleep_until(at))),

@@ -18,6 +18,15 @@ use crate::settings::{self, Settings};
 
 /// Configures a [`BandwidthLimitLayer`]; [`build`](Self::build) checks everything.
 ///
+/// The three builders share their layer-wide settings. Of the headers, a
+/// bandwidth layer sends only the draft's `RateLimit-Policy` (with
+/// `pu=content-bytes`), under [`HeaderStyle::Draft`](crate::HeaderStyle::Draft)
+/// (the default) or `Both`: a paced body is delayed, never refused, so
+/// there is no `RateLimit` field and no legacy `X-RateLimit-*` header to
+/// send. [`headers`](Self::headers)`(HeaderStyle::Legacy)` therefore sends
+/// nothing, as `None` does, and [`legacy_reset`](Self::legacy_reset) has no
+/// effect on this layer.
+///
 /// ```
 /// use http::StatusCode;
 /// use keyed_rate_limit::{BandwidthLimitLayer, KeyExtractor, OnMissingKey, bandwidth::Direction};
@@ -79,8 +88,10 @@ impl BandwidthLimitBuilder {
     );
 
     /// The most bytes a key may send at once after a quiet spell (default:
-    /// one second's worth). It is also the largest piece a frame is split
-    /// into; a small burst gives a smooth stream, a large one fewer
+    /// one second's worth). Frames are split into pieces of at most half
+    /// of it (for a leased global limit, half of what the lease hold-back
+    /// leaves of it), so that a piece waits for room, not for a full
+    /// bucket; a small burst gives a smooth stream, a large one fewer
     /// wake-ups.
     ///
     /// ```

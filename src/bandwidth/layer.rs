@@ -81,6 +81,13 @@ impl BandwidthLimitLayer {
     /// let d = l.describe();
     /// assert_eq!(d.rules()[0].quota, "65536 bytes/s, burst 8192 bytes");
     /// assert!(d.markdown().contains("| dl | `header:x-api-key` | 65536 bytes/s, burst 8192 bytes | gcra | local | n/a | delay response bodies; missing key: skip |"));
+    /// // The chart speaks of bytes and a delay, not of a quota and a 429.
+    /// let chart = d.mermaid();
+    /// assert!(chart.contains("gateway: BandwidthLimitLayer"));
+    /// assert!(chart.contains("<br/>65536 bytes/s, burst 8192 bytes\"]"));
+    /// assert!(chart.contains("{bytes within budget?}"));
+    /// assert!(chart.contains("d1 -->|no| delay"));
+    /// assert!(!chart.contains("429") && !chart.contains("gcra") && !chart.contains("quota"));
     /// # Ok::<(), keyed_rate_limit::BuildError>(())
     /// ```
     pub fn describe(&self) -> crate::describe::Description {

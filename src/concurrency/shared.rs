@@ -177,6 +177,7 @@ impl Shared {
                     status: StatusCode::TOO_MANY_REQUESTS,
                     hidden: false,
                     misconfig: None,
+                    violated: Vec::new(),
                 };
                 Admission::Stop(refusal(&self.deny, &denied, &parts.headers, headers))
             }
@@ -231,7 +232,7 @@ mod tests {
         assert_eq!(res.headers()["retry-after"], "3");
         assert_eq!(
             res.headers()["grpc-message"],
-            "rate limit \"streams\" exceeded"
+            "rate limit \"streams\" exceeded; retry in 3 s"
         );
         drop(held);
         assert_eq!(layer.in_flight(&Key::from("*")), 0);

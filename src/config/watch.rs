@@ -88,9 +88,10 @@ impl RulesConfig {
     /// stopping are logged at `info` with the file's path.
     ///
     /// Each change is read once the file has been quiet for 100 ms, then
-    /// applied with [`RateLimitLayer::reload`]: atomically, and keeping the
-    /// counters of rules whose name, key, quota and algorithm stay (see
-    /// there). An edit that does not parse or build is rejected: the
+    /// applied with [`RateLimitLayer::reload`]: atomically, keeping the
+    /// counters of rules whose name, key and algorithm stay, and each key's
+    /// usage when only the quota changed, as the rule's `on_quota_change`
+    /// says (see there). An edit that does not parse or build is rejected: the
     /// running rules stay, the error is logged with its line and column
     /// (target `keyed_rate_limit`), counted in
     /// `rate_limit_config_reloads_total{outcome="rejected"}` and kept in

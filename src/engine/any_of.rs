@@ -117,23 +117,13 @@ impl AnyOf {
         }
     }
 
-    /// Every member refused, or none applied.
+    /// Every member refused, or none applied. The members stay in the
+    /// group's order, as on an allow; the refusal picks the one that answers.
     fn finish(self) -> Outcome {
-        let mut decisions = self.denied;
+        let decisions = self.denied;
         if decisions.is_empty() {
             return Outcome::Skip;
         }
-        // The soonest answers: a cost that never fits (no Retry-After) last of all.
-        let soonest = (0..decisions.len())
-            .min_by_key(|&i| {
-                decisions[i]
-                    .decision
-                    .retry_after()
-                    .unwrap_or(std::time::Duration::MAX)
-            })
-            .unwrap_or(0);
-        let answer = decisions.remove(soonest);
-        decisions.push(answer);
         Outcome::Group(Box::new(Grouped {
             decisions,
             spend: None,

@@ -35,7 +35,7 @@ pub(crate) enum Outcome {
 }
 
 /// What an any-of group decided: its members' decisions, in the order the
-/// headers show them (on a refusal, the soonest last: it answers), and
+/// headers show them (the group's order, on a refusal too), and
 /// what the member that admitted spent.
 pub(crate) struct Grouped {
     pub(super) decisions: Vec<RuleDecision>,
@@ -52,7 +52,7 @@ pub(crate) enum Verdict {
     /// Go on; these settle on the response.
     Allow(Option<Box<Settlement>>),
     /// The last `n` decisions answer: the refusing rule's, or an any-of
-    /// group's members', the last one giving the `Retry-After`.
+    /// group's members' in the group's order (the soonest gives the `Retry-After`).
     Deny(usize),
     /// `rule` rejects the request with `status`.
     Reject {

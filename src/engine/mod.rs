@@ -1,10 +1,17 @@
-//! The rule engine the rate-limit layer runs. A layer's rules are compiled
-//! into a [`Chain`] (`chain`), every build-time check is in `validate`,
-//! one request's steps through one rule are in `decide`, what a request
-//! spent and how it is settled or refunded in `spend`, the queues of
-//! `OnDeny::Wait` in `wait`, and the control handle's operations in
-//! `control`. Global rules add their Redis part: exact, coalesced
-//! (`coalesce`) and leased decisions in `global`.
+//! The rule engine the rate-limit and bandwidth layers run (the
+//! concurrency layer keeps its own, and uses only the Redis build checks).
+//! A layer's rules are
+//! compiled into a [`Chain`] (`chain`) of rules as the engine runs them
+//! (`rule`, their any-of groups in `any_of`); every build-time check is in
+//! `validate` (`validate_global` for Redis); one request's steps through
+//! one rule are in `decide`, what a request spent and how it is settled or
+//! refunded in `spend`, the queues of `OnDeny::Wait` in `wait`, the control
+//! handle's operations in `control`, and a chain's counters saved and
+//! loaded in `snapshot`. The bandwidth layer spends one rule by the byte
+//! through `meter`. Global rules add their Redis part: exact decisions in
+//! `global`, coalesced ones in `coalesce`, leased ones in `lease`, and the
+//! conversion after a quota change in `quota_change`. `tests` holds the
+//! unit tests.
 
 mod any_of;
 mod chain;

@@ -76,7 +76,7 @@ pub(crate) fn validate_global(
         && !redis.counts_live_instances()
     {
         tracing::warn!(
-            target: "keyed_rate_limit",
+            target: crate::observe::TARGET,
             rule = name,
             "local_fallback without instances(n): when Redis fails, every gateway admits the whole quota; \
              set instances to the number of gateways (or instances(1) for one)"
@@ -84,7 +84,7 @@ pub(crate) fn validate_global(
     }
     if let Some(policy) = redis.evicting_policy() {
         tracing::warn!(
-            target: "keyed_rate_limit",
+            target: crate::observe::TARGET,
             rule = name,
             maxmemory_policy = policy,
             "redis may evict this rule's keys under memory pressure, resetting its limits; \

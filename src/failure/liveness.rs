@@ -78,7 +78,7 @@ impl Liveness {
                 *p = match start(Heard(Arc::downgrade(&self.0))) {
                     Ok(t) => Pinger::Running(t),
                     Err(e) => {
-                        tracing::warn!(target: "keyed_rate_limit", error = %e, "cannot start the redis pinger thread");
+                        tracing::warn!(target: crate::observe::TARGET, error = %e, "cannot start the redis pinger thread");
                         Pinger::None
                     }
                 };

@@ -157,14 +157,21 @@ impl KeyExtractor {
     }
 
     /// A key from a value an earlier layer put in the request extensions,
-    /// typically the authenticated user or tenant. `f` may be any closure.
+    /// typically the authenticated user or tenant, that every request must
+    /// carry. `f` may be any closure.
     ///
-    /// Add the rate limit *inside* the layer that inserts `T` (later in a
-    /// `ServiceBuilder`, earlier in axum's `.layer` calls). A request without
-    /// `T` is refused with 500 and logged, unless the rule's
-    /// [`OnMissingKey`](crate::rule::OnMissingKey) says what to do with it:
-    /// `Skip` when anonymous requests are expected and free, `Fallback`
-    /// to count them by IP.
+    /// Add the rate limit *inside* the layer that inserts `T`, so that it
+    /// runs after it: later in a `ServiceBuilder`, but **earlier** in axum's
+    /// `.layer` calls (the one written last runs first):
+    /// `Router::new().route(..).layer(rate_limit).layer(auth)`.
+    ///
+    /// With no [`OnMissingKey`](crate::rule::OnMissingKey) set, a request
+    /// without `T` is refused with 500 and logged at ERROR: either the layers
+    /// are in the wrong order, and no request would ever be limited, or the
+    /// request is anonymous. When anonymous requests are expected, say so:
+    /// [`optional_extension`](Self::optional_extension) skips them, and
+    /// `OnMissingKey::Reject` (401) or `Fallback` (by IP) do what their names
+    /// say.
     ///
     /// ```
     /// use keyed_rate_limit::{Key, key::KeyExtractor};
@@ -184,6 +191,41 @@ impl KeyExtractor {
             source: Source::Extension(has, std::any::type_name::<T>()),
             ..Self::new("extension", move |p| p.extensions.get::<T>().map(&f))
         }
+    }
+
+    /// A key from a value an earlier layer *may* put in the request
+    /// extensions: auth that lets anonymous requests through. A request
+    /// without `T` has no key, and the rule's
+    /// [`OnMissingKey`](crate::rule::OnMissingKey) decides; with none set,
+    /// the rule skips it (anonymous requests are not limited by it).
+    ///
+    /// The layer order matters as for [`extension`](Self::extension). In
+    /// the wrong order no request has `T`, so the rule limits nothing; it
+    /// then logs a warning once a minute ("found no key in any request").
+    ///
+    /// ```
+    /// use keyed_rate_limit::{Key, Quota, RateLimitLayer, Rule, key::KeyExtractor};
+    ///
+    /// #[derive(Clone)]
+    /// struct User { id: u64 }
+    ///
+    /// // Known users get 100 a minute each; anonymous requests pass.
+    /// let per_user = Rule::new(
+    ///     "per-user",
+    ///     KeyExtractor::optional_extension::<User>(|u| Key::from(u.id)),
+    ///     Quota::per_minute(100),
+    /// );
+    /// let limit = RateLimitLayer::builder().rule(per_user).build().unwrap();
+    /// // axum: `Router::new().route(..).layer(limit).layer(auth)`.
+    /// # let _ = limit;
+    /// ```
+    pub fn optional_extension<T>(f: impl Fn(&T) -> Key + Send + Sync + 'static) -> Self
+    where
+        T: Send + Sync + 'static,
+    {
+        Self::new("optional_extension", move |p| {
+            p.extensions.get::<T>().map(&f)
+        })
     }
 
     /// The TCP peer's IP, from axum's `ConnectInfo<SocketAddr>` or, with
@@ -513,12 +555,12 @@ fn forwarded(p: &Parts) -> bool {
     p.headers.contains_key("x-forwarded-for") || p.headers.contains_key(http::header::FORWARDED)
 }
 
-/// A peer that is most likely a proxy of one's own: private, loopback,
-/// link-local or unique-local.
 /// At most one misconfiguration warning a minute from one extractor: it
 /// repeats on every request, and a log line per request would drown it.
 const WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// A peer that is most likely a proxy of one's own: private, loopback,
+/// link-local or unique-local.
 fn is_private(ip: IpAddr) -> bool {
     match super::canonical(ip) {
         IpAddr::V4(v4) => v4.is_private() || v4.is_loopback() || v4.is_link_local(),

@@ -51,8 +51,24 @@ impl Misconfig {
                 "add the layer with `Router::route_layer` or `Router::layer`, not around the router"
             }
             Self::NoExtension(_) => {
-                "add the rate limit inside (after) the layer that inserts the extension, or set \
-                 `OnMissingKey::Skip` (or a fallback) if requests without it are expected"
+                "either the rate limit runs before the layer that inserts the extension (in axum \
+                 the `.layer` call written last runs first: write `.layer(rate_limit)` above \
+                 `.layer(auth)`), or the request is anonymous: if requests without it are \
+                 expected, key with `KeyExtractor::optional_extension` (anonymous requests skip \
+                 the rule) or set `OnMissingKey::Skip`, `Reject` or `Fallback`"
+            }
+        }
+    }
+
+    /// What a client is told: the setup in words, never a Rust type (the
+    /// log line has those).
+    pub(crate) fn public(self) -> &'static str {
+        match self {
+            Self::NoConnectInfo => "the server does not record client addresses",
+            Self::OutsideRouter => "the rate limit runs outside the router",
+            Self::NoExtension(_) => {
+                "the request lacks what the rate limit counts it by, which an earlier layer \
+                 (such as authentication) should have set"
             }
         }
     }

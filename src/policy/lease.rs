@@ -28,7 +28,7 @@ use crate::{Algorithm, Quota};
 /// its units were counted in, so each window admits at most its limit. The
 /// price is under-admission: that smaller burst, and units a gateway
 /// leased but did not spend before its lease ended; the repository's
-/// BENCHMARKS.md measures it.
+/// [BENCHMARKS.md](https://github.com/keyed-rate-limit/keyed-rate-limit/blob/main/BENCHMARKS.md) measures it.
 ///
 /// ```
 /// use std::time::Duration;

@@ -17,7 +17,7 @@
 /// bucket, its burst less what it may spend now; for calendar quotas, the
 /// window's count. Lowering a limit during an attack therefore keeps the
 /// attacker where it was, in proportion, instead of handing it a fresh
-/// quota, which is what `Reset` (and every reload before this setting) does.
+/// quota, which is what `Reset` does.
 ///
 /// On a local rule, rolling quotas and calendar quotas of the same period
 /// and UTC offset convert the usage that exists when the new rules take

@@ -2,12 +2,12 @@
 //! style, the refusal, and the step from a verdict to an admission.
 
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::Duration;
 
 use http::StatusCode;
 use http::request::Parts;
 
-use crate::RateLimitDecision;
-use crate::decision::Decisions;
+use crate::decision::{Decisions, RateLimitDecision, RuleDecision};
 use crate::engine::{Chain, ChainConfig, Settlement, Suspended, Verdict};
 use crate::gate::{Admission, Pending};
 use crate::headers::Headers;
@@ -113,18 +113,10 @@ impl Shared {
             }
             Verdict::Deny(n) => {
                 // Only the refusing rule (or group): the rules before it had
-                // their units given back, so their numbers are stale, and
-                // the last one's `t` is the Retry-After.
+                // their units given back, so their numbers are stale.
                 let at = rules.len().saturating_sub(n);
                 self.headers.render(&mut rules[at..], &mut headers);
-                let last = rules.last().expect("a deny carries its decision");
-                let denied = Denied {
-                    rule: last.rule.clone(),
-                    retry_after: last.decision.retry_after(),
-                    status: StatusCode::TOO_MANY_REQUESTS,
-                    hidden: last.hidden,
-                    misconfig: None,
-                };
+                let denied = denial(&rules[at..]);
                 Admission::Stop(refusal(&self.deny, &denied, &parts.headers, headers))
             }
             Verdict::Reject {
@@ -137,5 +129,32 @@ impl Shared {
                 Admission::Stop(refusal(&self.deny, &denied, &parts.headers, headers))
             }
         }
+    }
+}
+
+/// The refusal of a rule, or of an any-of group's members (in the group's
+/// order): the member whose units come back soonest answers, and gives the
+/// `Retry-After` (a cost that never fits, none, last of all).
+#[inline(never)]
+fn denial(refused: &[RuleDecision]) -> Denied {
+    let (answer, violated) = match refused {
+        [one] => (one, Vec::new()),
+        group => {
+            let wait = |d: &&RuleDecision| d.decision.retry_after().unwrap_or(Duration::MAX);
+            let answer = group
+                .iter()
+                .min_by_key(wait)
+                .expect("a deny carries its decision");
+            let visible = group.iter().filter(|d| !d.hidden);
+            (answer, visible.map(|d| d.rule.clone()).collect())
+        }
+    };
+    Denied {
+        rule: answer.rule.clone(),
+        retry_after: answer.decision.retry_after(),
+        status: StatusCode::TOO_MANY_REQUESTS,
+        hidden: answer.hidden,
+        misconfig: None,
+        violated,
     }
 }

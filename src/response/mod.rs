@@ -35,6 +35,9 @@ pub struct Denied {
     pub(crate) hidden: bool,
     /// A 500: the rule's key source is missing from the setup.
     pub(crate) misconfig: Option<Misconfig>,
+    /// An any-of group's refusal: every visible member that refused, in
+    /// the group's order; empty for a single rule.
+    pub(crate) violated: Vec<Arc<str>>,
 }
 
 impl Denied {
@@ -51,12 +54,30 @@ impl Denied {
             status,
             hidden: false,
             misconfig,
+            violated: Vec::new(),
         }
     }
 
-    /// The rule that refused the request.
+    /// The rule that refused the request; for an any-of group, the member
+    /// whose units come back soonest, which gives the wait.
     pub fn rule(&self) -> &str {
         &self.rule
+    }
+
+    /// The names a client may see of every rule that refused: the rule, or
+    /// each refusing member of an any-of group in the group's order,
+    /// without hidden ones. The default body's `violated-policies`.
+    ///
+    /// ```
+    /// use keyed_rate_limit::response::Denied;
+    /// fn body(d: &Denied) -> String {
+    ///     d.violated_policies().collect::<Vec<_>>().join(", ")
+    /// }
+    /// # let _ = body;
+    /// ```
+    pub fn violated_policies(&self) -> impl Iterator<Item = &str> {
+        let single = (self.violated.is_empty() && !self.hidden).then_some(&*self.rule);
+        single.into_iter().chain(self.violated.iter().map(|r| &**r))
     }
 
     /// The wait before this request could pass; `None` when waiting would
@@ -76,6 +97,32 @@ impl Denied {
     /// bodies then don't name it, and a custom body should not either.
     pub fn is_hidden(&self) -> bool {
         self.hidden
+    }
+
+    /// What the refusal says in words: the problem's `detail`, and gRPC's
+    /// `grpc-message`.
+    pub(crate) fn detail(&self) -> String {
+        let d = self;
+        // A hidden rule is not named: its limits are nobody's business.
+        let name = if d.hidden {
+            "a".to_owned()
+        } else {
+            format!("{:?}", &*d.rule)
+        };
+        if d.status == StatusCode::TOO_MANY_REQUESTS {
+            match d.retry_after_secs() {
+                Some(s) => format!("rate limit {name} exceeded; retry in {s} s"),
+                None => format!("request exceeds what rate limit {name} can ever admit"),
+            }
+        } else if let Some(m) = d.misconfig {
+            format!("rate limit {name} is misconfigured: {}", m.public())
+        } else if d.status == StatusCode::UNAUTHORIZED {
+            format!(
+                "credentials required: rate limit {name} counts requests by caller, and this request names none"
+            )
+        } else {
+            format!("the request lacks what rate limit {name} counts requests by")
+        }
     }
 
     /// 429; the status of an [`OnMissingKey::Reject`](crate::rule::OnMissingKey::Reject);
@@ -170,29 +217,20 @@ const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
 const GRPC_PUSHBACK: HeaderName = HeaderName::from_static("grpc-retry-pushback-ms");
 
-/// A trailers-only gRPC response: HTTP 200 with the status in the headers.
+/// A trailers-only gRPC response: HTTP 200 with the status in the headers,
+/// and in `grpc-message` the words of the HTTP body's `detail`.
 fn grpc_refusal(d: &Denied, custom: Option<&GrpcMessageFn>) -> Response<Bytes> {
-    let (code, mut message) = if d.status == StatusCode::TOO_MANY_REQUESTS {
-        let message = if d.hidden {
-            "rate limited".to_owned()
-        } else {
-            format!("rate limit {:?} exceeded", &*d.rule)
-        };
-        (grpc::RESOURCE_EXHAUSTED, message)
-    } else if let Some(m) = d.misconfig {
-        (
-            grpc::INTERNAL,
-            format!("rate limit {:?} is misconfigured: {m}", &*d.rule),
-        )
+    let code = if d.status == StatusCode::TOO_MANY_REQUESTS {
+        grpc::RESOURCE_EXHAUSTED
+    } else if d.misconfig.is_some() {
+        grpc::INTERNAL
     } else {
-        (
-            grpc_code(d.status),
-            format!("no rate-limit key for rule {:?}", &*d.rule),
-        )
+        grpc_code(d.status)
     };
-    if let Some(custom) = custom {
-        message = custom(d);
-    }
+    let message = match custom {
+        Some(custom) => custom(d),
+        None => d.detail(),
+    };
     let mut res = Response::new(Bytes::new());
     let h: &mut HeaderMap = res.headers_mut();
     h.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
@@ -262,8 +300,42 @@ fn is_grpc(headers: &HeaderMap) -> bool {
 /// service's body type: wrapping it in a body of the layer's would make
 /// axum box every response once more.
 ///
-/// Implemented for axum's and tonic's bodies, [`Full<Bytes>`] and
-/// `http-body-util`'s boxed bodies. For a body type of your own:
+/// Implemented for axum's body, [`Full<Bytes>`](http_body_util::Full),
+/// `http-body-util`'s boxed bodies and, **with the `tonic` feature**,
+/// tonic's body (`tonic::body::Body`, what a tonic `Server` answers with).
+/// Without the feature the layer on a tonic `Server` does not compile, and
+/// the compiler says which feature to turn on:
+///
+#[cfg_attr(not(feature = "tonic"), doc = "```compile_fail,E0277")]
+#[cfg_attr(feature = "tonic", doc = "```")]
+/// use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
+///
+/// async fn serve(addr: std::net::SocketAddr) -> Result<(), tonic::transport::Error> {
+///     let limit = RateLimitLayer::builder()
+///         .rule(Rule::new("per-ip", KeyExtractor::peer_ip(), Quota::per_minute(60)))
+///         .build()
+///         .expect("valid rules");
+///     let (_, health) = tonic_health::server::health_reporter();
+///     tonic::transport::Server::builder()
+///         .layer(limit)
+///         .add_service(health)
+///         .serve(addr)
+///         .await
+/// }
+/// ```
+///
+/// ```text
+/// error[E0277]: the rate limiter cannot write its refusals in a `tonic::body::Body`
+///    |
+/// 11 |         .serve(addr)
+///    |          ^^^^^ the layer's refusals need a body of this type
+///    |
+///    = help: the trait `RefusalBody` is not implemented for `tonic::body::Body`
+///    = note: tonic's `Server` answers with `tonic::body::Body`: turn on the `tonic` feature of keyed-rate-limit (features = ["tonic"] in Cargo.toml)
+///    = note: a body type of your own needs an `impl keyed_rate_limit::response::RefusalBody`
+/// ```
+///
+/// For a body type of your own:
 ///
 /// ```
 /// use bytes::Bytes;
@@ -278,6 +350,12 @@ fn is_grpc(headers: &HeaderMap) -> bool {
 /// }
 /// assert_eq!(MyBody::from_refusal(Bytes::from("slow down")).0, "slow down");
 /// ```
+#[diagnostic::on_unimplemented(
+    message = "the rate limiter cannot write its refusals in a `{Self}`",
+    label = "the layer's refusals need a body of this type",
+    note = "tonic's `Server` answers with `tonic::body::Body`: turn on the `tonic` feature of keyed-rate-limit (features = [\"tonic\"] in Cargo.toml)",
+    note = "a body type of your own needs an `impl keyed_rate_limit::response::RefusalBody`"
+)]
 pub trait RefusalBody {
     /// A body holding `body`, the refusal's whole content.
     fn from_refusal(body: Bytes) -> Self;
@@ -345,6 +423,7 @@ mod tests {
             status: StatusCode::TOO_MANY_REQUESTS,
             hidden: false,
             misconfig: None,
+            violated: Vec::new(),
         }
     }
 
@@ -377,7 +456,11 @@ mod tests {
             "1.5 ms rounds up"
         );
         assert_eq!(res.headers()["retry-after"], "1");
-        assert_eq!(res.headers()["grpc-message"], "rate limit \"api\" exceeded");
+        assert_eq!(
+            res.headers()["grpc-message"],
+            "rate limit \"api\" exceeded; retry in 1 s",
+            "the wait, as the HTTP detail gives it"
+        );
     }
 
     /// Our numbers are tonic's, where tonic is at hand to compare.

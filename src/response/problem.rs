@@ -18,15 +18,26 @@ pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-type
 ///
 /// A 429 has the draft's type [`QUOTA_EXCEEDED`], title "Quota Exceeded"
 /// and `violated-policies`: the names of the rules that refused, as in the
-/// `RateLimit` fields (the first refusal ends evaluation, so there is one).
-/// A fail-closed refusal during a Redis outage is a 429 of this type too:
+/// `RateLimit` fields (the first refusal ends evaluation, so there is one
+/// rule, or every member of an any-of group, in the group's order). A
+/// fail-closed refusal during a Redis outage is a 429 of this type too:
 /// the draft's `temporary-reduced-capacity` type belongs with a 503, and a
-/// rate limiter never answers 503. A rejected missing key (e.g. 401) is an
-/// `about:blank` problem with its status's reason as title, and so is the
-/// 500 of a rule that cannot find its key in this setup, whose `detail`
-/// says what the request lacks (`rate limit "per-ip" is misconfigured: the
-/// request has no ConnectInfo<SocketAddr>`). All keep the `rule` and
-/// `retry_after` (seconds, or `null`) extension members.
+/// rate limiter never answers 503.
+///
+/// A rejected missing key (e.g. 401) is an `about:blank` problem with its
+/// status's reason as title, and so is the 500 of a rule that cannot find
+/// its key in this setup, whose `detail` says what is wrong in words a
+/// client may read (`rate limit "per-ip" is misconfigured: the server does
+/// not record client addresses`): the Rust types and the fix go to the
+/// server's log, not to clients.
+///
+/// All name the refusing `rule` (unless it is hidden), and carry
+/// `retry_after`, the seconds to wait, when waiting helps: never on a 401
+/// or a 500, nor on a 429 whose cost no quota can ever admit. The two
+/// spellings are on purpose: `violated-policies` is the member the
+/// RateLimit draft registers for its problem type, and the crate's own
+/// members follow RFC 9457 §3.2, which asks for letters, digits and `_`
+/// so that they carry over to formats other than JSON.
 ///
 /// ```text
 /// {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded",
@@ -36,7 +47,7 @@ pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-type
 pub fn problem_json(d: &Denied) -> Response<Bytes> {
     // A flood of 429s is this path: one pass, no formatting, for the names
     // that need no escaping (names are printable ASCII, so all but `"`, `\`).
-    let body = if d.status == StatusCode::TOO_MANY_REQUESTS {
+    let body = if d.status == StatusCode::TOO_MANY_REQUESTS && d.violated.is_empty() {
         cached_quota_body(d)
     } else {
         Bytes::from(any_body(d))
@@ -64,7 +75,7 @@ fn cached_quota_body(d: &Denied) -> Bytes {
         {
             return body.clone();
         }
-        let plain = d.hidden || !d.rule.contains(['"', '\\']);
+        let plain = d.violated.is_empty() && (d.hidden || !d.rule.contains(['"', '\\']));
         let body = Bytes::from(if plain { quota_body(d) } else { any_body(d) });
         *last = Some((d.rule.clone(), d.hidden, secs, body.clone()));
         body
@@ -107,10 +118,9 @@ fn quota_body(d: &Denied) -> String {
         body.push_str(&d.rule);
         body.push('"');
     }
-    body.push_str(r#","retry_after":"#);
-    match retry {
-        Some(s) => body.push_str(digits.format(s)),
-        None => body.push_str("null"),
+    if let Some(s) = retry {
+        body.push_str(r#","retry_after":"#);
+        body.push_str(digits.format(s));
     }
     body.push('}');
     body
@@ -127,22 +137,7 @@ fn any_body(d: &Denied) -> String {
             d.status.canonical_reason().unwrap_or("Rejected"),
         )
     };
-    // A hidden rule is not named: its limits are nobody's business.
-    let name = if d.hidden {
-        "a".to_owned()
-    } else {
-        format!("{:?}", &*d.rule)
-    };
-    let detail = if quota {
-        match d.retry_after_secs() {
-            Some(s) => format!("rate limit {name} exceeded; retry in {s} s"),
-            None => format!("request exceeds what rate limit {name} can ever admit"),
-        }
-    } else if let Some(m) = d.misconfig {
-        format!("rate limit {name} is misconfigured: {m}")
-    } else {
-        format!("no rate-limit key for rule {name}")
-    };
+    let detail = d.detail();
     // Written by hand: a few strings and two numbers don't need a JSON crate.
     let mut body = String::with_capacity(200 + detail.len() + 3 * d.rule.len());
     body.push_str(r#"{"type":"#);
@@ -153,19 +148,26 @@ fn any_body(d: &Denied) -> String {
     body.push_str(itoa::Buffer::new().format(d.status.as_u16()));
     body.push_str(r#","detail":"#);
     json_str(&mut body, &detail);
-    if !d.hidden {
-        if quota {
+    if quota {
+        let mut names = d.violated_policies().peekable();
+        if names.peek().is_some() {
             body.push_str(r#","violated-policies":["#);
-            json_str(&mut body, &d.rule);
+            for (i, n) in names.enumerate() {
+                if i > 0 {
+                    body.push(',');
+                }
+                json_str(&mut body, n);
+            }
             body.push(']');
         }
+    }
+    if !d.hidden {
         body.push_str(r#","rule":"#);
         json_str(&mut body, &d.rule);
     }
-    body.push_str(r#","retry_after":"#);
-    match d.retry_after_secs() {
-        Some(s) => body.push_str(itoa::Buffer::new().format(s)),
-        None => body.push_str("null"),
+    if let Some(s) = d.retry_after_secs() {
+        body.push_str(r#","retry_after":"#);
+        body.push_str(itoa::Buffer::new().format(s));
     }
     body.push('}');
     body
@@ -210,6 +212,7 @@ mod tests {
             status: StatusCode::TOO_MANY_REQUESTS,
             hidden: false,
             misconfig: None,
+            violated: Vec::new(),
         };
         let res = problem_json(&d);
         let v: serde_json::Value = serde_json::from_slice(res.body()).unwrap();
@@ -237,10 +240,28 @@ mod tests {
             ..d
         };
         let v: serde_json::Value = serde_json::from_slice(problem_json(&never).body()).unwrap();
-        assert!(v["retry_after"].is_null());
+        assert!(v.get("retry_after").is_none(), "no wait helps");
         let mut s = String::new();
         json_str(&mut s, "\u{1}\n");
         assert_eq!(s, r#""\u0001\u000a""#);
+    }
+
+    #[test]
+    fn a_group_names_every_visible_member_that_refused_in_order() {
+        let d = Denied {
+            rule: "burst-pool".into(),
+            retry_after: Some(Duration::from_secs(60)),
+            status: StatusCode::TOO_MANY_REQUESTS,
+            hidden: false,
+            misconfig: None,
+            violated: vec!["steady".into(), "burst-pool".into()],
+        };
+        let v: serde_json::Value = serde_json::from_slice(problem_json(&d).body()).unwrap();
+        assert_eq!(
+            v["violated-policies"],
+            serde_json::json!(["steady", "burst-pool"])
+        );
+        assert_eq!(v["rule"], "burst-pool");
     }
 
     #[test]
@@ -254,6 +275,7 @@ mod tests {
                         status: StatusCode::TOO_MANY_REQUESTS,
                         hidden,
                         misconfig: None,
+                        violated: Vec::new(),
                     };
                     assert_eq!(quota_body(&d), any_body(&d), "{d:?}");
                 }
@@ -269,6 +291,7 @@ mod tests {
             status: StatusCode::TOO_MANY_REQUESTS,
             hidden: false,
             misconfig: None,
+            violated: Vec::new(),
         };
         for (a, b) in [("api", "api"), ("api", "web"), ("web", "api")] {
             for (x, y) in [(1500, 1800), (1500, 2500)] {

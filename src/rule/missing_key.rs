@@ -327,4 +327,26 @@ mod tests {
         assert_eq!(run(&parts), "skip");
         assert_eq!(*warns.lock().unwrap(), 1, "that period had a key");
     }
+
+    /// An optional extension that never arrives (the limit before auth)
+    /// skips every request, no 500, and the watch says it limits nothing.
+    #[test]
+    fn an_optional_extension_that_never_arrives_is_a_warning() {
+        let warns = Arc::new(Mutex::new(0));
+        let subscriber = tracing_subscriber::registry().with(Warns(warns.clone()));
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let key = KeyExtractor::optional_extension::<u64>(|id| Key::from(*id));
+        let watch = Arc::new(KeyWatch {
+            every: Duration::ZERO,
+            ..Arc::into_inner(KeyWatch::new("r".into(), &key)).unwrap()
+        });
+        let (parts, _) = http::Request::new(()).into_parts();
+        for _ in 0..2 {
+            assert!(matches!(
+                lookup(None, &key, &parts, &watch),
+                NowOrLater::Now(Found::Skip)
+            ));
+        }
+        assert_eq!(*warns.lock().unwrap(), 1);
+    }
 }

@@ -61,12 +61,11 @@ pub(crate) enum Cost {
 }
 
 /// The most keys one rule holds in this process by default: about 100 MB
-/// of local state at the ~100 bytes a key costs (BENCHMARKS.md, "Memory").
+/// of local state at the ~100 bytes a key costs ([BENCHMARKS.md](https://github.com/keyed-rate-limit/keyed-rate-limit/blob/main/BENCHMARKS.md), "Memory").
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 
 /// Where a rule's counters live.
 #[derive(Clone, Debug, Default)]
-#[non_exhaustive]
 pub(crate) enum Scope {
     /// In this process, with `governor`: fast, but each gateway instance
     /// counts on its own.
@@ -236,11 +235,38 @@ impl Rule {
         self.lockout
     }
 
+    /// A local GCRA rule whose quota `f` computes per request, as
+    /// [`quota_fn`](Self::quota_fn) sets it: the way to write such a rule
+    /// without a static quota that would go unused.
+    ///
+    /// ```
+    /// use keyed_rate_limit::{Quota, Rule, key::KeyExtractor};
+    ///
+    /// #[derive(Clone, Copy)]
+    /// enum Plan { Free, Pro }
+    ///
+    /// let rule = Rule::computed("plan", KeyExtractor::header("x-api-key"), |parts| {
+    ///     match parts.extensions.get::<Plan>() {
+    ///         Some(Plan::Pro) => Quota::per_minute(1000),
+    ///         _ => Quota::per_minute(100),
+    ///     }
+    /// });
+    /// assert!(rule.static_quota().is_none());
+    /// ```
+    pub fn computed<F>(name: impl Into<Arc<str>>, key: KeyExtractor, f: F) -> Self
+    where
+        F: Fn(&Parts) -> Quota + Send + Sync + 'static,
+    {
+        // The static quota is replaced at once; any valid one will do.
+        Self::new(name, key, Quota::per_second(1)).quota_fn(f)
+    }
+
     /// Computes the quota per request, e.g. from a plan an auth layer put in
-    /// the extensions. Such quotas are checked at request time: one that can
-    /// never admit anything gives a 429 without `Retry-After` and a warning.
-    /// Each distinct quota keeps its own counters, so a key that changes plan
-    /// starts afresh.
+    /// the extensions; it replaces the quota given to [`new`](Self::new)
+    /// ([`computed`](Self::computed) needs none). Such quotas are checked at
+    /// request time: one that can never admit anything gives a 429 without
+    /// `Retry-After` and a warning. Each distinct quota keeps its own
+    /// counters, so a key that changes plan starts afresh.
     ///
     /// ```
     /// use keyed_rate_limit::{Quota, Rule, key::KeyExtractor};
@@ -398,7 +424,7 @@ impl Rule {
     /// counters, and for a global rule its cached denies and, apart, its
     /// fallback shares. Memory then
     /// stays under `max_keys` times the bytes a key costs (~100, see
-    /// BENCHMARKS.md), whatever a flood of distinct keys does.
+    /// [BENCHMARKS.md](https://github.com/keyed-rate-limit/keyed-rate-limit/blob/main/BENCHMARKS.md)), whatever a flood of distinct keys does.
     ///
     /// A new key that finds no place first makes room by forgetting full
     /// buckets (which changes no decision; at most ten sweeps a second

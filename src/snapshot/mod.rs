@@ -1,7 +1,7 @@
 //! Local counters saved and loaded across restarts.
 //!
-//! A single-instance deploy keeps its limits in memory, so a restart used
-//! to hand every client a fresh quota. [`RateLimitLayer::snapshot`](crate::RateLimitLayer::snapshot)
+//! A single-instance deploy keeps its limits in memory, so without a
+//! snapshot a restart hands every client a fresh quota. [`RateLimitLayer::snapshot`](crate::RateLimitLayer::snapshot)
 //! writes each local rule's counters, and
 //! [`RateLimitBuilder::restore`](crate::RateLimitBuilder::restore) loads
 //! them into the next process's rules:

@@ -19,6 +19,10 @@ pub struct RedisServer {
     tls: Option<std::sync::Arc<Certificates>>,
     /// A sentinel's configuration file (it rewrites it), removed on drop.
     conf: Option<std::path::PathBuf>,
+    /// The server's working directory (`--dir`), its own and removed on
+    /// drop: a replica's full sync writes `dump.rdb` there even with
+    /// `--save ''`, and no test may write into the source tree.
+    dir: std::path::PathBuf,
     child: Option<Child>,
 }
 
@@ -82,6 +86,7 @@ impl RedisServer {
             password: password.map(str::to_owned),
             tls,
             conf: Some(file),
+            dir: private_dir(),
             child: None,
         };
         server.spawn();
@@ -101,6 +106,7 @@ impl RedisServer {
             password,
             tls,
             conf: None,
+            dir: private_dir(),
             child: None,
         };
         server.spawn();
@@ -142,6 +148,9 @@ impl RedisServer {
                 .args(&self.conf)
                 .args(&listen)
                 .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                // Before `extra`, which may name a directory of its own (a cluster's).
+                .arg("--dir")
+                .arg(&self.dir)
                 .args(&self.extra)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
@@ -348,7 +357,18 @@ impl Drop for RedisServer {
         if let Some(conf) = &self.conf {
             let _ = std::fs::remove_file(conf);
         }
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// A fresh, empty directory under the system's temp directory.
+fn private_dir() -> std::path::PathBuf {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("krl-redis-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("create a redis-server working directory");
+    dir
 }
 
 /// Binds port 0 and releases it; the kernel does not hand it out again soon.

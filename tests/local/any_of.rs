@@ -58,10 +58,54 @@ async fn a_burst_pool_admits_what_the_steady_quota_refuses() {
     assert!((1190..=1200).contains(&retry), "Retry-After {retry}");
     let state = members(&header(&res, "ratelimit").unwrap());
     let names: Vec<_> = state.iter().map(|m| m.name.as_str()).collect();
-    assert_eq!(names, ["steady", "burst-pool"], "the soonest answers, last");
+    assert_eq!(names, ["steady", "burst-pool"], "the group's order");
     assert_eq!(state[1].int("t"), Some(retry as i64));
     // Another key has its own members.
     assert_eq!(get(&url, &[("x-api-key", "b")]).await.status(), 200);
+}
+
+/// The first member answers sooner than the second: the refusal keeps the
+/// group's order all the same, and its body names every member.
+#[tokio::test]
+async fn a_refusal_keeps_the_allow_order_and_names_every_member() {
+    let layer = RateLimitLayer::builder()
+        .any_of(
+            "api",
+            [
+                Rule::new("steady", key(), Quota::per_minute(1)),
+                Rule::new("burst-pool", key(), Quota::per_hour(1)),
+            ],
+        )
+        .build()
+        .unwrap();
+    let url = serve(ok_app(layer)).await;
+    let a = [("x-api-key", "a")];
+    let order = |res: &reqwest::Response| -> Vec<String> {
+        members(&header(res, "ratelimit").unwrap())
+            .into_iter()
+            .map(|m| m.name)
+            .collect()
+    };
+    for _ in 0..2 {
+        let res = get(&url, &a).await;
+        assert_eq!(res.status(), 200);
+        assert_eq!(order(&res), ["steady", "burst-pool"]);
+    }
+    let res = get(&url, &a).await;
+    assert_eq!(res.status(), 429);
+    assert_eq!(order(&res), ["steady", "burst-pool"], "the allow order");
+    let retry: i64 = header(&res, "retry-after").unwrap().parse().unwrap();
+    assert!(
+        (50..=60).contains(&retry),
+        "the steady unit, soonest: {retry}"
+    );
+    assert_eq!(member(&res, "ratelimit", "steady").int("t"), Some(retry));
+    let body: serde_json::Value = res.json().await.unwrap();
+    assert_eq!(
+        body["violated-policies"],
+        serde_json::json!(["steady", "burst-pool"])
+    );
+    assert_eq!(body["rule"], "steady", "the member that gives the wait");
 }
 
 #[tokio::test]

@@ -86,7 +86,14 @@ async fn health_checks_are_limited_per_peer_ip_with_resource_exhausted() {
 
     assert_eq!(allowed, QUOTA);
     assert_eq!(status.code(), Code::ResourceExhausted);
-    assert_eq!(status.message(), "rate limit \"grpc-per-ip\" exceeded");
+    // The wait in words, as the HTTP body's `detail` gives it.
+    assert!(
+        status
+            .message()
+            .starts_with("rate limit \"grpc-per-ip\" exceeded; retry in "),
+        "{}",
+        status.message()
+    );
     let pushback: u64 = status
         .metadata()
         .get("grpc-retry-pushback-ms")
@@ -106,6 +113,7 @@ async fn health_checks_are_limited_per_peer_ip_with_resource_exhausted() {
         .parse()
         .unwrap();
     assert_eq!(retry_after, pushback.div_ceil(1000));
+    assert!(status.message().ends_with(&format!(" {retry_after} s")));
 
     // The refusal did not break the connection: the next call is refused the same way.
     let again = client
@@ -149,7 +157,8 @@ async fn grpc_message_words_the_refusal_and_a_misconfigured_rule_is_internal() {
     assert_eq!(status.code(), Code::Internal);
     assert_eq!(
         status.message(),
-        "rate limit \"route\" is misconfigured: no axum router has seen the request"
+        "rate limit \"route\" is misconfigured: the rate limit runs outside the router",
+        "the setup in words; the fix is in the server's log"
     );
 }
 
@@ -174,7 +183,11 @@ async fn grpc_missing_key_is_rejected_with_the_mapped_code() {
         .await
         .unwrap_err();
     assert_eq!(status.code(), Code::Unauthenticated);
-    assert_eq!(status.message(), "no rate-limit key for rule \"tenant\"");
+    // Words for a client that forgot its credentials, not the limiter's terms.
+    assert_eq!(
+        status.message(),
+        "credentials required: rate limit \"tenant\" counts requests by caller, and this request names none"
+    );
 
     let mut req = tonic::Request::new(HealthCheckRequest::default());
     req.metadata_mut()
@@ -330,4 +343,81 @@ async fn grpc_answers_are_shaped_by_their_bytes_and_keep_their_trailers() {
         .into_inner();
     let first = stream.message().await.unwrap().unwrap();
     assert_eq!(first.status(), ServingStatus::Serving);
+}
+
+#[allow(dead_code)] // the example's `main`
+#[path = "../../examples/grpc.rs"]
+mod example;
+
+/// `examples/grpc.rs`, served for real and called by its own client.
+mod example_app {
+    use std::time::Duration;
+
+    use tonic::Code;
+    use tonic::transport::Channel;
+    use tonic_health::pb::health_client::HealthClient;
+
+    use super::example::{self, Pushback};
+
+    #[tokio::test]
+    async fn the_example_client_waits_out_the_pushback_and_is_served() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(example::serve(listener));
+        let channel = Channel::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let client = HealthClient::new(channel);
+        let once = Pushback {
+            attempts: 1,
+            max_wait: Duration::from_secs(2),
+        };
+        let patient = Pushback {
+            attempts: 3,
+            ..once
+        };
+
+        // The burst of 2, then a refusal that names the wait.
+        for _ in 0..2 {
+            let (answer, attempts) = example::check(&client, Some("acme"), once).await;
+            assert!(answer.is_ok(), "{answer:?}");
+            assert_eq!(attempts, 1);
+        }
+        let (refused, _) = example::check(&client, Some("acme"), once).await;
+        let refused = refused.unwrap_err();
+        assert_eq!(refused.code(), Code::ResourceExhausted);
+        let wait = example::pushback(&refused).expect("grpc-retry-pushback-ms");
+        assert!(
+            wait > Duration::ZERO && wait <= Duration::from_millis(500),
+            "{wait:?}"
+        );
+        assert!(
+            refused.message().contains("retry in 1 s"),
+            "{}",
+            refused.message()
+        );
+
+        // Refused at first, the client waits the pushback, and the retry
+        // passes: a client that did not wait would be refused again.
+        let (answer, attempts) = example::check(&client, Some("acme"), patient).await;
+        assert!(answer.is_ok(), "{answer:?}");
+        assert_eq!(attempts, 2, "one refusal, one wait, one retry");
+
+        // Another tenant has its own budget.
+        let (answer, attempts) = example::check(&client, Some("globex"), once).await;
+        assert!(answer.is_ok() && attempts == 1, "{answer:?}");
+
+        // No tenant: UNAUTHENTICATED in words for a client, never retried.
+        let (anonymous, attempts) = example::check(&client, None, patient).await;
+        let anonymous = anonymous.unwrap_err();
+        assert_eq!(anonymous.code(), Code::Unauthenticated);
+        assert_eq!(attempts, 1);
+        assert!(
+            anonymous.message().starts_with("credentials required"),
+            "{}",
+            anonymous.message()
+        );
+    }
 }

@@ -454,7 +454,7 @@ async fn request_time_costs_and_quotas_that_can_never_pass() {
         "waiting would not help"
     );
     let body: serde_json::Value = res.json().await.unwrap();
-    assert_eq!(body["retry_after"], serde_json::Value::Null);
+    assert!(body.get("retry_after").is_none(), "no wait to give: {body}");
 
     let res = c.get(&url).header("x-cost", "0").send().await.unwrap();
     assert_eq!(res.status(), 200);

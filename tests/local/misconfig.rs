@@ -77,7 +77,8 @@ async fn peer_ip_without_connect_info_refuses_and_says_how_to_serve() {
     assert_eq!(body["rule"], "no-ci");
     assert_eq!(
         body["detail"],
-        "rate limit \"no-ci\" is misconfigured: the request has no ConnectInfo<SocketAddr>"
+        "rate limit \"no-ci\" is misconfigured: the server does not record client addresses",
+        "no Rust type for clients"
     );
     assert_eq!(errors.len(), 1, "once a minute per rule: {errors:?}");
     assert!(
@@ -122,6 +123,17 @@ async fn auth(mut req: Request, next: Next) -> Response {
     next.run(req).await
 }
 
+/// The status of a GET as `user` (`x-user`; empty: anonymous).
+async fn status_as(url: &str, user: &str) -> u16 {
+    let req = client().get(url);
+    let req = if user.is_empty() {
+        req
+    } else {
+        req.header("x-user", user)
+    };
+    req.send().await.unwrap().status().as_u16()
+}
+
 fn by_user() -> Rule {
     // A closure capturing a value, where a `fn` pointer was required before.
     let tenant = String::from("acme");
@@ -150,11 +162,26 @@ async fn an_extension_rule_outside_its_auth_layer_refuses() {
     let res = c.get(&url).header("x-user", "7").send().await.unwrap();
     let body: serde_json::Value = res.json().await.unwrap();
     let detail = body["detail"].as_str().unwrap();
-    assert!(detail.contains("extension"), "{detail}");
-    assert!(detail.contains("User"), "{detail}");
+    assert_eq!(
+        detail,
+        "rate limit \"per-user\" is misconfigured: the request lacks what the rate limit \
+         counts it by, which an earlier layer (such as authentication) should have set"
+    );
+    assert!(
+        !detail.contains("User"),
+        "no Rust type for clients: {detail}"
+    );
     let logged = events::with_message(&events, "cannot find its key");
     assert_eq!(logged.len(), 1, "{logged:?}");
-    assert!(logged[0]["message"].contains("inside (after) the layer"));
+    // The log names the type, and both causes in axum's terms.
+    let message = &logged[0]["message"];
+    assert!(message.contains("misconfig::User extension"), "{message}");
+    assert!(
+        message.contains("write `.layer(rate_limit)` above `.layer(auth)`"),
+        "{message}"
+    );
+    assert!(message.contains("or the request is anonymous"), "{message}");
+    assert!(message.contains("optional_extension"), "{message}");
     #[cfg(feature = "metrics")]
     assert_eq!(misconfigs("per-user", "no_extension"), 5);
 
@@ -164,19 +191,7 @@ async fn an_extension_rule_outside_its_auth_layer_refuses() {
         .layer(layer(by_user()))
         .layer(middleware::from_fn(auth));
     let url = serve(app).await;
-    let sent = |user: &'static str| {
-        let c = c.clone();
-        let url = url.clone();
-        async move {
-            let req = c.get(&url);
-            let req = if user.is_empty() {
-                req
-            } else {
-                req.header("x-user", user)
-            };
-            req.send().await.unwrap().status().as_u16()
-        }
-    };
+    let sent = |user: &'static str| status_as(&url, user);
     assert_eq!(
         [sent("7").await, sent("7").await, sent("7").await],
         [200, 200, 429]
@@ -196,6 +211,59 @@ async fn an_extension_rule_outside_its_auth_layer_refuses() {
         before,
         "Skip on an extension means anonymous requests are expected: no error"
     );
+}
+
+/// Auth that lets anonymous requests through: `optional_extension` says
+/// so, with no `OnMissingKey` to choose.
+#[tokio::test]
+async fn an_optional_extension_skips_anonymous_requests_and_limits_known_users() {
+    let (events, _guard) = events::capture();
+    let rule = || {
+        Rule::new(
+            "per-user",
+            KeyExtractor::optional_extension::<User>(|u| Key::from(u.0)),
+            Quota::per_minute(2),
+        )
+    };
+    // The right order: the limit's `.layer` first, so auth runs before it.
+    let app = routes()
+        .layer(layer(rule()))
+        .layer(middleware::from_fn(auth));
+    let url = serve(app).await;
+    let c = client();
+    let as_user = |user: &'static str| status_as(&url, user);
+    for _ in 0..4 {
+        assert_eq!(as_user("").await, 200, "anonymous requests skip the rule");
+    }
+    assert_eq!(
+        [as_user("7").await, as_user("7").await, as_user("7").await],
+        [200, 200, 429],
+        "a known user is limited"
+    );
+    assert_eq!(as_user("8").await, 200, "each user has their own budget");
+    assert_eq!(as_user("").await, 200);
+    assert!(
+        events::with_message(&events, "cannot find its key").is_empty(),
+        "anonymous requests were expected: no error"
+    );
+
+    // The wrong order with the extension required (`extension`, no
+    // `OnMissingKey`): loud, a 500 for everyone and an ERROR naming both
+    // causes; `an_extension_rule_outside_its_auth_layer_refuses` reads it.
+    let required = Rule::new(
+        "per-user-required",
+        KeyExtractor::extension::<User>(|u| Key::from(u.0)),
+        Quota::per_minute(2),
+    );
+    let app = routes()
+        .layer(middleware::from_fn(auth))
+        .layer(layer(required));
+    let url = serve(app).await;
+    let res = c.get(&url).header("x-user", "7").send().await.unwrap();
+    assert_eq!(res.status(), 500);
+    let logged = events::with_message(&events, "cannot find its key");
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    assert_eq!(logged[0]["rule"], "per-user-required");
 }
 
 #[tokio::test]

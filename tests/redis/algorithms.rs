@@ -364,11 +364,7 @@ async fn password_in_url() {
     // A wrong password is a clear start-up error that never shows the password.
     for mode in [ConnectionMode::Multiplexed, POOL] {
         let wrong = format!("redis://:n0pe-secret@127.0.0.1:{}", server.port());
-        let err = RedisBackend::builder(wrong)
-            .connection(mode)
-            .build()
-            .await
-            .unwrap_err();
+        let err = start_up_error(&wrong, mode).await;
         let (shown, debug) = (err.to_string(), format!("{err:?}"));
         assert!(
             !shown.contains("n0pe-secret") && !debug.contains("n0pe-secret"),
@@ -398,11 +394,7 @@ async fn start_up_errors_name_their_cause() {
     ]);
     let url = format!("redis://app:app-secret@127.0.0.1:{}", server.port());
     for mode in [ConnectionMode::Multiplexed, POOL] {
-        let err = RedisBackend::builder(url.clone())
-            .connection(mode)
-            .build()
-            .await
-            .unwrap_err();
+        let err = start_up_error(&url, mode).await;
         assert!(
             matches!(err, RedisBackendError::Permission(_)),
             "{mode:?}: {err}"
@@ -417,6 +409,45 @@ async fn start_up_errors_name_their_cause() {
             .await
             .unwrap_err();
         assert!(matches!(err, RedisBackendError::NotCluster(_)), "{err}");
+    }
+}
+
+/// What `build` says for `url` in `mode`.
+async fn start_up_error(url: &str, mode: ConnectionMode) -> RedisBackendError {
+    RedisBackend::builder(url)
+        .connection(mode)
+        .build()
+        .await
+        .unwrap_err()
+}
+
+/// Nothing listens: the error names the server tried (never its
+/// password), and says its cause once.
+#[tokio::test]
+async fn an_unreachable_server_is_named_at_start_up() {
+    let mut server = RedisServer::start();
+    let port = server.port();
+    server.kill();
+    let url = format!("redis://:s3cret@127.0.0.1:{port}/0");
+    for mode in [ConnectionMode::Multiplexed, POOL] {
+        let err = start_up_error(&url, mode).await;
+        let (shown, debug) = (err.to_string(), format!("{err:?}"));
+        assert!(
+            matches!(&err, RedisBackendError::Unreachable { servers, .. }
+                if *servers == format!("redis://127.0.0.1:{port}/0")),
+            "{mode:?}: {debug}"
+        );
+        assert!(
+            shown.starts_with(&format!(
+                "cannot connect to redis at redis://127.0.0.1:{port}/0: "
+            )),
+            "{shown}"
+        );
+        assert_eq!(
+            debug, shown,
+            "the cause is told once, not again as a source"
+        );
+        assert!(!debug.contains("s3cret"), "{debug}");
     }
 }
 

@@ -137,7 +137,7 @@ impl RedisBackendBuilder {
             .endpoint
             .connect(self.endpoint.mode, self.lazy)
             .await
-            .map_err(RedisBackendError::at_start_up)?;
+            .map_err(|e| e.at_start_up(&self.endpoint.urls))?;
         if self.live_ttl.is_some_and(|t| t < Duration::from_millis(30)) {
             return Err(RedisBackendError::Unsupported(
                 "live_instances needs a TTL of at least 30 ms",
@@ -169,7 +169,7 @@ impl RedisBackendBuilder {
             backend
                 .load_scripts()
                 .await
-                .map_err(RedisBackendError::at_start_up)?;
+                .map_err(|e| e.at_start_up(&self.endpoint.urls))?;
         }
         Ok(backend)
     }

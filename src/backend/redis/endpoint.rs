@@ -27,7 +27,7 @@ use super::tls::Tls;
 pub enum ConnectionMode {
     /// One pipelined connection shared by all requests, reconnected in the
     /// background when it drops. The default: it measured faster than a pool
-    /// at concurrency 64 (BENCHMARKS.md).
+    /// at concurrency 64 ([BENCHMARKS.md](https://github.com/keyed-rate-limit/keyed-rate-limit/blob/main/BENCHMARKS.md)).
     #[default]
     Multiplexed,
     /// A bb8 pool of up to `max_size` connections, each pinged on checkout.

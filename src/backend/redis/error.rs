@@ -12,6 +12,14 @@ use crate::quota::QuotaError;
 pub enum RedisBackendError {
     /// Redis answered with an error, or could not be reached.
     Redis(RedisError),
+    /// No server answered at start-up (`build`): `servers` are the URLs
+    /// tried, without credentials.
+    Unreachable {
+        /// The URLs, as given but without user and password.
+        servers: String,
+        /// Why the connection failed.
+        error: RedisError,
+    },
     /// Redis refused the credentials in the URL (wrong password or user).
     Auth(RedisError),
     /// The ACL user may not run what the backend needs (`SCRIPT LOAD`,
@@ -45,6 +53,9 @@ impl fmt::Display for RedisBackendError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Redis(e) => write!(f, "redis: {e}"),
+            Self::Unreachable { servers, error } => {
+                write!(f, "cannot connect to redis at {servers}: {error}")
+            }
             Self::Auth(e) => write!(f, "redis refused the credentials in the URL: {e}"),
             Self::Permission(e) => write!(
                 f,
@@ -69,20 +80,10 @@ impl fmt::Display for RedisBackendError {
     }
 }
 
-impl std::error::Error for RedisBackendError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Self::Redis(e)
-            | Self::Auth(e)
-            | Self::Permission(e)
-            | Self::NotCluster(e)
-            | Self::TlsNameMismatch(e)
-            | Self::TlsUnknownIssuer(e) => Some(e),
-            Self::InvalidQuota(e) => Some(e),
-            _ => None,
-        }
-    }
-}
+/// Each variant's `Display` already ends with its cause's words, so no
+/// source is given: a report that prints the chain (this crate's `Debug`,
+/// anyhow) would say it twice. Match the variant to reach the cause.
+impl std::error::Error for RedisBackendError {}
 
 impl From<RedisError> for RedisBackendError {
     fn from(e: RedisError) -> Self {
@@ -100,8 +101,9 @@ impl From<bb8_redis::bb8::RunError<RedisError>> for RedisBackendError {
 }
 
 impl RedisBackendError {
-    /// Names a start-up failure's cause where Redis's answer tells it.
-    pub(crate) fn at_start_up(self) -> Self {
+    /// Names a start-up failure's cause where Redis's answer tells it, and
+    /// the servers when none could be reached.
+    pub(crate) fn at_start_up(self, urls: &[String]) -> Self {
         let Self::Redis(e) = self else { return self };
         let text = e.to_string();
         if e.kind() == redis::ErrorKind::AuthenticationFailed
@@ -118,9 +120,30 @@ impl RedisBackendError {
             Self::TlsNameMismatch(e)
         } else if text.contains("UnknownIssuer") || text.contains("unknown issuer") {
             Self::TlsUnknownIssuer(e)
+        } else if e.is_io_error() || e.is_timeout() || e.is_connection_refusal() {
+            Self::Unreachable {
+                servers: urls
+                    .iter()
+                    .map(|u| without_credentials(u))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                error: e,
+            }
         } else {
             Self::Redis(e)
         }
+    }
+}
+
+/// `redis://user:secret@host:6379/0` as `redis://host:6379/0`.
+fn without_credentials(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let host = rest.split('/').next().unwrap_or(rest);
+    match host.rfind('@') {
+        Some(at) => format!("{scheme}://{}", &rest[at + 1..]),
+        None => url.to_owned(),
     }
 }
 
@@ -131,3 +154,14 @@ impl crate::failure::CallError for RedisBackendError {
 }
 
 crate::report::debug_as_display!(RedisBackendError);
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn credentials_are_left_out_of_a_url() {
+        use super::without_credentials as w;
+        assert_eq!(w("redis://:pw@10.0.0.1:6379/0"), "redis://10.0.0.1:6379/0");
+        assert_eq!(w("rediss://app:p@ss@h:6380"), "rediss://h:6380");
+        assert_eq!(w("redis://h:6379"), "redis://h:6379");
+    }
+}

@@ -32,7 +32,7 @@ impl RedisBackend {
         let policy = match reply {
             Ok(pair) => pair.into_iter().nth(1)?,
             Err(e) => {
-                tracing::debug!(target: "keyed_rate_limit", error = %e, "cannot read redis maxmemory-policy");
+                tracing::debug!(target: crate::observe::TARGET, error = %e, "cannot read redis maxmemory-policy");
                 return None;
             }
         };

@@ -1,12 +1,15 @@
 //! Redis key layout: `prefix:{<len>:rule:key}:algo:<limit>/<window_us>/<burst>`
 //! for a rolling quota's state (`:cal` for calendar quotas, a hash whose
 //! count is per key whatever the quota, beside the limit it was counted
-//! under), `…}:lock` for a key's lock, `…}:denies` for its lockout's deny
-//! count, `…}:holders` for the gateways holding a rate lease on it, and
+//! under), `…}:lock` for a key's lock, and
 //! `prefix:{<len>:limit:key}:lease` for concurrency leases, where `<len>` is
-//! the name's length in bytes. After a reload moved a rolling state, the
-//! old state key holds a tombstone: `>` and the quota that ends the key it
-//! moved to (`quota_change.lua`).
+//! the name's length in bytes. Two more keys of a rule's key are built by
+//! the Lua scripts alone, from the hash tag, so no Rust function here
+//! names them: `…}:denies`, the denies counted toward a lockout (beside
+//! `:lock`), and `…}:holders`, the gateways holding a lease of its quota
+//! (a sorted set scored by lease end). After a reload moved a rolling
+//! state, the old state key holds a tombstone: `>` and the quota that ends
+//! the key it moved to (`quota_change.lua`).
 //!
 //! The length makes the layout injective: names may contain `:`, so without
 //! it rule `api` with key `v2:x` and rule `api:v2` with key `x` would share
