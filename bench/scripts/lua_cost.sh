@@ -22,11 +22,15 @@ for i in $(seq 1 "$n"); do keys+=("p:{k:__rand_int__}:s$i" "p:{k:__rand_int__}:l
 for alg in gcra token_bucket fixed_window sliding_window; do
   prelude=(); [ "$alg" = fixed_window ] && prelude=("$lua/window_end.lua")
   case $alg in
-    gcra|token_bucket) after=("$lua/whole_at.lua" "$lua/one_key.lua" "$lua/moved.lua");;
-    fixed_window) after=("$lua/one_key.lua" "$lua/moved.lua");;
-    *) after=("$lua/moved.lua");;
+    gcra|token_bucket) moves=("$lua/whole_at.lua" "$lua/one_key.lua");;
+    fixed_window) moves=("$lua/fixed_window_moves.lua" "$lua/one_key.lua");;
+    *) moves=("$lua/sliding_window_moves.lua");;
   esac
-  sha=$(cli SCRIPT LOAD "$(cat $lua/clock.lua $lua/quota_change.lua "${prelude[@]}" $lua/$alg.lua "${after[@]}"; echo 'local wide = false'; cat $lua/batch.lua)")
+  # As script.rs builds it: the moves inside `moves()`, made on first use.
+  sha=$(cli SCRIPT LOAD "$(cat $lua/clock.lua $lua/quota_change.lua "${prelude[@]}" $lua/$alg.lua
+    printf 'moves = function()\nif made then return made end\nmade = {}\nlocal m = made\n'
+    cat "${moves[@]}" $lua/moved.lua; printf 'return m\nend\n'
+    echo 'local wide = false'; cat $lua/batch.lua)")
   cli FLUSHALL >/dev/null; cli CONFIG RESETSTAT >/dev/null; a=$(cpu)
   # limit, window_us, burst: 1,000,000 per second, never reached; no
   # lockout; no quota change (stride 2, no previous quota, mode 1, at 0).

@@ -11,9 +11,11 @@ pub const GCRA: &str = concat!(
     include_str!("../../src/backend/redis/lua/clock.lua"),
     include_str!("../../src/backend/redis/lua/quota_change.lua"),
     include_str!("../../src/backend/redis/lua/gcra.lua"),
+    "moves = function()\nif made then return made end\nmade = {}\nlocal m = made\n",
     include_str!("../../src/backend/redis/lua/whole_at.lua"),
     include_str!("../../src/backend/redis/lua/one_key.lua"),
     include_str!("../../src/backend/redis/lua/moved.lua"),
+    "return m\nend\n",
     "local wide = false\n",
     include_str!("../../src/backend/redis/lua/batch.lua"),
 );

@@ -11,16 +11,21 @@ use crate::{Algorithm, Decision, Quota};
 
 /// An algorithm's `decide(key, lock, cost)` after `clock.lua` (Redis time,
 /// read once per call), `quota_change.lua` and the prelude the body needs;
-/// `after` holds the moves of a quota change (ADR 25) that the rolling
-/// algorithms share.
+/// then, for the rolling algorithms, `moves()`: their own moves of a quota
+/// change (ADR 25) and `moved.lua`, made only in a call that needs them.
 macro_rules! decide {
-    ($body:literal $(, prelude = $prelude:literal)? $(, after = [$($after:literal),*])?) => {
+    ($body:literal $(, prelude = $prelude:literal)? $(, moves = [$($moves:literal),*])?) => {
         concat!(
             include_str!("lua/clock.lua"),
             include_str!("lua/quota_change.lua"),
             $(include_str!($prelude),)?
             include_str!($body),
-            $($(include_str!($after),)*)?
+            $(
+                "moves = function()\nif made then return made end\nmade = {}\nlocal m = made\n",
+                $(include_str!($moves),)*
+                include_str!("lua/moved.lua"),
+                "return m\nend\n",
+            )?
         )
     };
 }
@@ -28,9 +33,9 @@ macro_rules! decide {
 /// A rate script: `decide`, then `batch.lua`, which decides each request
 /// of a batch in turn, the lock check before and the lockout count after.
 macro_rules! batched {
-    ($body:literal, wide = $wide:literal $(, prelude = $prelude:literal)? $(, after = [$($after:literal),*])?) => {
+    ($body:literal, wide = $wide:literal $(, prelude = $prelude:literal)? $(, moves = [$($moves:literal),*])?) => {
         concat!(
-            decide!($body $(, prelude = $prelude)? $(, after = [$($after),*])?),
+            decide!($body $(, prelude = $prelude)? $(, moves = [$($moves),*])?),
             "local wide = ",
             $wide,
             "\n",
@@ -41,9 +46,9 @@ macro_rules! batched {
 
 /// A lease script: `decide`, then `grant.lua`, which calls it.
 macro_rules! granting {
-    ($body:literal $(, prelude = $prelude:literal)? $(, after = [$($after:literal),*])?) => {
+    ($body:literal $(, prelude = $prelude:literal)? $(, moves = [$($moves:literal),*])?) => {
         concat!(
-            decide!($body $(, prelude = $prelude)? $(, after = [$($after),*])?),
+            decide!($body $(, prelude = $prelude)? $(, moves = [$($moves),*])?),
             include_str!("lua/grant.lua")
         )
     };
@@ -52,23 +57,23 @@ macro_rules! granting {
 const GCRA_LUA: &str = batched!(
     "lua/gcra.lua",
     wide = "false",
-    after = ["lua/whole_at.lua", "lua/one_key.lua", "lua/moved.lua"]
+    moves = ["lua/whole_at.lua", "lua/one_key.lua"]
 );
 const TOKEN_BUCKET_LUA: &str = batched!(
     "lua/token_bucket.lua",
     wide = "false",
-    after = ["lua/whole_at.lua", "lua/one_key.lua", "lua/moved.lua"]
+    moves = ["lua/whole_at.lua", "lua/one_key.lua"]
 );
 const FIXED_WINDOW_LUA: &str = batched!(
     "lua/fixed_window.lua",
     wide = "false",
     prelude = "lua/window_end.lua",
-    after = ["lua/one_key.lua", "lua/moved.lua"]
+    moves = ["lua/fixed_window_moves.lua", "lua/one_key.lua"]
 );
 const SLIDING_WINDOW_LUA: &str = batched!(
     "lua/sliding_window.lua",
     wide = "false",
-    after = ["lua/moved.lua"]
+    moves = ["lua/sliding_window_moves.lua"]
 );
 const LEASE_LUA: &str = include_str!("lua/lease.lua");
 /// The calendar sums, then the window that uses them: one script.
@@ -80,19 +85,21 @@ const CALENDAR_WINDOW_LUA: &str = batched!(
 const INSTANCES_LUA: &str = include_str!("lua/instances.lua");
 const GRANT_GCRA_LUA: &str = granting!(
     "lua/gcra.lua",
-    after = ["lua/whole_at.lua", "lua/one_key.lua", "lua/moved.lua"]
+    moves = ["lua/whole_at.lua", "lua/one_key.lua"]
 );
 const GRANT_TOKEN_BUCKET_LUA: &str = granting!(
     "lua/token_bucket.lua",
-    after = ["lua/whole_at.lua", "lua/one_key.lua", "lua/moved.lua"]
+    moves = ["lua/whole_at.lua", "lua/one_key.lua"]
 );
 const GRANT_FIXED_WINDOW_LUA: &str = granting!(
     "lua/fixed_window.lua",
     prelude = "lua/window_end.lua",
-    after = ["lua/one_key.lua", "lua/moved.lua"]
+    moves = ["lua/fixed_window_moves.lua", "lua/one_key.lua"]
 );
-const GRANT_SLIDING_WINDOW_LUA: &str =
-    granting!("lua/sliding_window.lua", after = ["lua/moved.lua"]);
+const GRANT_SLIDING_WINDOW_LUA: &str = granting!(
+    "lua/sliding_window.lua",
+    moves = ["lua/sliding_window_moves.lua"]
+);
 /// The control handle's operations, for every algorithm.
 const CONTROL_LUA: &str = concat!(
     include_str!("lua/calendar.lua"),
