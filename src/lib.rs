@@ -133,6 +133,9 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations)]
 
+#[macro_use]
+mod macros;
+
 pub mod algorithm;
 pub mod backend;
 pub mod bandwidth;

@@ -46,20 +46,7 @@ impl<S> BandwidthLimitService<S> {
         }
     }
 
-    /// The wrapped service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner.inner
-    }
-
-    /// The wrapped service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner.inner
-    }
-
-    /// Unwraps the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner.inner
-    }
+    inner_service_accessors!(inner.inner);
 }
 
 impl<S: Clone> Clone for BandwidthLimitService<S> {

@@ -28,20 +28,7 @@ impl<S> RateLimitService<S> {
         Self { inner, shared }
     }
 
-    /// The wrapped service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The wrapped service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwraps the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    inner_service_accessors!(inner);
 }
 
 impl<S: Clone> Clone for RateLimitService<S> {
