@@ -22,6 +22,7 @@ mod layer;
 mod lazy;
 mod lease;
 mod quota_change;
+mod recovery;
 #[cfg(feature = "redis-sentinel")]
 mod sentinel;
 mod soak;
