@@ -9,6 +9,8 @@ pub(crate) mod calendar;
 pub(crate) mod deny_cache;
 pub(crate) mod keyspace;
 #[cfg(feature = "redis")]
+pub(crate) mod learned;
+#[cfg(feature = "redis")]
 pub(crate) mod leases;
 pub(crate) mod local;
 pub(crate) mod lock;

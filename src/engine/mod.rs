@@ -4,7 +4,9 @@
 //! spent and how it is settled or refunded in `spend`, the queues of
 //! `OnDeny::Wait` in `wait`, and the control handle's operations in
 //! `control`. Global rules add their Redis part: exact, coalesced
-//! (`coalesce`) and leased decisions in `global`.
+//! (`coalesce`) and leased decisions in `global`, and their decisions
+//! without Redis (the failure mode, the fallback that starts each key from
+//! Redis's last answer) in `fallback`.
 
 mod any_of;
 mod chain;
@@ -12,6 +14,8 @@ mod chain;
 mod coalesce;
 mod control;
 mod decide;
+#[cfg(feature = "redis")]
+mod fallback;
 #[cfg(feature = "redis")]
 mod global;
 #[cfg(feature = "redis")]

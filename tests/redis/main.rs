@@ -16,6 +16,7 @@ mod concurrency;
 mod describe;
 #[cfg(feature = "metrics")]
 mod exempt;
+mod fallback;
 mod invariants;
 #[cfg(feature = "metrics")]
 mod layer;
