@@ -64,12 +64,16 @@ impl Global {
 
     /// Starts `key`'s fallback `share` from what Redis last answered for
     /// it, once per answer: its usage then, less what the share has given
-    /// back since. A key Redis never answered for keeps its share.
+    /// back since, unless the share already counts more (what the fallback
+    /// admitted after that answer is not in it). A key Redis never
+    /// answered for keeps its share.
     fn recall(&self, key: &Key, share: Quota) {
         self.learned.take(key, share, |used| {
-            self.fallback.reset(key);
-            if used > 0 {
-                self.fallback.adjust(key, share, i64::from(used));
+            let held = share
+                .burst()
+                .saturating_sub(self.fallback.adjust(key, share, 0).remaining());
+            if used > held {
+                self.fallback.adjust(key, share, i64::from(used - held));
             }
         });
     }
