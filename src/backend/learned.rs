@@ -6,11 +6,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dashmap::DashMap;
-
+use super::bounded::BoundedMap;
 use super::keyspace::Budget;
 use crate::instant::after;
-use crate::throttle::Throttle;
 use crate::{Algorithm, Key, Quota};
 
 /// One key's usage as Redis last answered, independent of any share.
@@ -54,17 +52,13 @@ impl Entry {
 /// local share).
 #[derive(Debug)]
 pub(crate) struct Learned {
-    map: DashMap<Key, Entry>,
-    budget: Arc<Budget>,
-    sweeps: Throttle,
+    map: BoundedMap<Entry>,
 }
 
 impl Learned {
     pub(crate) fn new(budget: Arc<Budget>) -> Self {
         Self {
-            map: DashMap::new(),
-            budget,
-            sweeps: Throttle::default(),
+            map: BoundedMap::new(budget),
         }
     }
 
@@ -93,14 +87,7 @@ impl Learned {
             at: now,
             whole_at: after(now, reset),
         };
-        if let Some(mut e) = self.map.get_mut(key) {
-            *e = entry;
-            return;
-        }
-        if self.room(now) && self.map.insert(key.clone(), entry).is_some() {
-            // Another request recorded it meanwhile.
-            self.budget.give_back(1);
-        }
+        self.map.put(key, entry, |e| e.whole_at > now);
     }
 
     /// Takes what was learned of `key` and hands `seed` the units of
@@ -108,20 +95,15 @@ impl Learned {
     /// same key arriving meanwhile waits, then finds the fallback seeded.
     pub(crate) fn take(&self, key: &Key, share: Quota, seed: impl FnOnce(u32)) {
         let now = Instant::now();
-        let taken = self.map.remove_if(key, |_, e| {
+        self.map.remove_if(key, |e| {
             seed(e.units(share, now));
             true
         });
-        if taken.is_some() {
-            self.budget.give_back(1);
-        }
     }
 
     /// Redis's state of `key` changed without an answer here (a reset).
     pub(crate) fn forget(&self, key: &Key) {
-        if self.map.remove(key).is_some() {
-            self.budget.give_back(1);
-        }
+        self.map.remove(key);
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -130,16 +112,8 @@ impl Learned {
 
     /// Forgets keys whole again: the fallback starts them whole anyway.
     pub(crate) fn cleanup(&self) {
-        self.forget_whole(Instant::now());
-    }
-
-    fn room(&self, now: Instant) -> bool {
-        self.budget
-            .take_or_sweep(&self.sweeps, || self.forget_whole(now))
-    }
-
-    fn forget_whole(&self, now: Instant) -> usize {
-        self.budget.retain(&self.map, |e| e.whole_at > now)
+        let now = Instant::now();
+        self.map.retain(|e| e.whole_at > now);
     }
 }
 

@@ -4,6 +4,8 @@
 //! - `redis` keeps them in a shared Redis, decided by Lua scripts (global
 //!   scope; feature `redis`).
 
+#[cfg(feature = "redis")]
+pub(crate) mod bounded;
 pub(crate) mod calendar;
 #[cfg(feature = "redis")]
 pub(crate) mod deny_cache;

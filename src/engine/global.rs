@@ -326,10 +326,10 @@ impl Global {
                     // The next request would be denied until `next`: cache that now.
                     Some(wait) if d.is_allowed() => {
                         let deny = Decision::denied(d.limit(), d.window(), wait, d.reset());
-                        self.denies.put(key.clone(), quota, NonZeroU32::MIN, &deny);
+                        self.denies.put(key, quota, NonZeroU32::MIN, &deny);
                     }
                     _ if d.is_allowed() => self.denies.forget(key),
-                    _ => self.denies.put(key.clone(), quota, cost, &d),
+                    _ => self.denies.put(key, quota, cost, &d),
                 }
                 (d, Source::Global)
             }
