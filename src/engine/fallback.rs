@@ -83,7 +83,21 @@ impl Global {
     /// nothing of the key.
     pub(super) fn learn(&self, rule: &Rule, key: &Key, quota: &Quota, d: &Decision) {
         if d.is_allowed() || d.retry_after().is_some() {
-            let (remaining, reset) = (d.remaining(), d.reset());
+            self.remember(rule, key, quota, d.remaining(), d.reset());
+        }
+    }
+
+    /// Records `remaining` units of `key`, whole again after `reset`, when
+    /// the rule falls back locally (no other mode reads it).
+    pub(super) fn remember(
+        &self,
+        rule: &Rule,
+        key: &Key,
+        quota: &Quota,
+        remaining: u32,
+        reset: Duration,
+    ) {
+        if rule.failure.mode == FailureMode::LocalFallback {
             self.learned
                 .put(key, rule.algorithm, quota, remaining, reset);
         }

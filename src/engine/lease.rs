@@ -66,8 +66,7 @@ impl Global {
             );
             let granted = self.guard.call(self.redis.liveness(), call).await;
             if let Ok(g) = &granted {
-                self.learned
-                    .put(key, algorithm, &counted, g.remaining, g.reset);
+                self.remember(rule, key, &counted, g.remaining, g.reset);
             }
             granted
         };
