@@ -78,11 +78,13 @@ macro_rules! settings_setters {
         /// [`Rule::split_across_instances`](crate::Rule::split_across_instances),
         /// and the local fallback a global limit takes while Redis is down
         /// ([`FailureMode::LocalFallback`](crate::FailureMode::LocalFallback)),
-        /// until a backend with a live count (`RedisBackendBuilder::live_instances`,
-        /// feature `redis`) has read one.
+        /// until the backend's live gateway count (on by default,
+        /// `RedisBackendBuilder::live_instances`, feature `redis`) has read
+        /// one, and never by less afterwards.
         /// A global limit with that fallback logs a warning at build time
-        /// when this was never set: every gateway would fall back to the
-        /// whole quota. 0 is a build error.
+        /// when this was never set and its backend keeps no live count:
+        /// every gateway would fall back to the whole quota. 0 is a build
+        /// error.
         ///
         /// ```
         /// # use keyed_rate_limit::{ConcurrencyLimitLayer, KeyExtractor, Quota, RateLimitLayer, Rule};

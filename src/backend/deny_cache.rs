@@ -5,11 +5,9 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dashmap::DashMap;
-
+use super::bounded::BoundedMap;
 use super::keyspace::Budget;
 use crate::instant::after;
-use crate::throttle::Throttle;
 use crate::{Decision, Key, Quota};
 
 #[derive(Debug, Clone, Copy)]
@@ -36,17 +34,13 @@ struct Entry {
 /// if none has, the new deny is not cached (Redis answers it instead).
 #[derive(Debug)]
 pub(crate) struct DenyCache {
-    map: DashMap<Key, Entry>,
-    budget: Arc<Budget>,
-    sweeps: Throttle,
+    map: BoundedMap<Entry>,
 }
 
 impl DenyCache {
     pub(crate) fn new(budget: Arc<Budget>) -> Self {
         Self {
-            map: DashMap::new(),
-            budget,
-            sweeps: Throttle::default(),
+            map: BoundedMap::new(budget),
         }
     }
 
@@ -90,19 +84,17 @@ impl DenyCache {
             return None;
         }
         drop(e);
-        if self.map.remove_if(key, |_, v| v.until <= now).is_some() {
-            self.budget.give_back(1);
-        }
+        self.map.remove_if(key, |v| v.until <= now);
         None
     }
 
     /// Records a deny from Redis, or an allow that left nothing until
     /// `d.retry_after()`; a fresh entry ends any refresh.
-    pub(crate) fn put(&self, key: Key, quota: Quota, cost: NonZeroU32, d: &Decision) {
+    pub(crate) fn put(&self, key: &Key, quota: Quota, cost: NonZeroU32, d: &Decision) {
         self.put_at(Instant::now(), key, quota, cost, d);
     }
 
-    fn put_at(&self, now: Instant, key: Key, quota: Quota, cost: NonZeroU32, d: &Decision) {
+    fn put_at(&self, now: Instant, key: &Key, quota: Quota, cost: NonZeroU32, d: &Decision) {
         let Some(wait) = d.retry_after().filter(|w| !w.is_zero()) else {
             return;
         };
@@ -114,32 +106,18 @@ impl DenyCache {
             reset_at: after(now, d.reset()),
             refreshing: false,
         };
-        if let Some(mut e) = self.map.get_mut(&key) {
-            *e = entry;
-            return;
-        }
-        if self.room(now) && self.map.insert(key, entry).is_some() {
-            // Another request cached it meanwhile.
-            self.budget.give_back(1);
-        }
-    }
-
-    /// A place for a new entry: free, or freed by forgetting expired ones.
-    fn room(&self, now: Instant) -> bool {
-        self.budget
-            .take_or_sweep(&self.sweeps, || self.forget_expired(now))
+        // A new entry's place may be freed by forgetting expired ones.
+        self.map.put(key, entry, |e| e.until > now);
     }
 
     fn forget_expired(&self, now: Instant) -> usize {
-        self.budget.retain(&self.map, |e| e.until > now)
+        self.map.retain(|e| e.until > now)
     }
 
     /// Redis admitted with room to spare, or could not answer: the key's
     /// requests go to Redis again.
     pub(crate) fn forget(&self, key: &Key) {
-        if self.map.remove(key).is_some() {
-            self.budget.give_back(1);
-        }
+        self.map.remove(key);
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -176,13 +154,7 @@ mod tests {
         let q = Quota::per_minute(10);
         let key = Key::from("k");
         assert!(c.get_at(t, &key, q, TWO, false).is_none());
-        c.put_at(
-            t,
-            key.clone(),
-            q,
-            TWO,
-            &deny(10, q, 80, Duration::from_secs(6)),
-        );
+        c.put_at(t, &key, q, TWO, &deny(10, q, 80, Duration::from_secs(6)));
         let hit = c
             .get_at(t + Duration::from_millis(30), &key, q, TWO, false)
             .unwrap();
@@ -215,7 +187,7 @@ mod tests {
         let key = Key::from("k");
         c.put_at(
             t,
-            key.clone(),
+            &key,
             q,
             NonZeroU32::MIN,
             &deny(60, q, 20, Duration::from_secs(60)),
@@ -238,7 +210,7 @@ mod tests {
         // Redis admitted with room: everyone asks again.
         c.put_at(
             t,
-            key.clone(),
+            &key,
             q,
             NonZeroU32::MIN,
             &deny(60, q, 20, Duration::from_secs(60)),
@@ -256,14 +228,14 @@ mod tests {
         let q = Quota::per_minute(10);
         c.put_at(
             t,
-            Key::from("short"),
+            &Key::from("short"),
             q,
             TWO,
             &deny(10, q, 10, Duration::from_secs(6)),
         );
         c.put_at(
             t,
-            Key::from("long"),
+            &Key::from("long"),
             q,
             TWO,
             &deny(10, q, 500, Duration::from_secs(6)),
@@ -287,7 +259,7 @@ mod tests {
         let c = DenyCache::new(Budget::new(1000, KeySpaceFull::Refuse));
         let q = Quota::per_minute(1);
         c.put(
-            Key::from("k"),
+            &Key::from("k"),
             q,
             NonZeroU32::MIN,
             &Decision::never(1, q.window()),

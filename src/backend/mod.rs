@@ -4,12 +4,16 @@
 //! - `redis` keeps them in a shared Redis, decided by Lua scripts (global
 //!   scope; feature `redis`).
 
+#[cfg(feature = "redis")]
+pub(crate) mod bounded;
 pub(crate) mod calendar;
 mod carry;
 #[cfg(feature = "redis")]
 pub(crate) mod deny_cache;
 pub(crate) mod inherit;
 pub(crate) mod keyspace;
+#[cfg(feature = "redis")]
+pub(crate) mod learned;
 #[cfg(feature = "redis")]
 pub(crate) mod leases;
 pub(crate) mod local;

@@ -10,6 +10,7 @@ use super::coalesce::{Batch, Join, Leader, Queues};
 use super::control::{ControlError, ControlOp};
 use crate::backend::deny_cache::DenyCache;
 use crate::backend::keyspace::{Budget, KeySpaceFull};
+use crate::backend::learned::Learned;
 use crate::backend::leases::{Leases, Take, Unspent, Woken};
 use crate::backend::local::LocalStore;
 use crate::backend::lock::Locks;
@@ -33,6 +34,9 @@ pub(super) struct Global {
     pub(super) denies: DenyCache,
     /// What `LocalFallback` counts in: this instance's share of each quota.
     pub(super) fallback: LocalStore,
+    /// What Redis last answered for each key, which the fallback starts
+    /// the key from.
+    pub(super) learned: Learned,
     /// This rule's leases on this gateway, when it leases.
     pub(super) leases: Option<Arc<Leases>>,
     /// This rule instance's name among a key's lease holders.
@@ -139,6 +143,7 @@ impl Global {
             guard: Guard::new(rule.name.clone(), rule.failure, instances, live),
             denies: DenyCache::new(Budget::new(rule.max_keys, KeySpaceFull::Refuse)),
             fallback: LocalStore::new(None, Budget::new(rule.max_keys, rule.on_key_space_full)),
+            learned: Learned::new(Budget::new(rule.max_keys, KeySpaceFull::Refuse)),
             leases: rule
                 .global
                 .lease
@@ -234,13 +239,16 @@ impl Global {
         self.guard.breaker_status()
     }
 
-    /// Keys held here: fallback shares, cached denies and leases.
+    /// Keys held here: fallback shares, Redis's last answers, cached
+    /// denies and leases.
     pub(super) fn len(&self) -> usize {
-        self.fallback.len() + self.denies.len() + self.leases.as_ref().map_or(0, |l| l.len())
+        let leases = self.leases.as_ref().map_or(0, |l| l.len());
+        self.fallback.len() + self.learned.len() + self.denies.len() + leases
     }
 
     pub(super) fn cleanup(self: &Arc<Self>, rule: &Rule) {
         self.fallback.cleanup();
+        self.learned.cleanup();
         self.denies.cleanup();
         if let Some(leases) = &self.leases {
             for unspent in leases.sweep() {
@@ -248,54 +256,6 @@ impl Global {
             }
         }
     }
-    /// Decides without Redis, through the guard, which says so loudly. A
-    /// lock learned from Redis holds to its end whatever the failure mode.
-    pub(super) fn fail(
-        &self,
-        locks: &Locks,
-        key: &Key,
-        quota: Quota,
-        cost: NonZeroU32,
-        cause: Cause,
-    ) -> (Decision, Source) {
-        if let Some(left) = locks.held(key) {
-            self.guard.failed(&cause);
-            let d = Decision::denied(quota.limit(), quota.window(), left, left);
-            return (d, Source::Locked);
-        }
-        let guard = &self.guard;
-        guard.fail_with(key, cause, |mode| {
-            let decision = match mode {
-                FailureMode::FailOpen => {
-                    Decision::allowed(quota.limit(), quota.window(), quota.burst(), Duration::ZERO)
-                }
-                FailureMode::FailClosed => Decision::denied(
-                    quota.limit(),
-                    quota.window(),
-                    guard.closed_retry(),
-                    quota.window(),
-                ),
-                // A cost the share can't hold waits for Redis, not a local bucket.
-                FailureMode::LocalFallback => {
-                    let share = guard.share(quota);
-                    if cost.get() > share.burst() {
-                        Decision::denied(
-                            share.limit(),
-                            share.window(),
-                            guard.closed_retry(),
-                            share.window(),
-                        )
-                    } else {
-                        // A diverted key is counted (or refused) in the share, unreported.
-                        self.fallback.check(key, share, cost).0
-                    }
-                }
-            };
-            let allowed = decision.is_allowed();
-            (decision, allowed)
-        })
-    }
-
     /// What `decide_now` left to Redis, under the rule's timeout; failures
     /// go to the failure mode.
     pub(super) async fn ask(
@@ -381,10 +341,10 @@ impl Global {
                     // The next request would be denied until `next`: cache that now.
                     Some(wait) if d.is_allowed() => {
                         let deny = Decision::denied(d.limit(), d.window(), wait, d.reset());
-                        self.denies.put(key.clone(), quota, NonZeroU32::MIN, &deny);
+                        self.denies.put(key, quota, NonZeroU32::MIN, &deny);
                     }
                     _ if d.is_allowed() => self.denies.forget(key),
-                    _ => self.denies.put(key.clone(), quota, cost, &d),
+                    _ => self.denies.put(key, quota, cost, &d),
                 }
                 (d, Source::Global)
             }
@@ -398,7 +358,23 @@ impl Global {
     /// One exact decision from Redis, committed with the group's other
     /// requests when the rule coalesces: the first asks alone, those that
     /// arrive meanwhile, any key, are decided together when it returns.
+    /// The fallback remembers the answer.
     pub(super) async fn call_exact(
+        self: &Arc<Self>,
+        rule: &Rule,
+        key: &Key,
+        quota: Quota,
+        cost: NonZeroU32,
+    ) -> Answer {
+        let decided = self.decide_in_redis(rule, key, quota, cost).await;
+        if let Ok(d) = &decided {
+            self.learn(rule, key, &quota, &d.decision);
+        }
+        decided
+    }
+
+    /// [`call_exact`](Self::call_exact)'s call, alone or coalesced.
+    async fn decide_in_redis(
         self: &Arc<Self>,
         rule: &Rule,
         key: &Key,
@@ -531,16 +507,20 @@ impl Global {
             .control(&rule.name, key, rule.algorithm, &quota, script_op);
         let patience = rule.failure.timeout.saturating_mul(PATIENCE);
         match tokio::time::timeout(patience, call).await {
-            Ok(Ok(d)) => Ok(matches!(op, ControlOp::Adjust(_)).then_some(d)),
+            Ok(Ok(d)) => Ok(match op {
+                ControlOp::Adjust(_) => {
+                    self.learn(rule, key, &quota, &d);
+                    Some(d)
+                }
+                ControlOp::Reset => {
+                    self.learned.forget(key);
+                    None
+                }
+                ControlOp::Block(_) | ControlOp::Unblock => None,
+            }),
             Ok(Err(e)) => Err(ControlError::Redis(e)),
             Err(_) => Err(ControlError::Timeout(patience)),
         }
-    }
-
-    /// Units a request spent while the failure mode decided: in this
-    /// instance's share.
-    pub(super) fn adjust_fallback(&self, key: &Key, quota: Quota, units: i64) {
-        self.fallback.adjust(key, self.guard.share(quota), units);
     }
 
     /// What a request of one unit would be told now, read from Redis
@@ -581,7 +561,7 @@ impl Global {
                     .redis
                     .control(&rule.name, key, rule.algorithm, &counted, op);
                 match self.guard.call(self.redis.liveness(), call).await {
-                    Ok(_) => return,
+                    Ok(d) => return self.learn(rule, key, &counted, &d),
                     Err(cause) => cause,
                 }
             }

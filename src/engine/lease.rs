@@ -64,7 +64,11 @@ impl Global {
             let call = self.redis.grant(
                 name, key, algorithm, &counted, sizes, holder, ttl, back, previous,
             );
-            self.guard.call(self.redis.liveness(), call).await
+            let granted = self.guard.call(self.redis.liveness(), call).await;
+            if let Ok(g) = &granted {
+                self.remember(rule, key, &counted, g.remaining, g.reset);
+            }
+            granted
         };
         match asked_for {
             Ok(g) if g.granted > 0 => {

@@ -9,9 +9,10 @@
 //! handle's operations in `control`, and a chain's counters saved and
 //! loaded in `snapshot`. The bandwidth layer spends one rule by the byte
 //! through `meter`. Global rules add their Redis part: exact decisions in
-//! `global`, coalesced ones in `coalesce`, leased ones in `lease`, and the
-//! conversion after a quota change in `quota_change`. `tests` holds the
-//! unit tests.
+//! `global`, coalesced ones in `coalesce`, leased ones in `lease`, their
+//! decisions without Redis (the failure mode, the fallback that starts
+//! each key from Redis's last answer) in `fallback`, and the conversion
+//! after a quota change in `quota_change`. `tests` holds the unit tests.
 
 mod any_of;
 mod chain;
@@ -19,6 +20,8 @@ mod chain;
 mod coalesce;
 mod control;
 mod decide;
+#[cfg(feature = "redis")]
+mod fallback;
 #[cfg(feature = "redis")]
 mod global;
 #[cfg(feature = "redis")]

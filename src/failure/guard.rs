@@ -198,13 +198,14 @@ impl Guard {
         }
     }
 
-    /// The gateways a quota is shared by: the live count once read, else
-    /// the configured number.
+    /// The gateways a quota is shared by: the live count once read, never
+    /// below the configured number (a floor, so that gateways of one
+    /// process, which count once, keep the share they were given).
     fn instances(&self) -> u32 {
         self.live
             .as_ref()
             .and_then(|l| l.get())
-            .unwrap_or(self.instances)
+            .map_or(self.instances, |n| n.max(self.instances))
     }
 
     /// This instance's share of `quota`.

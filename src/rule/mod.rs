@@ -422,7 +422,8 @@ impl Rule {
     /// The most keys this rule holds in this process (default
     /// [`DEFAULT_MAX_KEYS`], one million) in each of its stores: its local
     /// counters, and for a global rule its cached denies and, apart, its
-    /// fallback shares. Memory then
+    /// fallback shares and Redis's last answer per key (which the fallback
+    /// starts from). Memory then
     /// stays under `max_keys` times the bytes a key costs (~100, see
     /// [BENCHMARKS.md](https://github.com/keyed-rate-limit/keyed-rate-limit/blob/main/BENCHMARKS.md)), whatever a flood of distinct keys does.
     ///

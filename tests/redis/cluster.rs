@@ -257,8 +257,7 @@ async fn a_master_failover_keeps_the_limits() {
     }
     // The keys one master holds, replicated before it dies.
     let master = cluster.a_master();
-    let on_master0: Vec<u64> = cluster.nodes[master]
-        .keys("*")
+    let on_master0: Vec<u64> = crate::support::state_keys(&cluster.nodes[master], "*")
         .iter()
         .map(|k| {
             let t = tag(k);

@@ -16,12 +16,14 @@ mod concurrency;
 mod describe;
 #[cfg(feature = "metrics")]
 mod exempt;
+mod fallback;
 mod invariants;
 #[cfg(feature = "metrics")]
 mod layer;
 mod lazy;
 mod lease;
 mod quota_change;
+mod recovery;
 mod rolling_reload;
 #[cfg(feature = "redis-sentinel")]
 mod sentinel;

@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::support::Backend as _;
 use crate::support::events::{capture, with_message};
 use crate::support::{client, ok_app, serve};
+use keyed_rate_limit::backend::redis::RedisBackend;
 use keyed_rate_limit::concurrency::ConcurrencyLimitLayer;
 use keyed_rate_limit::failure::FailureMode;
 use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
@@ -17,16 +18,23 @@ const EVICTS: &str = "may evict this rule's keys";
 #[tokio::test]
 async fn build_warns_by_rule_name_about_settings_that_let_a_fleet_over_admit() {
     let evicting = RedisServer::start_with(&["--maxmemory-policy", "allkeys-lru"]);
-    let safe = RedisServer::start();
+    let server = RedisServer::start();
     let evicting = evicting.backend("w").await;
-    let safe = safe.backend("w").await;
+    let safe = server.backend("w").await;
+    // Without the live count (on by default), nothing divides the fallback.
+    let uncounted = RedisBackend::builder(server.url())
+        .prefix("w")
+        .without_live_instances()
+        .build()
+        .await
+        .unwrap();
     let (events, _guard) = capture();
 
     let rule = |name: &str, redis| {
         Rule::new(name, KeyExtractor::global(), Quota::per_minute(10)).global(redis)
     };
     let _ = RateLimitLayer::builder()
-        .rule(rule("unsplit", safe.clone()))
+        .rule(rule("unsplit", uncounted.clone()))
         .build()
         .unwrap();
     let _ = RateLimitLayer::builder()
@@ -35,10 +43,15 @@ async fn build_warns_by_rule_name_about_settings_that_let_a_fleet_over_admit() {
         .build()
         .unwrap();
     let _ = ConcurrencyLimitLayer::builder("exports", KeyExtractor::global(), 2)
-        .global(safe.clone())
+        .global(uncounted.clone())
         .build()
         .unwrap();
-    // Quiet: an instance count, a fail mode that doesn't divide, noeviction.
+    // Quiet: a live count, an instance count, a fail mode that doesn't
+    // divide, noeviction.
+    let _ = RateLimitLayer::builder()
+        .rule(rule("counted", safe.clone()))
+        .build()
+        .unwrap();
     let _ = RateLimitLayer::builder()
         .rule(rule("split", safe.clone()))
         .instances(1)

@@ -88,6 +88,15 @@ pub fn calendar_window_now(q: &keyed_rate_limit::Quota) -> (u64, u64) {
     (left, end.duration_since(start).unwrap().as_secs())
 }
 
+/// The keys matching `pattern` on `server` but the live instance count's
+/// set, which every backend keeps by default: the rules' state.
+#[cfg(feature = "redis")]
+pub fn state_keys(server: &keyed_rate_limit_testing::RedisServer, pattern: &str) -> Vec<Vec<u8>> {
+    let mut keys = server.keys(pattern);
+    keys.retain(|k| !k.ends_with(b"}:live"));
+    keys
+}
+
 /// A backend on a private server under its own key prefix.
 #[cfg(feature = "redis")]
 pub trait Backend {

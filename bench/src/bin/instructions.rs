@@ -22,7 +22,10 @@
 //! (a comma-separated subset, printed without ratios). With `--features
 //! redis`, `INSTR_VARIANTS` may also name `layer-leased`: `layer-local`'s
 //! rule made global on a private `redis-server` with 100 ms leases
-//! (`Rule::lease`), its grants counted with the rest.
+//! (`Rule::lease`), its grants counted with the rest; and `layer-global`,
+//! the same rule global without leases, every request decided by Redis
+//! (the connection's own task, which writes and reads the socket, is not
+//! counted: the request's side of a Redis decision is).
 //! `INSTR_CALLGRIND_OUT=<dir>` keeps each run's profile there
 //! (`callgrind.<variant>.<N>`) for `callgrind_annotate`.
 //! Needs `valgrind` (`apt-get install -y valgrind`).
@@ -79,12 +82,16 @@ fn router(variant: &str) -> Router {
 
 static SERVED: AtomicU64 = AtomicU64::new(0);
 
+/// The variants that need the private Redis.
+const REDIS_VARIANTS: [&str; 2] = ["layer-leased", "layer-global"];
+
 /// The private Redis the leased variant's child connects to.
 static REDIS_URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
-/// `layer-local`'s rule, global with leases, on `INSTR_REDIS_URL`.
+/// `layer-local`'s rule, global (with leases when `leased`), on
+/// `INSTR_REDIS_URL`.
 #[cfg(feature = "redis")]
-async fn leased() -> Router {
+async fn global(leased: bool) -> Router {
     use keyed_rate_limit::backend::redis::RedisBackend;
     use keyed_rate_limit::rule::LeasePolicy;
     use std::time::Duration;
@@ -96,8 +103,12 @@ async fn leased() -> Router {
         .unwrap();
     let rule = support::local_rule("leased")
         .global(redis)
-        .redis_timeout(Duration::from_secs(1))
-        .lease(LeasePolicy::new(Duration::from_millis(100)));
+        .redis_timeout(Duration::from_secs(1));
+    let rule = if leased {
+        rule.lease(LeasePolicy::new(Duration::from_millis(100)))
+    } else {
+        rule
+    };
     let layer = keyed_rate_limit::RateLimitLayer::builder()
         .rule(rule)
         .build()
@@ -120,7 +131,9 @@ fn serve(variant: &str, n: u64) {
         };
         let base = match routed {
             #[cfg(feature = "redis")]
-            "layer-leased" => leased().await,
+            "layer-leased" => global(true).await,
+            #[cfg(feature = "redis")]
+            "layer-global" => global(false).await,
             other => router(other),
         };
         let app = base.layer(axum::middleware::from_fn(
@@ -193,7 +206,7 @@ async fn count(variant: &str, n: u64, conns: u64) -> u64 {
         .envs(
             REDIS_URL
                 .get()
-                .filter(|_| variant == "layer-leased")
+                .filter(|_| REDIS_VARIANTS.contains(&variant))
                 .map(|u| ("INSTR_REDIS_URL", u.clone())),
         )
         .stdout(Stdio::piped())
@@ -233,7 +246,7 @@ fn main() {
     // change what they are measured beside.
     #[cfg(feature = "redis")]
     let _redis = std::env::var("INSTR_VARIANTS")
-        .is_ok_and(|v| v.split(',').any(|v| v == "layer-leased"))
+        .is_ok_and(|v| v.split(',').any(|v| REDIS_VARIANTS.contains(&v)))
         .then(|| {
             let server = redis_server::RedisServer::start();
             let _ = REDIS_URL.set(server.url());

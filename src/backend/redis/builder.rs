@@ -14,6 +14,12 @@ use super::tls::Tls;
 use super::{instances, keys, pinger};
 use crate::failure::Liveness;
 
+/// The live instance count's TTL unless
+/// [`live_instances`](RedisBackendBuilder::live_instances) sets another: a
+/// gateway announces itself every second, and one that died leaves the
+/// count within 3 s.
+pub const DEFAULT_LIVE_TTL: Duration = Duration::from_secs(3);
+
 /// Configures and connects a [`RedisBackend`]; see [`RedisBackend::builder`].
 /// Its `Debug` output shows URLs without their passwords.
 ///
@@ -84,20 +90,24 @@ impl RedisBackendBuilder {
         self
     }
 
-    /// Keeps a live count of the gateways sharing this Redis (and prefix):
-    /// the backend announces itself every `ttl / 3` in a sorted set scored
-    /// by expiry on Redis time, and counts those whose announcement is
-    /// younger than `ttl`. A rule's `LocalFallback` then divides its quota
-    /// by the last count read, which follows gateways joining and leaving
-    /// (within `ttl`; a backend dropped while its runtime still runs leaves
-    /// at once), instead of by
+    /// Sets the TTL of the live count of the gateways sharing this Redis
+    /// (and prefix), which is on by default with a TTL of
+    /// [`DEFAULT_LIVE_TTL`] (3 s): the backend announces itself every
+    /// `ttl / 3` in a sorted set scored by expiry on Redis time, and counts
+    /// those whose announcement is younger than `ttl`. A rule's
+    /// `LocalFallback` then divides its quota by the last count read, which
+    /// follows gateways joining and leaving (within `ttl`; a backend
+    /// dropped while its runtime still runs leaves at once), and never by
+    /// less than
     /// [`RateLimitBuilder::instances`](crate::RateLimitBuilder::instances),
-    /// which stays the divisor until a count is read. A count that falls
+    /// which is also the divisor until a count is read. A count that falls
     /// takes effect a TTL later (a rise at once), so a Redis restarted
     /// empty or a flapping gateway never widens every share at once. While
     /// Redis is down the last count holds. `ttl` must be at least 30 ms; a few seconds
     /// suits most fleets. A gateway is its process (backends of one process
     /// count once), or what [`instance_id`](Self::instance_id) names.
+    /// [`without_live_instances`](Self::without_live_instances) turns the
+    /// count off.
     ///
     /// ```
     /// # use std::time::Duration;
@@ -107,6 +117,22 @@ impl RedisBackendBuilder {
     /// ```
     pub fn live_instances(mut self, ttl: Duration) -> Self {
         self.live_ttl = Some(ttl);
+        self
+    }
+
+    /// Keeps no live count (see [`live_instances`](Self::live_instances)):
+    /// no announcements, no key in Redis for them, and `LocalFallback`
+    /// divides by [`RateLimitBuilder::instances`](crate::RateLimitBuilder::instances)
+    /// alone, which a rule then warns about at build time when it was never
+    /// set. For a Redis whose ACL forbids the count's sorted set, or a
+    /// gateway that knows its fleet's size.
+    ///
+    /// ```
+    /// # use keyed_rate_limit::backend::redis::RedisBackend;
+    /// let builder = RedisBackend::builder("redis://redis.internal:6379").without_live_instances();
+    /// ```
+    pub fn without_live_instances(mut self) -> Self {
+        self.live_ttl = None;
         self
     }
 
@@ -196,7 +222,7 @@ impl RedisBackend {
             },
             prefix: "krl".to_owned(),
             lazy: false,
-            live_ttl: None,
+            live_ttl: Some(DEFAULT_LIVE_TTL),
             instance_id: None,
         }
     }

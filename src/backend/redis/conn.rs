@@ -47,7 +47,7 @@ impl Conn {
         liveness: Option<&Liveness>,
         invocation: &redis::ScriptInvocation<'_>,
     ) -> Result<T, RedisBackendError> {
-        let mut rounds = 0;
+        let (mut rounds, mut retried) = (0, false);
         loop {
             let reply = match self {
                 Conn::Multiplexed(conn) => invocation.invoke_async(&mut conn.clone()).await,
@@ -77,6 +77,15 @@ impl Conn {
                         && rounds < NOSCRIPT_ROUNDS =>
                 {
                     rounds += 1;
+                }
+                // A connection found dead (Redis restarted while this one
+                // was idle, or a reconnect failed while it was down): once
+                // more, on the fresh one the client makes meanwhile, so the
+                // first call after an outage is Redis's. The rule's timeout
+                // bounds both; a call lost mid-reply may count twice, never
+                // admit twice. A cluster retries on its own.
+                Err(e) if e.is_connection_dropped() && !retried && !self.is_cluster() => {
+                    retried = true;
                 }
                 reply => return Ok(reply?),
             }

@@ -1,8 +1,6 @@
 //! Where and how the backend connects: the URLs, the connection mode and
 //! the certificates, shared by the builder and the pinger's own connection.
 
-use std::time::Duration;
-
 use bb8_redis::{RedisConnectionManager, bb8};
 #[cfg(feature = "redis-cluster")]
 use futures_util::FutureExt;
@@ -112,8 +110,12 @@ impl Endpoint {
                 };
                 #[cfg(not(feature = "redis-tls"))]
                 let client = redis::Client::open(url)?;
-                // Few retries so a bad URL fails the build fast; after a drop,
-                // every later call starts a new reconnect attempt anyway.
+                // One attempt per reconnect, no retries: a bad URL fails the
+                // build at once, and a call that finds its connection dead
+                // retries once on the next attempt (`Conn::invoke`), which
+                // must answer (refused, or connected) within a rule's
+                // timeout; after a drop every later call starts a new
+                // attempt anyway.
                 // The rules' guards time every call out (`redis_timeout`,
                 // patient while Redis answers pings); redis-rs's own 500 ms
                 // would fail a busy but live Redis first. This only bounds
@@ -122,9 +124,7 @@ impl Endpoint {
                 // inside a rule's timeout: the breaker, not redis-rs's
                 // backoff (100 ms, doubling), paces a dead server.
                 let config = ConnectionManagerConfig::new()
-                    .set_number_of_retries(2)
-                    .set_min_delay(Duration::from_millis(10))
-                    .set_max_delay(Duration::from_millis(50))
+                    .set_number_of_retries(0)
                     .set_response_timeout(Some(UNGUARDED_TIMEOUT));
                 Conn::Multiplexed(if lazy {
                     ConnectionManager::new_lazy_with_config(client, config)?

@@ -25,7 +25,7 @@ mod tls;
 
 pub use backend::RedisBackend;
 pub(crate) use backend::Shard;
-pub use builder::RedisBackendBuilder;
+pub use builder::{DEFAULT_LIVE_TTL, RedisBackendBuilder};
 pub use endpoint::ConnectionMode;
 pub use error::RedisBackendError;
 pub(crate) use membership::process_id;
