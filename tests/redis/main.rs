@@ -16,11 +16,15 @@ mod concurrency;
 mod describe;
 #[cfg(feature = "metrics")]
 mod exempt;
+#[cfg(feature = "metrics")]
+mod exposition;
 mod invariants;
 #[cfg(feature = "metrics")]
 mod layer;
 mod lazy;
 mod lease;
+#[cfg(feature = "metrics")]
+mod operators;
 mod quota_change;
 #[cfg(feature = "redis-sentinel")]
 mod sentinel;
