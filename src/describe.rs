@@ -384,8 +384,10 @@ impl Description {
     }
 
     /// The metrics the layer emits, as a Markdown table for a dashboard:
-    /// name, kind, labels, and the `rule` label's values for this chain.
-    /// Breaker and backend metrics only concern global rules.
+    /// name, kind, labels, and the `rule` label's values for this chain;
+    /// then the `outcome` values of `rate_limit_decisions_total`
+    /// ([`OUTCOMES`](crate::observe::OUTCOMES)). Breaker and backend
+    /// metrics only concern global rules.
     ///
     /// ```
     /// use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
@@ -395,6 +397,7 @@ impl Description {
     ///     .unwrap();
     /// let table = layer.describe().metrics();
     /// assert!(table.contains("| `rate_limit_decisions_total` | counter | rule, outcome, cause | `per-key` |"));
+    /// assert!(table.contains("| `allow` | allowed"));
     /// ```
     pub fn metrics(&self) -> String {
         let rules = self
@@ -412,6 +415,10 @@ impl Description {
                 ""
             };
             let _ = writeln!(out, "| `{name}` | {kind} | {labels} | {values} |");
+        }
+        out.push_str("\n| `outcome` | counts |\n|---|---|\n");
+        for (outcome, counts) in crate::observe::OUTCOMES {
+            let _ = writeln!(out, "| `{outcome}` | {counts} |");
         }
         out
     }

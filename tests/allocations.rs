@@ -137,3 +137,33 @@ fn a_local_429_allocates_no_more_than_an_allowed_request() {
         "a 429 allocates {denied}, an allowed request {allowed}"
     );
 }
+
+/// Counting an allowed decision (`outcome="allow"`) into a real recorder,
+/// Prometheus's, allocates nothing: its counter was resolved at build.
+#[cfg(feature = "metrics")]
+#[test]
+fn counting_an_allowed_request_allocates_nothing() {
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    // This thread's recorder: the requests run on it, without a runtime.
+    let (lean, with_extension) = metrics::with_local_recorder(&recorder, || {
+        let lean = |rule| {
+            RateLimitLayer::builder()
+                .rule(rule)
+                .decision_extension(false)
+                .headers(HeaderStyle::None)
+                .build()
+                .unwrap()
+        };
+        let defaults = |rule| RateLimitLayer::builder().rule(rule).build().unwrap();
+        (added(lean, 16), added(defaults, 16))
+    });
+    assert_eq!((lean, with_extension), (0, 6), "as without a recorder");
+    assert!(
+        handle
+            .render()
+            .contains(r#"rate_limit_decisions_total{rule="a",outcome="allow"} 202"#),
+        "every request counted (2 layers × 101 with the warm-up):\n{}",
+        handle.render()
+    );
+}

@@ -200,7 +200,10 @@ impl Global {
     fn fail(&self, key: Key, limit: u32, retry_hint: Duration, cause: Cause) -> Outcome {
         let (verdict, source) = self.guard.fail_with(&key, cause, |mode| {
             let verdict = match mode {
-                FailureMode::FailOpen => {
+                FailureMode::RefusePercent(p) if self.guard.partial_refuses(p) => Err(Refused {
+                    retry_after: self.guard.closed_retry(),
+                }),
+                FailureMode::FailOpen | FailureMode::RefusePercent(_) => {
                     let permit = self.local.take(key.clone());
                     let held = self.local.held(&key);
                     Ok((local_only(permit), held))

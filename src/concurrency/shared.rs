@@ -27,6 +27,8 @@ pub(crate) struct Shared {
     pub(super) on_missing: Option<OnMissingKey>,
     pub(super) watch: Arc<KeyWatch>,
     pub(super) deny_log: observe::Sampled,
+    /// Its admitted requests' counter, resolved at build.
+    pub(super) allowed: observe::Allowed,
     pub(super) retry_after: Duration,
     pub(super) max_key_len: usize,
     pub(super) headers: crate::headers::Headers,
@@ -138,6 +140,7 @@ impl Shared {
         let source = outcome.source;
         match outcome.verdict {
             Ok((permit, held)) => {
+                self.allowed.count();
                 // When a slot frees is unknown: `t` is the hint a refusal gets.
                 let decision = Decision::allowed(
                     self.limit,

@@ -131,6 +131,7 @@ impl Chain {
                 records,
                 near_below,
                 near_log: Default::default(),
+                allowed: crate::observe::Allowed::new(&rule.name),
                 key_space_warned: Throttle::default(),
                 deny_log: Default::default(),
                 misuse_log: Default::default(),
@@ -209,17 +210,7 @@ impl Chain {
 
     /// Keys held in this process: local rules, fallback shares and cached denies.
     pub(crate) fn local_keys(&self) -> usize {
-        self.rules
-            .iter()
-            .map(|r| {
-                r.locks.len()
-                    + match &r.backend {
-                        Backend::Local(l) => l.len(),
-                        #[cfg(feature = "redis")]
-                        Backend::Global(g) => g.len(),
-                    }
-            })
-            .sum()
+        self.rules.iter().map(|r| r.keys()).sum()
     }
 
     pub(crate) fn cleanup(&self) {
@@ -231,6 +222,7 @@ impl Chain {
                 #[cfg(feature = "redis")]
                 Backend::Global(g) => g.cleanup(&r.rule),
             }
+            crate::observe::keys_held(&r.rule.name, r.keys());
         }
     }
 

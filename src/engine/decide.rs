@@ -393,8 +393,11 @@ impl CompiledRule {
                 shadow,
                 &self.deny_log,
             );
-        } else if decision.remaining() < self.near_below {
-            self.near_limit(key, &decision);
+        } else {
+            self.allowed.count();
+            if decision.remaining() < self.near_below {
+                self.near_limit(key, &decision);
+            }
         }
         Outcome::Decided(self.rule_decision(key, decision, source), None)
     }

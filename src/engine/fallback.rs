@@ -40,6 +40,15 @@ impl Global {
                     guard.closed_retry(),
                     quota.window(),
                 ),
+                FailureMode::RefusePercent(p) if !guard.partial_refuses(p) => {
+                    Decision::allowed(quota.limit(), quota.window(), quota.burst(), Duration::ZERO)
+                }
+                FailureMode::RefusePercent(_) => Decision::denied(
+                    quota.limit(),
+                    quota.window(),
+                    guard.closed_retry(),
+                    quota.window(),
+                ),
                 // A cost the share can't hold waits for Redis, not a local bucket.
                 FailureMode::LocalFallback => {
                     let share = guard.share(quota);

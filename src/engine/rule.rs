@@ -53,6 +53,8 @@ pub(crate) struct CompiledRule {
     pub(super) near_below: u32,
     /// At most one near-limit event a second.
     pub(super) near_log: observe::Sampled,
+    /// Its allowed decisions' counter, resolved at build.
+    pub(super) allowed: observe::Allowed,
 }
 
 /// The smallest count of units that is not below `ratio` of `limit`: a
@@ -104,6 +106,17 @@ pub(super) fn share(rule: &Rule, q: Quota, instances: u32) -> Quota {
 }
 
 impl CompiledRule {
+    /// Keys held in this process: its store's (a global rule's fallback
+    /// shares, cached denies and leases) and its locks.
+    pub(super) fn keys(&self) -> usize {
+        self.locks.len()
+            + match &self.backend {
+                Backend::Local(l) => l.len(),
+                #[cfg(feature = "redis")]
+                Backend::Global(g) => g.len(),
+            }
+    }
+
     /// The rule's store when it is local.
     pub(super) fn local_store(&self) -> Option<&LocalStore> {
         match &self.backend {

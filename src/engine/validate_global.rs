@@ -71,6 +71,11 @@ pub(crate) fn validate_global(
             "failure_threshold must be at least 1",
         ));
     }
+    if matches!(failure.mode, FailureMode::RefusePercent(p) if p > 100) {
+        return Err(BuildError::InvalidSetting(
+            "refuse_percent must be at most 100",
+        ));
+    }
     if instances.is_none()
         && failure.mode == FailureMode::LocalFallback
         && !redis.counts_live_instances()

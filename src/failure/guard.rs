@@ -50,15 +50,20 @@ pub(crate) struct Guard {
     outage: Mutex<Option<Instant>>,
     /// Failed probes are logged at most once a minute.
     probe_log: Throttle,
+    /// Which requests `RefusePercent` refuses.
+    partial: super::partial::Partial,
 }
 
 impl FailureMode {
-    /// The decision's source when this mode decides.
-    pub(crate) fn source(self) -> Source {
+    /// The decision's source when this mode decides: a partial mode's
+    /// admits are fail-open ones, its refusals fail-closed ones.
+    pub(crate) fn source(self, allowed: bool) -> Source {
         match self {
             Self::FailOpen => Source::FailOpen,
             Self::FailClosed => Source::FailClosed,
             Self::LocalFallback => Source::Fallback,
+            Self::RefusePercent(_) if allowed => Source::FailOpen,
+            Self::RefusePercent(_) => Source::FailClosed,
         }
     }
 }
@@ -77,6 +82,7 @@ impl Guard {
             .max(Duration::from_millis(50));
         // A dashboard shows the breaker from the start, not from its first change.
         observe::breaker_state(&rule, 0);
+        observe::redis_timeout(&rule, policy.timeout);
         Self {
             rule,
             mode: policy.mode,
@@ -87,6 +93,7 @@ impl Guard {
             failure_log: Default::default(),
             outage: Mutex::new(None),
             probe_log: Throttle::default(),
+            partial: Default::default(),
         }
     }
 
@@ -227,6 +234,12 @@ impl Guard {
         }
     }
 
+    /// Whether `RefusePercent(percent)` refuses this request (see
+    /// `Partial`).
+    pub(crate) fn partial_refuses(&self, percent: u8) -> bool {
+        self.partial.refuses(percent)
+    }
+
     /// A failed call that no failure mode decides (a refund, a charge after
     /// the response): the breaker counts it.
     pub(crate) fn failed(&self, cause: &Cause) {
@@ -256,7 +269,7 @@ impl Guard {
             allowed,
             &self.failure_log,
         );
-        (out, self.mode.source())
+        (out, self.mode.source(allowed))
     }
 }
 

@@ -12,6 +12,8 @@ mod guard;
 mod live_count;
 #[cfg(feature = "redis")]
 mod liveness;
+#[cfg(feature = "redis")]
+mod partial;
 mod status;
 
 #[cfg(feature = "redis")]

@@ -15,6 +15,15 @@ pub(crate) fn backend_latency(rule: &Arc<str>, backend: &'static str, took: Dura
     let _ = (rule, backend, took);
 }
 
+/// A global rule was built with this Redis timeout.
+pub(crate) fn redis_timeout(rule: &Arc<str>, timeout: Duration) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!(super::REDIS_TIMEOUT_SECONDS, "rule" => rule.to_string())
+        .set(timeout.as_secs_f64());
+    #[cfg(not(feature = "metrics"))]
+    let _ = (rule, timeout);
+}
+
 /// A breaker changed state: 0 closed, 1 open, 2 half-open.
 pub(crate) fn breaker_state(rule: &Arc<str>, state: u8) {
     #[cfg(feature = "metrics")]

@@ -14,14 +14,21 @@ pub(crate) use global::*;
 /// The `tracing` target of every event.
 pub const TARGET: &str = "keyed_rate_limit";
 
-/// Counter: decisions that denied, that a failure mode made, or that found
-/// the key space full, or whose units could not be settled in Redis, and
-/// requests exempt from a rule or near its limit; labels `rule`, `outcome`
-/// (`deny`, `shadow_deny`, `locked`, `settle_failed`, `fail_open`,
-/// `fail_closed`, `local_fallback`, `key_space_full`, `key_space_overflow`,
-/// `exempt`, `near_limit`) and, for failure modes, `cause` (`timeout`,
-/// `error`, `circuit_open`). A request the layer-wide exemption lets
-/// through is counted once with `rule="*"` ([`LAYER_RULE`]).
+/// Counter: every decision a rule makes, counted once by its verdict
+/// (`outcome` = `allow`, `deny`, `shadow_deny`, `locked`), and beside it
+/// what made or marked it: a failure mode (`fail_open`, `fail_closed`,
+/// `local_fallback`, `refuse_percent`, with `cause` = `timeout`, `error`,
+/// `circuit_open`), a full key space (`key_space_full`,
+/// `key_space_overflow`), a limit nearly reached (`near_limit`); and two
+/// counts that are not decisions: units not settled in Redis
+/// (`settle_failed`) and requests a rule exempts (`exempt`). Labels `rule`,
+/// `outcome`, and `cause` where said. [`OUTCOMES`] lists them. A request
+/// the layer-wide exemption lets through is counted once with `rule="*"`
+/// ([`LAYER_RULE`]).
+///
+/// A rule's deny share is `deny` over `allow + deny + shadow_deny +
+/// locked`; its share decided without Redis, the failure-mode outcomes over
+/// the same sum.
 pub const DECISIONS_TOTAL: &str = "rate_limit_decisions_total";
 
 /// Counter: a rule's Redis circuit breaker opened; label `rule`.
@@ -31,9 +38,29 @@ pub const BREAKER_OPENED_TOTAL: &str = "rate_limit_breaker_opened_total";
 /// send to answer or failure; labels `rule`, `backend` (`redis`).
 pub const BACKEND_SECONDS: &str = "rate_limit_backend_seconds";
 
+/// Gauge: a global rule's Redis timeout in seconds (`redis_timeout`), set
+/// when the layer is built; label `rule`. What the latency alert compares
+/// [`BACKEND_SECONDS`] with.
+pub const REDIS_TIMEOUT_SECONDS: &str = "rate_limit_redis_timeout_seconds";
+
 /// Gauge: a global rule's circuit breaker, 0 closed, 1 open, 2 half-open
 /// (one probe in flight); label `rule`. Set when it changes.
 pub const BREAKER_STATE: &str = "rate_limit_breaker_state";
+
+/// Gauge: keys a rule holds in this process (its local store or, for a
+/// global rule, its fallback shares, cached denies and leases, with its
+/// locks); label `rule`. Set after each background sweep
+/// ([`cleanup_interval`](crate::RateLimitBuilder::cleanup_interval), 60 s by
+/// default) and each [`cleanup`](crate::RateLimitLayer::cleanup).
+pub const KEYS: &str = "rate_limit_keys";
+
+/// The keys `rule` holds after a sweep.
+pub(crate) fn keys_held(rule: &Arc<str>, keys: usize) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!(KEYS, "rule" => rule.to_string()).set(keys as f64);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (rule, keys);
+}
 
 /// Counter: edits of a watched rules file; label `outcome` (`applied`,
 /// `rejected`). See `RulesConfig::watch` (feature `config`).
@@ -46,12 +73,65 @@ pub const CONFIG_RELOADS_TOTAL: &str = "rate_limit_config_reloads_total";
 /// a minute per rule, counted every time.
 pub const MISCONFIG_TOTAL: &str = "rate_limit_misconfig_total";
 
+/// Every `outcome` of [`DECISIONS_TOTAL`], and what it counts. The first
+/// four are the verdicts: each decision is counted once among them.
+pub const OUTCOMES: [(&str, &str); 13] = [
+    (
+        "allow",
+        "allowed (a shadow rule's too, and a failure mode's admits)",
+    ),
+    (
+        "deny",
+        "refused: over the limit, by a failure mode, or for want of a key-space place",
+    ),
+    (
+        "shadow_deny",
+        "a shadow rule would refuse; the request went on",
+    ),
+    ("locked", "refused because the key is locked out"),
+    (
+        "fail_open",
+        "decided without Redis by `FailOpen` (also `allow`)",
+    ),
+    (
+        "fail_closed",
+        "decided without Redis by `FailClosed` (also `deny`)",
+    ),
+    (
+        "local_fallback",
+        "decided without Redis by `LocalFallback` (also `allow` or `deny`)",
+    ),
+    (
+        "refuse_percent",
+        "decided without Redis by `RefusePercent` (also `allow` or `deny`)",
+    ),
+    (
+        "key_space_overflow",
+        "a new key counted in the shared bucket (also `allow` or `deny`)",
+    ),
+    (
+        "key_space_full",
+        "a new key refused: the key space is full (also `deny`)",
+    ),
+    (
+        "near_limit",
+        "allowed with less than the near-limit ratio left (also `allow`)",
+    ),
+    (
+        "settle_failed",
+        "units not settled in Redis after the response: not a decision",
+    ),
+    ("exempt", "a request the rule exempts: not a decision"),
+];
+
 /// Every metric the crate emits: name, kind, labels.
-pub const METRICS: [(&str, &str, &str); 7] = [
+pub const METRICS: [(&str, &str, &str); 9] = [
     (DECISIONS_TOTAL, "counter", "rule, outcome, cause"),
     (BREAKER_OPENED_TOTAL, "counter", "rule"),
     (BREAKER_STATE, "gauge", "rule"),
     (BACKEND_SECONDS, "histogram", "rule, backend"),
+    (REDIS_TIMEOUT_SECONDS, "gauge", "rule"),
+    (KEYS, "gauge", "rule"),
     (PROXY_MISCONFIG_TOTAL, "counter", "kind"),
     (MISCONFIG_TOTAL, "counter", "rule, kind"),
     (CONFIG_RELOADS_TOTAL, "counter", "outcome"),
@@ -245,6 +325,66 @@ pub(crate) fn near_limit(
 /// A deny because the key is locked: `outcome="locked"`.
 pub(crate) fn locked_deny(rule: &Arc<str>) {
     count(DECISIONS_TOTAL, rule, &[("outcome", "locked")]);
+}
+
+/// The `# HELP` line of each metric, in [`METRICS`]' order.
+#[cfg(feature = "metrics")]
+const HELP: [&str; METRICS.len()] = [
+    "Decisions of each rate-limit rule, by outcome (allow, deny, shadow_deny, locked) and what made or marked them",
+    "Times a global rule's Redis circuit breaker opened",
+    "A global rule's Redis circuit breaker: 0 closed, 1 open, 2 half-open",
+    "Seconds one Redis decision or lease call took, send to answer or failure",
+    "A global rule's Redis timeout in seconds",
+    "Keys a rule holds in this process, after the last sweep",
+    "Requests that showed a likely proxy misconfiguration",
+    "Requests a rule could not key because the key's source is missing from the setup",
+    "Edits of a watched rate-limit rules file, applied or rejected",
+];
+
+/// Hands every metric's description to the recorder: called whenever a
+/// layer is built (descriptions are not kept without a recorder).
+pub(crate) fn describe_metrics() {
+    #[cfg(feature = "metrics")]
+    for ((name, kind, _), help) in METRICS.iter().zip(HELP) {
+        match *kind {
+            "counter" => metrics::describe_counter!(*name, help),
+            "gauge" => metrics::describe_gauge!(*name, help),
+            _ => metrics::describe_histogram!(*name, help),
+        }
+    }
+}
+
+/// A rule's allowed decisions, `outcome="allow"`: the counter is resolved
+/// once, when the layer is built, so counting one is an atomic add (no
+/// label hashing, no allocation) on the hot path. A layer built before the
+/// `metrics` recorder is installed keeps a handle that counts nowhere.
+#[derive(Clone, Debug)]
+pub(crate) struct Allowed(#[cfg(feature = "metrics")] metrics::Counter);
+
+impl Allowed {
+    pub(crate) fn new(rule: &Arc<str>) -> Self {
+        describe_metrics();
+        #[cfg(feature = "metrics")]
+        {
+            let labels = vec![
+                metrics::Label::new("rule", rule.clone()),
+                metrics::Label::from_static_parts("outcome", "allow"),
+            ];
+            Self(metrics::counter!(DECISIONS_TOTAL, labels))
+        }
+        #[cfg(not(feature = "metrics"))]
+        {
+            let _ = rule;
+            Self()
+        }
+    }
+
+    /// One allowed decision.
+    #[inline]
+    pub(crate) fn count(&self) {
+        #[cfg(feature = "metrics")]
+        self.0.increment(1);
+    }
 }
 
 #[cfg(feature = "metrics")]

@@ -12,18 +12,15 @@ use std::time::Duration;
 /// | `FailOpen` | allow; the rule's headers are left out | availability beats the limit (read traffic) |
 /// | `FailClosed` | 429 with `Retry-After` (never 503) | the limit protects something that must not be overrun |
 /// | `LocalFallback` (default) | this instance's share: the quota divided by [`RateLimitBuilder::instances`](crate::RateLimitBuilder::instances), on `governor` | most APIs: still limited, a little looser or tighter |
+/// | `RefusePercent(p)` | refuse `p` % of the requests (429 with `Retry-After`), allow the rest as `FailOpen` does | abuse-prone routes: shed load without closing the door (Envoy's `failure_mode_deny_percent`) |
 ///
 /// ```
 /// use keyed_rate_limit::failure::FailureMode;
 /// assert_eq!(FailureMode::default(), FailureMode::LocalFallback);
 /// assert_eq!(FailureMode::FailClosed.as_str(), "fail_closed");
+/// assert_eq!(FailureMode::RefusePercent(25).to_string(), "refuse_percent 25");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[cfg_attr(
-    feature = "config",
-    derive(serde::Deserialize),
-    serde(rename_all = "snake_case")
-)]
 #[non_exhaustive]
 pub enum FailureMode {
     /// Let the request through.
@@ -33,6 +30,11 @@ pub enum FailureMode {
     /// Enforce this instance's share of the quota locally.
     #[default]
     LocalFallback,
+    /// Refuse this percentage (0 to 100) of the requests that reach the
+    /// mode, evenly spread, and let the rest through. Each gateway counts
+    /// them per rule, so over any `n` consecutive such requests it refuses
+    /// `n × p / 100` rounded down or up: never one more or one fewer.
+    RefusePercent(u8),
 }
 
 impl FailureMode {
@@ -42,13 +44,62 @@ impl FailureMode {
             Self::FailOpen => "fail_open",
             Self::FailClosed => "fail_closed",
             Self::LocalFallback => "local_fallback",
+            Self::RefusePercent(_) => "refuse_percent",
         }
+    }
+}
+
+/// In rules files: a name, or `{ refuse_percent = p }` (a map in YAML too,
+/// where a derived enum would want a tag).
+#[cfg(feature = "config")]
+impl<'de> serde::Deserialize<'de> for FailureMode {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::{self, MapAccess, Visitor};
+        const NAMES: &[&str] = &[
+            "fail_open",
+            "fail_closed",
+            "local_fallback",
+            "refuse_percent",
+        ];
+        struct Mode;
+        impl<'de> Visitor<'de> for Mode {
+            type Value = FailureMode;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("fail_open, fail_closed, local_fallback or { refuse_percent = p }")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<FailureMode, E> {
+                match v {
+                    "fail_open" => Ok(FailureMode::FailOpen),
+                    "fail_closed" => Ok(FailureMode::FailClosed),
+                    "local_fallback" => Ok(FailureMode::LocalFallback),
+                    other => Err(E::unknown_variant(other, NAMES)),
+                }
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<FailureMode, A::Error> {
+                let Some(key) = map.next_key::<String>()? else {
+                    return Err(de::Error::invalid_length(0, &self));
+                };
+                if key != "refuse_percent" {
+                    return Err(de::Error::unknown_variant(&key, &["refuse_percent"]));
+                }
+                let p = map.next_value()?;
+                match map.next_key::<String>()? {
+                    None => Ok(FailureMode::RefusePercent(p)),
+                    Some(_) => Err(de::Error::invalid_length(2, &self)),
+                }
+            }
+        }
+        d.deserialize_any(Mode)
     }
 }
 
 impl fmt::Display for FailureMode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.write_str(self.as_str())?;
+        match self {
+            Self::RefusePercent(p) => write!(f, " {p}"),
+            _ => Ok(()),
+        }
     }
 }
 

@@ -444,3 +444,51 @@ fn the_guides_errors_are_real_output() {
     assert_eq!(guide_block(&shown, "```text\n"), yaml);
     assert_eq!(guide_block(&yaml, "```text\n"), duplicate);
 }
+
+#[tokio::test]
+async fn a_partial_failure_mode_comes_from_toml_and_yaml() {
+    let server = RedisServer::start();
+    let redis = RedisBackend::builder(server.url())
+        .prefix("cfg-partial")
+        .build()
+        .await
+        .unwrap();
+    let registry = Registry::new().redis(redis);
+    let toml = |p: u32| {
+        format!(
+            "instances = 2\n[[rules]]\nname = \"shed\"\nkey = \"global\"\nquota = \"10/s\"\n\
+             scope = \"global\"\nfailure_mode = {{ refuse_percent = {p} }}\n"
+        )
+    };
+    let yaml = "instances: 2\nrules:\n  - name: shed\n    key: global\n    quota: 10/s\n    \
+                scope: global\n    failure_mode: { refuse_percent: 25 }\n";
+    for layer in [
+        RulesConfig::from_toml_str(&toml(25))
+            .unwrap()
+            .into_layer(&registry),
+        RulesConfig::from_yaml_str(yaml)
+            .unwrap()
+            .into_layer(&registry),
+    ] {
+        let rules = layer.unwrap().describe().rules().to_vec();
+        assert_eq!(
+            rules[0].failure_mode.as_deref(),
+            Some("refuse_percent 25, 20ms timeout")
+        );
+    }
+    let err = RulesConfig::from_toml_str(&toml(101))
+        .unwrap()
+        .into_layer(&registry)
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("refuse_percent must be at most 100"),
+        "{err}"
+    );
+    let typo = toml(25).replace("{ refuse_percent = 25 }", "\"fail_opn\"");
+    let err = RulesConfig::from_toml_str(&typo).unwrap_err().to_string();
+    assert!(
+        err.contains("unknown variant `fail_opn`, expected one of `fail_open`"),
+        "{err}"
+    );
+}

@@ -16,6 +16,9 @@ mod concurrency;
 mod config;
 mod control;
 mod cost;
+#[cfg(feature = "metrics")]
+mod counted;
+mod deploy;
 mod draft;
 mod durations;
 #[cfg(feature = "metrics")]

@@ -74,8 +74,12 @@ async fn shadow_rules_let_everything_through_and_are_recorded() {
     assert_eq!(metrics::counter(DECISIONS, "trial", "shadow_deny"), 3);
     // And the second, which left less than a fifth of the quota.
     assert_eq!(metrics::counter(DECISIONS, "trial", "near_limit"), 1);
-    assert_eq!(metrics::counter(DECISIONS, "trial", ""), 4);
-    assert_eq!(metrics::counter(DECISIONS, "visible", ""), 0);
+    // Every decision is counted: the trial's two allows beside its shadow
+    // denies, and the visible rule's five allows and nothing else.
+    assert_eq!(metrics::counter(DECISIONS, "trial", "allow"), 2);
+    assert_eq!(metrics::counter(DECISIONS, "trial", ""), 6);
+    assert_eq!(metrics::counter(DECISIONS, "visible", "allow"), 5);
+    assert_eq!(metrics::counter(DECISIONS, "visible", ""), 5);
 
     let fingerprint = Key::from(API_KEY).fingerprint();
     {

@@ -16,12 +16,16 @@ mod concurrency;
 mod describe;
 #[cfg(feature = "metrics")]
 mod exempt;
+#[cfg(feature = "metrics")]
+mod exposition;
 mod fallback;
 mod invariants;
 #[cfg(feature = "metrics")]
 mod layer;
 mod lazy;
 mod lease;
+#[cfg(feature = "metrics")]
+mod operators;
 mod quota_change;
 mod recovery;
 mod rolling_reload;

@@ -10,7 +10,9 @@ pub mod bandwidth;
 pub mod events;
 #[cfg(feature = "redis")]
 pub mod gateway;
+pub mod load;
 pub mod metrics;
+pub mod promtool;
 pub mod sf;
 #[cfg(feature = "redis")]
 pub mod soak;
