@@ -37,7 +37,7 @@ use axum::{Extension, Router};
 use http::StatusCode;
 use keyed_rate_limit::error::BuildError;
 use keyed_rate_limit::key::KeyExtractor;
-use keyed_rate_limit::rule::OnMissingKey;
+use keyed_rate_limit::key::OnMissingKey;
 use keyed_rate_limit::{Key, Quota, RateLimitLayer, Rule};
 
 /// A customer's plan.

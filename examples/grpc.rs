@@ -21,7 +21,7 @@ use std::time::Duration;
 use http::StatusCode;
 use keyed_rate_limit::error::BuildError;
 use keyed_rate_limit::key::KeyExtractor;
-use keyed_rate_limit::rule::OnMissingKey;
+use keyed_rate_limit::key::OnMissingKey;
 use keyed_rate_limit::{Quota, RateLimitLayer, Rule};
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Server};

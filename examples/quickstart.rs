@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::{Extension, Router, routing::get};
-use keyed_rate_limit::rule::OnMissingKey;
+use keyed_rate_limit::key::OnMissingKey;
 use keyed_rate_limit::{Quota, RateLimitDecision, RateLimitLayer, Rule, key::KeyExtractor};
 
 async fn hello(Extension(decision): Extension<RateLimitDecision>) -> String {

@@ -16,7 +16,7 @@ use std::time::Duration;
 use axum::{Router, routing::get, routing::post};
 use keyed_rate_limit::backend::redis::RedisBackend;
 use keyed_rate_limit::failure::FailureMode;
-use keyed_rate_limit::rule::OnMissingKey;
+use keyed_rate_limit::key::OnMissingKey;
 use keyed_rate_limit::{Algorithm, Quota, RateLimitLayer, Rule, key::KeyExtractor};
 
 #[tokio::main]

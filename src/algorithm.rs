@@ -63,7 +63,7 @@ impl Algorithm {
     /// assert_eq!(Algorithm::Gcra.capacity(&q), 3);
     /// assert_eq!(Algorithm::FixedWindow.capacity(&q), 10);
     /// ```
-    pub const fn capacity(self, quota: &crate::Quota) -> u32 {
+    pub const fn capacity(self, quota: &crate::quota::Quota) -> u32 {
         if self.has_burst() {
             quota.burst()
         } else {

@@ -4,9 +4,10 @@
 use std::fmt::Write;
 use std::time::Duration;
 
-use crate::Rule;
+use crate::key::lookup::OnMissingKey;
 use crate::quota::Offset;
-use crate::rule::{Cost, OnMissingKey, QuotaChange, QuotaSource};
+use crate::rule::Rule;
+use crate::rule::{Cost, QuotaChange, QuotaSource};
 
 /// What a [`RateLimitLayer`](crate::RateLimitLayer) enforces, rule by rule
 /// in evaluation order; from [`RateLimitLayer::describe`](crate::RateLimitLayer::describe).
@@ -538,7 +539,7 @@ mod tests {
     /// Names holding every character either rendering reads as markup.
     #[test]
     fn names_are_escaped_in_both_renderings() {
-        use crate::{KeyExtractor, Quota, RateLimitLayer};
+        use crate::{key::KeyExtractor, quota::Quota, rate_limit::RateLimitLayer};
         let name = r#"plan<shadow> & "free"|#1"#;
         let layer = RateLimitLayer::builder()
             .rule(

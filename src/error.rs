@@ -46,14 +46,14 @@ pub enum BuildError {
         /// The rule.
         rule: String,
         /// The algorithm asked for.
-        algorithm: crate::Algorithm,
+        algorithm: crate::algorithm::Algorithm,
     },
     /// Window algorithms count `limit` per window and have no separate burst.
     BurstNotSupported {
         /// The rule.
         rule: String,
         /// The algorithm asked for.
-        algorithm: crate::Algorithm,
+        algorithm: crate::algorithm::Algorithm,
     },
     /// A trusted proxy is neither a CIDR nor an IP address.
     InvalidProxy(String),
@@ -127,4 +127,4 @@ impl fmt::Display for BuildError {
 
 impl std::error::Error for BuildError {}
 
-crate::report::debug_as_display!(BuildError);
+crate::util::report::debug_as_display!(BuildError);

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 
-use crate::RuleDecision;
+use crate::decision::RuleDecision;
 
 /// Which rate-limit headers responses carry.
 ///
@@ -87,7 +87,7 @@ pub(crate) fn retry_after_secs(d: Duration) -> u64 {
 }
 
 /// The draft's `t` for one decision; see [`HeaderStyle`].
-pub(crate) fn t_secs(d: &crate::Decision) -> u64 {
+pub(crate) fn t_secs(d: &crate::decision::Decision) -> u64 {
     if d.is_allowed() && d.remaining() > 0 || d.next_unit().is_zero() {
         ceil_secs(d.next_unit())
     } else {
@@ -158,7 +158,10 @@ impl StaticPolicy {
     }
 
     /// The rendered member, unless `d` has another quota (e.g. a fallback share).
-    pub(crate) fn for_decision(this: &Option<Self>, d: &crate::Decision) -> Option<HeaderValue> {
+    pub(crate) fn for_decision(
+        this: &Option<Self>,
+        d: &crate::decision::Decision,
+    ) -> Option<HeaderValue> {
         this.as_ref()
             .filter(|p| p.limit == d.limit() && p.window == d.window())
             .map(|p| p.value.clone())
@@ -247,8 +250,9 @@ impl Headers {
         }
         // Shadow rules are not the client's business; a fail-open rule knows no numbers.
         // A hidden rule's limits are not told either.
-        let shown =
-            |d: &RuleDecision| !d.shadow && !d.hidden && d.source != crate::Source::FailOpen;
+        let shown = |d: &RuleDecision| {
+            !d.shadow && !d.hidden && d.source != crate::decision::Source::FailOpen
+        };
         let mut at = (0..decisions.len()).filter(|&i| shown(&decisions[i]));
         let Some(first) = at.next() else { return };
         let single = at.next().is_none();
@@ -391,7 +395,7 @@ pub(crate) fn apply(headers: &mut HeaderMap, entries: &mut Rendered) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Decision, Source};
+    use crate::{decision::Decision, decision::Source};
 
     fn rd(rule: &str, d: Decision) -> RuleDecision {
         RuleDecision {

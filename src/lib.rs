@@ -136,32 +136,40 @@
 #[macro_use]
 mod macros;
 
-pub mod algorithm;
-pub mod backend;
-pub mod bandwidth;
-pub mod concurrency;
+// The modules by layer, as a request meets them (docs/adr/0015): each
+// imports only from its own layer or those below it.
+// entry
 #[cfg(feature = "config")]
 pub mod config;
-pub mod decision;
+// middleware
+pub mod bandwidth;
+pub mod concurrency;
+pub mod rate_limit;
+// rules
 pub mod describe;
 mod engine;
-pub mod error;
-pub mod failure;
+pub mod rule;
+// answer
 mod gate;
 pub mod headers;
-mod instant;
+pub mod response;
+mod settings;
+// state
+#[cfg(feature = "redis")]
+pub mod backend;
+pub mod failure;
+mod store;
+// key
+pub mod decision;
 pub mod key;
-mod now_or_later;
 pub mod observe;
+pub mod snapshot;
+// values
+pub mod algorithm;
+pub mod error;
 mod policy;
 pub mod quota;
-pub mod rate_limit;
-mod report;
-pub mod response;
-pub mod rule;
-mod settings;
-pub mod snapshot;
-mod throttle;
+mod util;
 
 pub use algorithm::Algorithm;
 pub use bandwidth::{BandwidthLimitBuilder, BandwidthLimitLayer, BandwidthLimitService};
@@ -171,10 +179,11 @@ pub use engine::ControlError;
 pub use error::BuildError;
 pub use failure::{BreakerConfig, FailureMode};
 pub use headers::{HeaderStyle, ResetFormat};
+pub use key::OnMissingKey;
 pub use key::{Key, KeyExtractor, TrustedProxies};
 pub use quota::Quota;
 pub use rate_limit::{Control, RateLimitBuilder, RateLimitLayer, RateLimitService};
-pub use rule::{OnDeny, OnMissingKey, Rule};
+pub use rule::{OnDeny, Rule};
 
 /// The README's code blocks, compiled as doctests.
 #[doc = include_str!("../README.md")]

@@ -121,7 +121,7 @@ macro_rules! settings_setters {
         #[doc = concat!("let b = ", $builder, ".headers(HeaderStyle::Legacy);")]
         /// # let _ = b;
         /// ```
-        pub fn headers(mut self, style: crate::HeaderStyle) -> Self {
+        pub fn headers(mut self, style: crate::headers::HeaderStyle) -> Self {
             self.settings.headers.style = style;
             self
         }
@@ -136,7 +136,7 @@ macro_rules! settings_setters {
         #[doc = concat!("let b = ", $builder, ".headers(HeaderStyle::Legacy).legacy_reset(ResetFormat::UnixSeconds);")]
         /// # let _ = b;
         /// ```
-        pub fn legacy_reset(mut self, format: crate::ResetFormat) -> Self {
+        pub fn legacy_reset(mut self, format: crate::headers::ResetFormat) -> Self {
             self.settings.headers.reset = format;
             self
         }
@@ -147,7 +147,7 @@ macro_rules! settings_setters {
         /// a `Response`.
         ///
         /// **The status is the layer's**: 429, the status of an
-        /// [`OnMissingKey::Reject`](crate::rule::OnMissingKey::Reject), or
+        /// [`OnMissingKey::Reject`](crate::key::OnMissingKey::Reject), or
         /// 500 for a rule that cannot find its key
         /// ([`Denied::status`](crate::response::Denied::status)), whatever
         /// the closure returns. The closure's body and headers are kept; the
@@ -220,7 +220,7 @@ macro_rules! failure_setters {
         #[doc = concat!("let b = ", $value, ".on_redis_failure(FailureMode::FailClosed);")]
         /// # let _ = b;
         /// ```
-        pub fn on_redis_failure(mut self, mode: crate::FailureMode) -> Self {
+        pub fn on_redis_failure(mut self, mode: crate::policy::FailureMode) -> Self {
             self.$($field).+.mode = mode;
             self
         }

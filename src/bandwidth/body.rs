@@ -13,8 +13,8 @@ use http_body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
 use super::shared::Shared;
-use crate::now_or_later::NowOrLater;
-use crate::{Decision, Key, Source};
+use crate::util::now_or_later::NowOrLater;
+use crate::{decision::Decision, decision::Source, key::Key};
 
 pin_project_lite::pin_project! {
     /// A body through a [`BandwidthLimitLayer`](super::BandwidthLimitLayer):
@@ -157,7 +157,7 @@ impl Shaper {
     }
 
     fn wait(&mut self, wait: Duration) {
-        let at = crate::instant::after(Instant::now(), wait);
+        let at = crate::util::instant::after(Instant::now(), wait);
         match &mut self.sleep {
             Some(s) => s.as_mut().reset(at),
             None => self.sleep = Some(Box::pin(tokio::time::sleep_until(at))),

@@ -12,8 +12,9 @@ use crate::engine::Meter;
 use crate::error::BuildError;
 use crate::headers::{Unit, policy_item};
 use crate::key::KeyExtractor;
+use crate::key::lookup::OnMissingKey;
 use crate::quota::Quota;
-use crate::rule::{OnMissingKey, QuotaSource, Rule};
+use crate::rule::{QuotaSource, Rule};
 use crate::settings::{self, Settings};
 
 /// Configures a [`BandwidthLimitLayer`]; [`build`](Self::build) checks everything.

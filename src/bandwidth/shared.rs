@@ -8,12 +8,12 @@ use futures_util::future::BoxFuture;
 use http::HeaderValue;
 use http::request::Parts;
 
-use crate::Key;
 use crate::engine::Meter;
 use crate::gate::{Admission, Pending};
 use crate::headers::{RATELIMIT_POLICY, Rendered};
+use crate::key::Key;
+use crate::key::lookup::{Found, Lookup};
 use crate::response::{Denied, Refusals, refusal};
-use crate::rule::{Found, Lookup};
 
 /// Which bodies a bandwidth limit shapes.
 ///

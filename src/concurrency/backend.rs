@@ -10,7 +10,7 @@ use super::permit::{Acquire, LocalSlots, Outcome};
 use crate::backend::redis::RedisBackend;
 #[cfg(feature = "redis")]
 use crate::failure::Guard;
-use crate::{Key, Source};
+use crate::{decision::Source, key::Key};
 
 /// The store of in-flight counts. An enum rather than a trait object so the
 /// local hot path is a plain match; only the Redis variant awaits.

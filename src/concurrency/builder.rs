@@ -8,8 +8,8 @@ use super::shared::Shared;
 use crate::error::BuildError;
 use crate::headers::{StaticPolicy, Unit};
 use crate::key::KeyExtractor;
+use crate::key::lookup::{KeyWatch, OnMissingKey};
 use crate::rule::valid_name;
-use crate::rule::{KeyWatch, OnMissingKey};
 use crate::settings::{self, Settings};
 
 /// Configures a [`ConcurrencyLimitLayer`]; [`build`](Self::build) checks everything.
@@ -17,7 +17,7 @@ use crate::settings::{self, Settings};
 /// ```
 /// use std::time::Duration;
 /// use http::StatusCode;
-/// use keyed_rate_limit::{HeaderStyle, concurrency::ConcurrencyLimitLayer, key::KeyExtractor, rule::OnMissingKey};
+/// use keyed_rate_limit::{HeaderStyle, concurrency::ConcurrencyLimitLayer, key::{KeyExtractor, OnMissingKey}};
 ///
 /// let layer = ConcurrencyLimitLayer::builder("exports", KeyExtractor::header("x-account"), 2)
 ///     .on_missing_key(OnMissingKey::Reject(StatusCode::UNAUTHORIZED))

@@ -6,7 +6,7 @@ use tower::Layer;
 
 use super::service::ConcurrencyLimitService;
 use super::shared::Shared;
-use crate::Key;
+use crate::key::Key;
 
 /// Limits how many requests per key are in flight at once.
 ///

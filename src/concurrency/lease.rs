@@ -16,9 +16,9 @@ use futures_util::StreamExt;
 use super::permit::{Acquire, LocalSlots, Outcome, Permit, Refused, local_only};
 use crate::backend::redis::{LeaseOp, RedisBackend};
 use crate::failure::{Admit, FailureMode, Guard};
-use crate::instant::after;
 use crate::policy::Cause;
-use crate::{Key, Source};
+use crate::util::instant::after;
+use crate::{decision::Source, key::Key};
 
 /// A limit shared by every gateway through leases in Redis (`lease.lua`).
 pub(crate) struct Global {

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use dashmap::DashMap;
 
-use crate::now_or_later::NowOrLater;
-use crate::{Key, Source};
+use crate::util::now_or_later::NowOrLater;
+use crate::{decision::Source, key::Key};
 
 /// A held slot; dropping it frees the slot, whatever ends the request.
 pub(crate) struct Permit {

@@ -13,10 +13,13 @@ use super::permit::{Acquire, Outcome, Permit};
 use crate::headers::StaticPolicy;
 use crate::key::KeyExtractor;
 use crate::key::Misconfig;
+use crate::key::lookup::{Found, KeyWatch, Lookup, OnMissingKey, lookup};
 use crate::observe;
 use crate::response::{Denied, Refusals, refusal};
-use crate::rule::{Found, KeyWatch, Lookup, OnMissingKey, lookup};
-use crate::{Decision, Key, RateLimitDecision, RuleDecision, Source};
+use crate::{
+    decision::Decision, decision::RateLimitDecision, decision::RuleDecision, decision::Source,
+    key::Key,
+};
 
 type Headers = crate::headers::Rendered;
 

@@ -1,7 +1,7 @@
 //! `[[bandwidth]]` entries into [`BandwidthLimitLayer`]s, with the
 //! registry's extractors and Redis backend and the file's layer settings.
 
-use crate::BandwidthLimitLayer;
+use crate::bandwidth::BandwidthLimitLayer;
 use crate::key::TrustedProxies;
 
 use super::build::{key_extractor, on_missing};
@@ -95,7 +95,7 @@ impl RulesConfig {
 }
 
 impl BandwidthConfig {
-    fn builder(&self, reg: &Registry) -> Result<crate::BandwidthLimitBuilder, String> {
+    fn builder(&self, reg: &Registry) -> Result<crate::bandwidth::BandwidthLimitBuilder, String> {
         let uses_client_ip = self.key.uses_client_ip()
             || matches!(&self.on_missing_key, Some(super::parse::MissingSpec::Fallback(k)) if k.uses_client_ip());
         let proxies = match (&self.trusted_proxies, uses_client_ip) {

@@ -4,9 +4,10 @@
 
 #[cfg(feature = "redis")]
 use crate::failure::BreakerConfig;
+use crate::key::lookup::OnMissingKey;
 use crate::key::{KeyExtractor, TrustedProxies};
-use crate::rule::{Lockout, OnMissingKey};
-use crate::{RateLimitBuilder, RateLimitLayer, Rule};
+use crate::rule::Lockout;
+use crate::{rate_limit::RateLimitBuilder, rate_limit::RateLimitLayer, rule::Rule};
 
 use super::error::ConfigError;
 use super::locate::Origin;

@@ -97,4 +97,4 @@ impl From<BuildError> for ConfigError {
     }
 }
 
-crate::report::debug_as_display!(ConfigError);
+crate::util::report::debug_as_display!(ConfigError);

@@ -10,7 +10,7 @@ use http::StatusCode;
 use http::header::HeaderName;
 use serde::de::{self, Deserialize, Deserializer, Visitor};
 
-use crate::Quota;
+use crate::quota::Quota;
 
 /// Deserializes any `FromStr` type whose error is a message, from a string.
 pub(crate) fn from_str<'de, D, T>(d: D) -> Result<T, D::Error>

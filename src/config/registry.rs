@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use http::request::Parts;
 
-use crate::Quota;
 #[cfg(feature = "redis")]
 use crate::backend::redis::RedisBackend;
 use crate::key::KeyExtractor;
+use crate::quota::Quota;
 
 type QuotaFn = dyn Fn(&Parts) -> Quota + Send + Sync;
 type CostFn = dyn Fn(&Parts) -> u32 + Send + Sync;

@@ -7,7 +7,7 @@ use super::parse::{DurationSpec, KeySpec, MissingSpec, NearLimitSpec, OffsetSpec
 use crate::failure::FailureMode;
 use crate::key::TrustedProxies;
 use crate::rule::KeySpaceFull;
-use crate::{Algorithm, HeaderStyle, Quota, ResetFormat};
+use crate::{algorithm::Algorithm, headers::HeaderStyle, headers::ResetFormat, quota::Quota};
 
 /// A rate-limit configuration read from a file: layer settings and rules, in
 /// evaluation order. Turn it into a layer with [`into_builder`](Self::into_builder)

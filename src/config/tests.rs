@@ -1,8 +1,8 @@
 //! Reading and building rule files, end to end.
 
 use super::{ConfigError, Registry, RulesConfig};
-use crate::Quota;
 use crate::key::KeyExtractor;
+use crate::quota::Quota;
 
 fn toml_err(src: &str) -> ConfigError {
     RulesConfig::from_toml_str(src).unwrap_err()

@@ -10,7 +10,7 @@ use notify::{Event, RecommendedWatcher, RecursiveMode, Watcher};
 
 use super::{ConfigError, Registry, RulesConfig};
 use crate::rate_limit::WeakLayer;
-use crate::{RateLimitLayer, observe};
+use crate::{observe, rate_limit::RateLimitLayer};
 
 /// Editors write a file in several steps (truncate, write, rename): reload
 /// once the directory has been quiet this long.
@@ -173,8 +173,8 @@ fn read(path: &Path) -> Result<String, ConfigError> {
 }
 
 pub(super) type Settings = (
-    crate::HeaderStyle,
-    crate::ResetFormat,
+    crate::headers::HeaderStyle,
+    crate::headers::ResetFormat,
     Option<u32>,
     Option<usize>,
     Option<String>,

@@ -10,7 +10,7 @@ use futures_util::future::BoxFuture;
 
 use super::rule::{Backend, CompiledRule, share};
 use crate::rule::QuotaSource;
-use crate::{RuleDecision, Source};
+use crate::{decision::RuleDecision, decision::Source};
 
 /// A group being decided: the members still to ask, and the refusals so
 /// far. Moves into the suspended evaluation when a member must await.
@@ -164,7 +164,7 @@ impl CompiledRule {
         let key = self.rule.key.extract_now(parts)?;
         let key = self.bounded(&key).into_owned();
         if let Some(left) = self.locks.locked(&key) {
-            let d = crate::Decision::denied(quota.limit(), quota.window(), left, left);
+            let d = crate::decision::Decision::denied(quota.limit(), quota.window(), left, left);
             return Some(Peek::Now(self.rule_decision(&key, d, Source::Locked)));
         }
         match &self.backend {
@@ -187,7 +187,7 @@ impl CompiledRule {
 /// Checks that each group's members stand together and can be members;
 /// returns each rule's span: a group's size at its first member, 0 at the
 /// others, 1 for a rule on its own.
-pub(super) fn spans(rules: &[crate::Rule]) -> Result<Vec<usize>, crate::error::BuildError> {
+pub(super) fn spans(rules: &[crate::rule::Rule]) -> Result<Vec<usize>, crate::error::BuildError> {
     use crate::error::BuildError;
     use crate::policy::OnDeny;
     let mut spans = vec![1; rules.len()];

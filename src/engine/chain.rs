@@ -12,15 +12,16 @@ use super::decide::{Outcome, Step, Verdict, allow, fold};
 use super::rule::{Backend, Carry, CompiledRule, near_threshold, new_backend, share};
 use super::spend::Spends;
 use super::validate::validate;
-use crate::backend::keyspace::Budget;
-use crate::backend::lock::Locks;
 use crate::decision::Decisions;
 use crate::error::BuildError;
 use crate::failure::BreakerStatus;
 use crate::headers::{StaticPolicy, Unit};
+use crate::key::lookup::KeyWatch;
 use crate::policy::KeySpaceFull;
-use crate::rule::{KeyWatch, Rule};
-use crate::throttle::Throttle;
+use crate::rule::Rule;
+use crate::store::keyspace::Budget;
+use crate::store::lock::Locks;
+use crate::util::throttle::Throttle;
 
 /// Settings the chain shares with every rule.
 #[derive(Debug, Clone, Copy)]

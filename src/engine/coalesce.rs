@@ -15,7 +15,7 @@ use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
 use tokio::sync::oneshot;
 
-use crate::Key;
+use crate::key::Key;
 
 /// The queues of groups with a call in flight.
 pub(super) struct Queues<G, T> {

@@ -71,4 +71,4 @@ impl std::error::Error for ControlError {
     }
 }
 
-crate::report::debug_as_display!(ControlError);
+crate::util::report::debug_as_display!(ControlError);

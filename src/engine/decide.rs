@@ -10,15 +10,18 @@ use http::request::Parts;
 
 use super::rule::{Backend, CompiledRule, share};
 use super::spend::{Settlement, Spend, Spends};
-use crate::backend::local::LocalStore;
 use crate::decision::Decisions;
 use crate::headers::StaticPolicy;
-use crate::instant::after;
 use crate::key::Misconfig;
-use crate::now_or_later::NowOrLater;
+use crate::key::lookup::{Found, Lookup, lookup};
 use crate::policy::OnDeny;
-use crate::rule::{Cost, Found, Lookup, QuotaSource, lookup};
-use crate::{Decision, Key, Quota, RuleDecision, Source, observe};
+use crate::rule::{Cost, QuotaSource};
+use crate::store::local::LocalStore;
+use crate::util::instant::after;
+use crate::util::now_or_later::NowOrLater;
+use crate::{
+    decision::Decision, decision::RuleDecision, decision::Source, key::Key, observe, quota::Quota,
+};
 
 /// One rule's contribution.
 pub(crate) enum Outcome {

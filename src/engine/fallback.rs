@@ -6,11 +6,11 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use super::global::Global;
-use crate::backend::lock::Locks;
 use crate::failure::FailureMode;
 use crate::policy::Cause;
 use crate::rule::Rule;
-use crate::{Decision, Key, Quota, Source};
+use crate::store::lock::Locks;
+use crate::{decision::Decision, decision::Source, key::Key, quota::Quota};
 
 impl Global {
     /// Decides without Redis, through the guard, which says so loudly. A

@@ -8,18 +8,18 @@ use std::time::Duration;
 
 use super::coalesce::{Batch, Join, Leader, Queues};
 use super::control::{ControlError, ControlOp};
-use crate::backend::deny_cache::DenyCache;
-use crate::backend::keyspace::{Budget, KeySpaceFull};
-use crate::backend::learned::Learned;
-use crate::backend::leases::{Leases, Take, Unspent, Woken};
-use crate::backend::local::LocalStore;
-use crate::backend::lock::Locks;
 use crate::backend::redis::{ControlScriptOp, Decided, MAX_PREVIOUS, RedisBackend, Shard};
 use crate::failure::PATIENCE;
 use crate::failure::{Admit, BreakerStatus, FailureMode, Guard};
 use crate::policy::{Cause, QuotaChange};
 use crate::rule::Rule;
-use crate::{Decision, Key, Quota, Source, observe};
+use crate::store::deny_cache::DenyCache;
+use crate::store::keyspace::{Budget, KeySpaceFull};
+use crate::store::learned::Learned;
+use crate::store::leases::{Leases, Take, Unspent, Woken};
+use crate::store::local::LocalStore;
+use crate::store::lock::Locks;
+use crate::{decision::Decision, decision::Source, key::Key, observe, quota::Quota};
 
 /// Whether cached denies may answer for `rule`: not under a lockout, whose
 /// denies all count in Redis (at most its `after` calls per period and
@@ -47,7 +47,7 @@ pub(super) struct Global {
     /// coalesces.
     pub(super) queues: Option<Arc<Queues<Group, Answer>>>,
     /// For giving leases back when dropped.
-    pub(super) rule: (Arc<str>, crate::Algorithm, Duration),
+    pub(super) rule: (Arc<str>, crate::algorithm::Algorithm, Duration),
     /// At most one unsettled-units line a second.
     pub(super) settle_log: observe::Sampled,
     /// Set when a reload changed the rule's static quota.
@@ -98,7 +98,7 @@ impl Drop for Global {
 pub(super) async fn return_unspent(
     redis: &RedisBackend,
     name: &str,
-    algorithm: crate::Algorithm,
+    algorithm: crate::algorithm::Algorithm,
     unspent: &Unspent,
 ) -> Result<(), crate::backend::redis::RedisBackendError> {
     let units = unspent.units();

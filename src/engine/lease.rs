@@ -5,13 +5,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::global::{Global, return_unspent};
-use crate::backend::leases::{Flight, Unspent};
-use crate::backend::lock::Locks;
 use crate::backend::redis::Grant;
 use crate::failure::Admit;
 use crate::policy::Cause;
 use crate::rule::Rule;
-use crate::{Decision, Key, Quota, Source, observe};
+use crate::store::leases::{Flight, Unspent};
+use crate::store::lock::Locks;
+use crate::{decision::Decision, decision::Source, key::Key, observe, quota::Quota};
 
 impl Global {
     /// Asks Redis for a lease of `key`, for this request and the next.
@@ -114,7 +114,12 @@ impl Global {
     }
 
     /// [`give_back`](Self::give_back)'s call, behind the rule's breaker.
-    async fn send_back(&self, name: &str, algorithm: crate::Algorithm, unspent: &Unspent) {
+    async fn send_back(
+        &self,
+        name: &str,
+        algorithm: crate::algorithm::Algorithm,
+        unspent: &Unspent,
+    ) {
         let call = return_unspent(&self.redis, name, algorithm, unspent);
         if let Err(cause) = self.guard.call(self.redis.liveness(), call).await {
             tracing::debug!(target: observe::TARGET, rule = %name, %cause, "could not give back a lease's unspent units");
@@ -130,7 +135,7 @@ impl Global {
         let (this, key) = (self.clone(), key.clone());
         let (name, algorithm) = (rule.name.clone(), rule.algorithm);
         rt.spawn(async move {
-            tokio::time::sleep_until(crate::instant::after(asked, lease).into()).await;
+            tokio::time::sleep_until(crate::util::instant::after(asked, lease).into()).await;
             let ended = this.leases.as_ref().and_then(|l| l.ended(&key, asked));
             if let Some(unspent) = ended {
                 this.send_back(&name, algorithm, &unspent).await;

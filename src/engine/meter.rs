@@ -11,9 +11,10 @@ use super::chain::{Chain, ChainConfig};
 use super::rule::CompiledRule;
 use super::spend::Spend;
 use crate::error::BuildError;
-use crate::now_or_later::NowOrLater;
-use crate::rule::{Lookup, Rule, lookup};
-use crate::{Decision, Key, Quota, Source};
+use crate::key::lookup::{Lookup, lookup};
+use crate::rule::Rule;
+use crate::util::now_or_later::NowOrLater;
+use crate::{decision::Decision, decision::Source, key::Key, quota::Quota};
 
 /// A compiled rule whose cost is given per call: a body's bytes.
 pub(crate) struct Meter {

@@ -6,9 +6,9 @@
 use std::time::{Duration, Instant};
 
 use super::global::{Converting, Global};
-use crate::Quota;
 use crate::backend::redis::{MAX_PREVIOUS, Previous};
 use crate::policy::QuotaChange;
+use crate::quota::Quota;
 use crate::rule::Rule;
 
 /// The shortest conversion: a gateway still on the old rules this long
@@ -33,7 +33,7 @@ impl Global {
             .get()
             .into_iter()
             .flat_map(|c| c.from.iter().flatten());
-        let alive = std::iter::once((old, crate::instant::after(now, lasts)))
+        let alive = std::iter::once((old, crate::util::instant::after(now, lasts)))
             .chain(older.copied())
             .filter(|&(q, until)| q != to && now < until);
         let mut n = 0;
@@ -43,7 +43,7 @@ impl Global {
                 n += 1;
             }
         }
-        let at = crate::instant::unix_us().div_euclid(1_000_000);
+        let at = crate::util::instant::unix_us().div_euclid(1_000_000);
         let how = rule.on_quota_change;
         let _ = self.previous.set(Converting { from, to, how, at });
     }

@@ -8,14 +8,15 @@ use super::control::{ControlError, ControlOp};
 #[cfg(feature = "redis")]
 use super::global::Global;
 use super::wait::Waiters;
-use crate::backend::keyspace::Budget;
-use crate::backend::local::LocalStore;
-use crate::backend::lock::Locks;
 use crate::headers::StaticPolicy;
+use crate::key::lookup::KeyWatch;
 use crate::policy::QuotaChange;
-use crate::rule::{KeyWatch, QuotaSource, Rule, Scope};
-use crate::throttle::Throttle;
-use crate::{Decision, Key, Quota, observe};
+use crate::rule::{QuotaSource, Rule, Scope};
+use crate::store::keyspace::Budget;
+use crate::store::local::LocalStore;
+use crate::store::lock::Locks;
+use crate::util::throttle::Throttle;
+use crate::{decision::Decision, key::Key, observe, quota::Quota};
 
 pub(crate) struct CompiledRule {
     pub(super) rule: Rule,

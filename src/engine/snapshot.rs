@@ -4,9 +4,9 @@ use std::time::Duration;
 
 use super::chain::Chain;
 use super::rule::share;
-use crate::Quota;
-use crate::instant::unix_us;
+use crate::quota::Quota;
 use crate::snapshot::{Saved, SavedRule};
+use crate::util::instant::unix_us;
 
 impl Chain {
     /// Each local rule with a static quota: its keys' usage, on the wall clock.

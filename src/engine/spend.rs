@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::rule::{Backend, CompiledRule};
-use crate::{Key, Quota, Source, observe};
+use crate::{decision::Source, key::Key, observe, quota::Quota};
 
 /// Units one rule spent for a request: given back when a later rule
 /// refuses the request, settled on the response by a `count_if` or

@@ -13,7 +13,10 @@ use super::{Chain, ChainConfig, Suspended};
 use crate::decision::Decisions;
 use crate::error::BuildError;
 use crate::quota::QuotaError;
-use crate::{Algorithm, Decision, Key, KeyExtractor, OnMissingKey, Quota, Rule, Source};
+use crate::{
+    algorithm::Algorithm, decision::Decision, decision::Source, key::Key, key::KeyExtractor,
+    key::OnMissingKey, quota::Quota, rule::Rule,
+};
 
 fn config() -> ChainConfig {
     ChainConfig {

@@ -3,8 +3,9 @@
 
 use super::rule::share;
 use crate::error::BuildError;
+use crate::key::lookup::OnMissingKey;
 use crate::policy::OnDeny;
-use crate::rule::{Cost, OnMissingKey, QuotaSource, Rule, Scope, valid_name};
+use crate::rule::{Cost, QuotaSource, Rule, Scope, valid_name};
 
 pub(super) fn validate(rule: &Rule, instances: Option<u32>) -> Result<(), BuildError> {
     let name = &rule.name;

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::Key;
+use crate::key::Key;
 
 /// Requests waiting per key; a key is removed when its last waiter leaves.
 #[derive(Default)]

@@ -7,8 +7,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::BreakerState;
-use crate::instant::after;
 use crate::policy::BreakerConfig;
+use crate::util::instant::after;
 
 #[derive(Debug)]
 enum State {

@@ -12,11 +12,11 @@ use futures_util::FutureExt;
 
 use super::breaker::{Admit, CircuitBreaker};
 use super::{BreakerStatus, FailureMode, LiveCount, Liveness};
-use crate::instant::after;
 use crate::policy::Cause;
 use crate::policy::FailurePolicy;
-use crate::throttle::Throttle;
-use crate::{Key, Quota, Source, observe};
+use crate::util::instant::after;
+use crate::util::throttle::Throttle;
+use crate::{decision::Source, key::Key, observe, quota::Quota};
 
 /// How many timeouts a call may wait in all while the server keeps
 /// answering: with the default 20 ms, 1 s.

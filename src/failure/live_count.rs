@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::instant::after;
+use crate::util::instant::after;
 
 /// The count last read (0 until one is), and what the failure mode divides
 /// by: a count that fell holds its old value for one TTL more, so a Redis

@@ -11,8 +11,8 @@ use http::request::Parts;
 use super::Key;
 use super::forwarded::TrustedProxies;
 use super::source::{Misconfig, Source};
-use crate::now_or_later::NowOrLater;
-use crate::throttle::Throttle;
+use crate::util::now_or_later::NowOrLater;
+use crate::util::throttle::Throttle;
 
 type SyncFn = dyn Fn(&Parts) -> Option<Key> + Send + Sync;
 type AsyncFn = dyn Fn(&Parts) -> BoxFuture<'static, Option<Key>> + Send + Sync;
@@ -26,7 +26,7 @@ enum Kind {
 }
 
 /// Finds the [`Key`] a request counts against, or `None` when it carries no
-/// such identity (the rule's [`OnMissingKey`](crate::rule::OnMissingKey) then decides).
+/// such identity (the rule's [`OnMissingKey`](crate::key::OnMissingKey) then decides).
 ///
 /// Extractors see the request head ([`Parts`]), so they work for any body type
 /// and can read extensions set by earlier layers (auth, `ConnectInfo`).
@@ -165,7 +165,7 @@ impl KeyExtractor {
     /// `.layer` calls (the one written last runs first):
     /// `Router::new().route(..).layer(rate_limit).layer(auth)`.
     ///
-    /// With no [`OnMissingKey`](crate::rule::OnMissingKey) set, a request
+    /// With no [`OnMissingKey`](crate::key::OnMissingKey) set, a request
     /// without `T` is refused with 500 and logged at ERROR: either the layers
     /// are in the wrong order, and no request would ever be limited, or the
     /// request is anonymous. When anonymous requests are expected, say so:
@@ -196,7 +196,7 @@ impl KeyExtractor {
     /// A key from a value an earlier layer *may* put in the request
     /// extensions: auth that lets anonymous requests through. A request
     /// without `T` has no key, and the rule's
-    /// [`OnMissingKey`](crate::rule::OnMissingKey) decides; with none set,
+    /// [`OnMissingKey`](crate::key::OnMissingKey) decides; with none set,
     /// the rule skips it (anonymous requests are not limited by it).
     ///
     /// The layer order matters as for [`extension`](Self::extension). In
@@ -235,7 +235,7 @@ impl KeyExtractor {
     /// `axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())`.
     /// Without it no request has a peer address, so a rule keyed on it
     /// refuses every request with 500 and logs the fix (whatever its
-    /// [`OnMissingKey`](crate::rule::OnMissingKey), it logs), rather than
+    /// [`OnMissingKey`](crate::key::OnMissingKey), it logs), rather than
     /// limit nothing. IPv6 peers are keyed by
     /// their /56 network ([`DEFAULT_V6_PREFIX`](super::DEFAULT_V6_PREFIX):
     /// one ISP delegation; see [`peer_ip_prefix`](Self::peer_ip_prefix)),
@@ -375,7 +375,7 @@ impl KeyExtractor {
     /// the router, no route is matched yet, and the rule refuses every
     /// request with 500 and logs why. A request no route matches (the
     /// fallback) has no key; the rule's
-    /// [`OnMissingKey`](crate::rule::OnMissingKey) decides, skipping it by
+    /// [`OnMissingKey`](crate::key::OnMissingKey) decides, skipping it by
     /// default.
     ///
     /// ```

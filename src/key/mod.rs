@@ -217,6 +217,7 @@ impl From<u64> for Key {
 mod extractor;
 mod forwarded;
 mod ip;
+pub(crate) mod lookup;
 mod source;
 
 pub(crate) use extractor::Extracted;
@@ -225,6 +226,7 @@ pub(crate) use forwarded::parse_net;
 pub use forwarded::{ForwardedHeader, TrustedProxies};
 pub use ip::DEFAULT_V6_PREFIX;
 pub(crate) use ip::canonical;
+pub use lookup::OnMissingKey;
 pub(crate) use source::Misconfig;
 
 #[cfg(test)]

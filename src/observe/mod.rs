@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::throttle::Throttle;
+use crate::util::throttle::Throttle;
 
 #[cfg(feature = "redis")]
 mod global;
@@ -204,7 +204,7 @@ pub(crate) fn key_space_full(
     rule: &Arc<str>,
     how: crate::policy::KeySpaceFull,
     max_keys: usize,
-    warned: &crate::throttle::Throttle,
+    warned: &crate::util::throttle::Throttle,
 ) {
     let outcome = match how {
         crate::policy::KeySpaceFull::Refuse => "key_space_full",

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::error::BuildError;
-use crate::{Algorithm, Quota};
+use crate::{algorithm::Algorithm, quota::Quota};
 
 /// How a global rule leases quota: see [`Rule::lease`](crate::Rule::lease).
 ///

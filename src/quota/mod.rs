@@ -357,4 +357,4 @@ impl fmt::Display for QuotaError {
 }
 
 impl std::error::Error for QuotaError {}
-crate::report::debug_as_display!(QuotaError);
+crate::util::report::debug_as_display!(QuotaError);

@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use super::layer::RateLimitLayer;
 use super::shared::{Current, Shared};
-use crate::Rule;
 use crate::engine::{Chain, ChainConfig};
 use crate::error::BuildError;
+use crate::rule::Rule;
 use crate::settings::{self, Settings};
 
 /// Configures a [`RateLimitLayer`]; [`build`](Self::build) checks everything.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::shared::Shared;
 use crate::engine::{ControlError, ControlOp};
-use crate::{Decision, Key};
+use crate::{decision::Decision, key::Key};
 
 /// Reads and moves one key's counters of one rule, outside any request:
 /// after a captcha or a password reset, to punish or forgive a client, or

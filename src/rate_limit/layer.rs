@@ -9,9 +9,9 @@ use tower::Layer;
 use super::control::Control;
 use super::service::RateLimitService;
 use super::shared::Shared;
-use crate::Rule;
 use crate::engine::{Carry, Chain};
 use crate::error::BuildError;
+use crate::rule::Rule;
 
 /// Applies an ordered list of [`Rule`]s to every request.
 ///
@@ -148,7 +148,7 @@ impl RateLimitLayer {
     /// [`SnapshotError::Io`](crate::snapshot::SnapshotError::Io) when `w` fails.
     pub fn snapshot(&self, w: impl std::io::Write) -> Result<(), crate::snapshot::SnapshotError> {
         let rules = self.shared.chain.load().export();
-        crate::snapshot::write(w, &rules, crate::instant::unix_us())
+        crate::snapshot::write(w, &rules, crate::util::instant::unix_us())
     }
 
     /// What the layer enforces, as a Markdown table or a Mermaid flowchart:

@@ -125,9 +125,9 @@ impl Denied {
         }
     }
 
-    /// 429; the status of an [`OnMissingKey::Reject`](crate::rule::OnMissingKey::Reject);
+    /// 429; the status of an [`OnMissingKey::Reject`](crate::key::OnMissingKey::Reject);
     /// or 500, when the rule cannot find its key in this setup (see
-    /// [`OnMissingKey`](crate::rule::OnMissingKey)). The response has this
+    /// [`OnMissingKey`](crate::key::OnMissingKey)). The response has this
     /// status whatever the deny-response closure sets.
     pub fn status(&self) -> StatusCode {
         self.status
@@ -164,7 +164,7 @@ pub(crate) fn ready(res: axum::response::Response) -> Response<Bytes> {
         }
     };
     if !complete {
-        static WARNED: crate::throttle::Throttle = crate::throttle::Throttle::new();
+        static WARNED: crate::util::throttle::Throttle = crate::util::throttle::Throttle::new();
         if WARNED.ready(Duration::from_secs(60)) {
             tracing::error!(target: crate::observe::TARGET, "deny_response returned a body that is not ready at once; the refusal is sent without a body");
         }

@@ -11,23 +11,20 @@ pub use crate::policy::LeasePolicy;
 pub use crate::policy::{KeySpaceFull, Lockout, OnDeny, QuotaChange};
 pub use any_of::any_of;
 pub(crate) use exempt::Exempt;
-pub use missing_key::OnMissingKey;
-pub(crate) use missing_key::{Found, KeyWatch, Lookup, lookup};
 
 mod any_of;
 mod exempt;
 #[cfg(feature = "redis")]
 mod global;
-mod missing_key;
 
 use http::request::Parts;
 
-use crate::Algorithm;
-use crate::Quota;
+use crate::algorithm::Algorithm;
 #[cfg(feature = "redis")]
 use crate::backend::redis::RedisBackend;
-use crate::key::KeyExtractor;
+use crate::key::{KeyExtractor, OnMissingKey};
 use crate::policy::FailurePolicy;
+use crate::quota::Quota;
 
 type QuotaFn = dyn Fn(&Parts) -> Quota + Send + Sync;
 type CostFn = dyn Fn(&Parts) -> u32 + Send + Sync;
@@ -100,7 +97,7 @@ impl Scope {
 ///
 /// ```
 /// use http::StatusCode;
-/// use keyed_rate_limit::{Quota, Rule, key::KeyExtractor, rule::OnMissingKey};
+/// use keyed_rate_limit::{Quota, Rule, key::{KeyExtractor, OnMissingKey}};
 ///
 /// let rule = Rule::new("per-key", KeyExtractor::header("x-api-key"), Quota::per_minute(100))
 ///     .on_missing_key(OnMissingKey::Reject(StatusCode::UNAUTHORIZED))

@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use sha2::{Digest, Sha256};
 
 use super::{Saved, SavedRule, SnapshotError, VERSION};
-use crate::Key;
+use crate::key::Key;
 use crate::quota::Period;
 
 const HEADER: &str = "keyed-rate-limit snapshot";

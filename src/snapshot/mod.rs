@@ -64,7 +64,7 @@ mod format;
 
 pub(crate) use format::{read, write};
 
-use crate::Key;
+use crate::key::Key;
 use crate::quota::Period;
 
 /// The format version this crate writes and reads.

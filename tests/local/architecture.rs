@@ -1,6 +1,8 @@
-//! The module graph of `src/`, read from the code: no cycle between files,
-//! and every arrow between top-level modules goes down the layers that
-//! `docs/adr/0015-module-layers.md` lists.
+//! The module graph of `src/`, read from the code: no cycle between files
+//! or between top-level modules, every arrow between top-level modules
+//! stays on its layer or goes down the layers that
+//! `docs/adr/0015-module-layers.md` lists, and no import goes through the
+//! crate root's re-exports.
 //!
 //! An arrow is a `use crate::…`, `super::…` or `self::…` path, or an inline
 //! `crate::…`, `super::…` or child-module path (macro calls: `crate::…` and
@@ -496,7 +498,7 @@ fn top_level_modules_only_import_lower_layers() {
             continue;
         }
         match (layer_of(&ta), layer_of(&tb)) {
-            (Some(la), Some(lb)) if lb < la => {}
+            (Some(la), Some(lb)) if lb <= la => {}
             (Some(_), Some(_)) => wrong.push(format!(
                 "  {ta} -> {tb}: {} uses {via}",
                 krate.sources[a].file.display()
@@ -526,7 +528,7 @@ fn top_level_modules_only_import_lower_layers() {
     );
     assert!(
         wrong.is_empty(),
-        "arrows that do not go down a layer (docs/adr/0015-module-layers.md):\n{}",
+        "arrows that go up a layer (docs/adr/0015-module-layers.md):\n{}",
         wrong.join("\n")
     );
 }
@@ -546,4 +548,73 @@ fn the_reader_sees_arrows_it_must() {
     let service = named("src/rate_limit/service.rs");
     assert!(arrows.keys().any(|(a, _)| *a == service), "{arrows:?}");
     assert!(arrows.len() > 50, "{} arrows", arrows.len());
+}
+
+/// Arrows within a layer are allowed, so the layers alone do not keep
+/// two modules of one layer from importing each other.
+#[test]
+fn top_level_modules_form_no_cycle() {
+    let krate = Crate::read();
+    let mut names: Vec<String> = (0..krate.sources.len()).map(|s| krate.top(s)).collect();
+    names.sort();
+    names.dedup();
+    let index = |m: &str| names.iter().position(|n| n == m).unwrap();
+    let mut witness = BTreeMap::new();
+    for ((a, b), via) in krate.arrows() {
+        let (ta, tb) = (krate.top(a), krate.top(b));
+        if ta != tb {
+            witness
+                .entry((index(&ta), index(&tb)))
+                .or_insert_with(|| format!("{} uses {via}", krate.sources[a].file.display()));
+        }
+    }
+    let edges: BTreeSet<_> = witness.keys().copied().collect();
+    let found = cycles(names.len(), &edges);
+    let shown: Vec<String> = found
+        .iter()
+        .map(|scc| {
+            witness
+                .iter()
+                .filter(|((a, b), _)| scc.contains(a) && scc.contains(b))
+                .map(|((a, b), via)| format!("  {} -> {}: {via}", names[*a], names[*b]))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .collect();
+    assert!(
+        shown.is_empty(),
+        "cycles between modules:\n{}",
+        shown.join("\n\n")
+    );
+}
+
+/// `lib.rs` re-exports the entry points for users; inside the crate each
+/// item is imported from its home, so that the root is no hidden hub.
+#[test]
+fn no_import_goes_through_the_crate_root() {
+    let krate = Crate::read();
+    let root: ModPath = Vec::new();
+    let mut through = Vec::new();
+    for s in &krate.sources {
+        for u in &s.uses {
+            if u.here == root || u.path.first().map(String::as_str) != Some("crate") {
+                continue;
+            }
+            let Some(first) = u.path.get(1) else { continue };
+            let module = vec![first.clone()];
+            if !krate.owner.contains_key(&module)
+                && krate.aliases.contains_key(&(root.clone(), first.clone()))
+            {
+                through.push(format!("  {}: {}", s.file.display(), u.path.join("::")));
+            }
+        }
+    }
+    through.sort();
+    through.dedup();
+    assert!(
+        through.is_empty(),
+        "{} imports through the crate root's re-exports; import from the item's module:\n{}",
+        through.len(),
+        through.join("\n")
+    );
 }

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 
 use http::StatusCode;
-use keyed_rate_limit::rule::OnMissingKey;
+use keyed_rate_limit::key::OnMissingKey;
 use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
 use tonic::Code;
 use tonic::transport::server::TcpIncoming;

@@ -9,8 +9,8 @@ use axum::response::Response;
 use axum::{Extension, Router, routing::get};
 use http::StatusCode;
 use keyed_rate_limit::error::BuildError;
+use keyed_rate_limit::key::OnMissingKey;
 use keyed_rate_limit::key::{KeyExtractor, TrustedProxies};
-use keyed_rate_limit::rule::OnMissingKey;
 use keyed_rate_limit::{HeaderStyle, Key, Quota, RateLimitDecision, RateLimitLayer, Rule};
 
 fn app(layer: RateLimitLayer) -> Router {

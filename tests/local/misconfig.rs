@@ -9,7 +9,7 @@ use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::{Router, routing::get};
 use keyed_rate_limit::key::KeyExtractor;
-use keyed_rate_limit::rule::OnMissingKey;
+use keyed_rate_limit::key::OnMissingKey;
 use keyed_rate_limit::{Key, Quota, RateLimitLayer, Rule};
 
 use crate::support::{client, events, serve, statuses};

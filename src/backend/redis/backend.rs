@@ -15,7 +15,7 @@ use super::script::{self, ControlScriptOp, Decided, Grant, LeaseOp, LeaseReply};
 use crate::failure::{LiveCount, Liveness};
 use crate::key::DEFAULT_MAX_KEY_LEN;
 use crate::policy::Lockout;
-use crate::{Algorithm, Decision, Key, Quota};
+use crate::{algorithm::Algorithm, decision::Decision, key::Key, quota::Quota};
 
 /// The longest a call outside a rule's guard waits for its reply.
 pub(super) const UNGUARDED_TIMEOUT: Duration = Duration::from_secs(10);

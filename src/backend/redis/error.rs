@@ -153,7 +153,7 @@ impl crate::failure::CallError for RedisBackendError {
     }
 }
 
-crate::report::debug_as_display!(RedisBackendError);
+crate::util::report::debug_as_display!(RedisBackendError);
 
 #[cfg(test)]
 mod tests {

@@ -24,7 +24,7 @@
 //! changes with the state's shape too (`tb2`: one number, where `tb` was a
 //! hash), so that gateways of two versions never read each other's state.
 
-use crate::{Algorithm, Key};
+use crate::{algorithm::Algorithm, key::Key};
 
 use super::RedisBackendError;
 
@@ -71,7 +71,7 @@ pub(crate) fn redis_key(
     rule: &str,
     key: &Key,
     algorithm: Algorithm,
-    quota: &crate::Quota,
+    quota: &crate::quota::Quota,
 ) -> Vec<u8> {
     let mut suffix = suffix(algorithm).to_vec();
     let mut n = itoa::Buffer::new();
@@ -113,7 +113,7 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    const Q: crate::Quota = crate::Quota::per_minute(100);
+    const Q: crate::quota::Quota = crate::quota::Quota::per_minute(100);
 
     #[test]
     fn layout_keeps_the_tag_and_binary_keys() {

@@ -53,5 +53,5 @@ pub(crate) fn process_id() -> &'static str {
 
 /// The set every gateway on this prefix announces itself in.
 pub(super) fn set_key(prefix: &str) -> Vec<u8> {
-    keys::tagged_key(prefix, "instances", &crate::Key::from("*"), b"live")
+    keys::tagged_key(prefix, "instances", &crate::key::Key::from("*"), b"live")
 }

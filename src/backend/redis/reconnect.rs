@@ -14,7 +14,7 @@ use futures_util::future::{BoxFuture, Shared};
 use redis::RedisError;
 use tokio::time::Instant;
 
-use crate::instant::after;
+use crate::util::instant::after;
 
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 // Low: a lookup costs a sentinel a few commands, and a promoted master

@@ -7,7 +7,7 @@ use redis::Script;
 
 use crate::policy::Lockout;
 use crate::quota::Period;
-use crate::{Algorithm, Decision, Quota};
+use crate::{algorithm::Algorithm, decision::Decision, quota::Quota};
 
 /// An algorithm's `decide(key, lock, cost)` after `clock.lua` (Redis time,
 /// read once per call), `quota_change.lua` and the prelude the body needs;

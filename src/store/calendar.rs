@@ -10,9 +10,9 @@ use dashmap::DashMap;
 
 use super::inherit::Inherit;
 use super::keyspace::{Budget, KeySpaceFull, mark_diverted};
-use crate::instant::unix_us;
-use crate::throttle::Throttle;
-use crate::{Decision, Key, Quota};
+use crate::util::instant::unix_us;
+use crate::util::throttle::Throttle;
+use crate::{decision::Decision, key::Key, quota::Quota};
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {

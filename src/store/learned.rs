@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use super::bounded::BoundedMap;
 use super::keyspace::Budget;
-use crate::instant::after;
-use crate::{Algorithm, Key, Quota};
+use crate::util::instant::after;
+use crate::{algorithm::Algorithm, key::Key, quota::Quota};
 
 /// One key's usage as Redis last answered, independent of any share.
 #[derive(Debug, Clone, Copy)]

@@ -11,8 +11,8 @@ use dashmap::DashMap;
 use dashmap::mapref::one::RefMut;
 
 use super::keyspace::Budget;
-use crate::Key;
-use crate::throttle::Throttle;
+use crate::key::Key;
+use crate::util::throttle::Throttle;
 
 #[derive(Debug)]
 pub(crate) struct BoundedMap<V> {

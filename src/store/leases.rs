@@ -13,9 +13,9 @@ use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
 use tokio::sync::oneshot;
 
-use crate::instant::after;
 use crate::policy::{LeasePolicy, flow};
-use crate::{Decision, Key, Quota};
+use crate::util::instant::after;
+use crate::{decision::Decision, key::Key, quota::Quota};
 
 /// The most a lease grows over the last one: a rate measured over a few
 /// microseconds says little.

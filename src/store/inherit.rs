@@ -6,7 +6,7 @@
 
 use std::sync::{PoisonError, RwLock};
 
-use crate::Key;
+use crate::key::Key;
 
 type From<T> = Box<dyn Fn(&Key, T) -> T + Send + Sync>;
 

@@ -23,7 +23,7 @@ macro_rules! debug_as_display {
     ($($t:ty),+) => {$(
         impl std::fmt::Debug for $t {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                crate::report::chain(self, f)
+                crate::util::report::chain(self, f)
             }
         }
     )+};

@@ -9,12 +9,12 @@ use std::time::Duration;
 use http::StatusCode;
 use http::request::Parts;
 
-use crate::Key;
 use crate::error::BuildError;
+use crate::key::Key;
 use crate::key::{Extracted, KeyExtractor, Misconfig};
-use crate::now_or_later::NowOrLater;
 use crate::observe;
-use crate::throttle::Throttle;
+use crate::util::now_or_later::NowOrLater;
+use crate::util::throttle::Throttle;
 
 /// What a rule does with a request its key extractor found no key for.
 ///
@@ -27,7 +27,7 @@ use crate::throttle::Throttle;
 ///
 /// ```
 /// use axum::http::StatusCode;
-/// use keyed_rate_limit::{key::KeyExtractor, rule::OnMissingKey};
+/// use keyed_rate_limit::key::{KeyExtractor, OnMissingKey};
 ///
 /// // Anonymous requests (no `User` extension) are not limited by this rule.
 /// let skip = OnMissingKey::Skip;

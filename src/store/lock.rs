@@ -10,10 +10,10 @@ use dashmap::DashMap;
 use tokio::time::Instant;
 
 use super::keyspace::Budget;
-use crate::Key;
-use crate::instant::after;
+use crate::key::Key;
 use crate::policy::Lockout;
-use crate::throttle::Throttle;
+use crate::util::instant::after;
+use crate::util::throttle::Throttle;
 
 /// How long a gateway answers from a lock it learned from Redis (or set
 /// there) before asking Redis again: an unblock or reset through another

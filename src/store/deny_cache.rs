@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use super::bounded::BoundedMap;
 use super::keyspace::Budget;
-use crate::instant::after;
-use crate::{Decision, Key, Quota};
+use crate::util::instant::after;
+use crate::{decision::Decision, key::Key, quota::Quota};
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {
@@ -137,7 +137,7 @@ impl DenyCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::keyspace::KeySpaceFull;
+    use crate::store::keyspace::KeySpaceFull;
 
     const TWO: NonZeroU32 = NonZeroU32::new(2).unwrap();
 

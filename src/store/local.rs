@@ -13,7 +13,7 @@ use governor::{Quota as GovernorQuota, RateLimiter};
 use super::calendar::CalendarStore;
 use super::keyspace::{self, Budget, GcraState, GcraStore, KeySpaceFull, Tat};
 use crate::policy::QuotaChange;
-use crate::{Decision, Key, Quota};
+use crate::{decision::Decision, key::Key, quota::Quota};
 
 type Governor<C> = RateLimiter<Key, GcraStore<C>, C, StateInformationMiddleware>;
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::local::{Forward, LocalStore};
 use crate::policy::QuotaChange;
-use crate::{Key, Quota};
+use crate::{key::Key, quota::Quota};
 
 impl LocalStore {
     /// From now on, what the rules of `old` (which this store replaces)

@@ -21,9 +21,9 @@ use governor::state::StateStore;
 use governor::state::keyed::ShrinkableKeyedStateStore;
 
 use super::inherit::Inherit;
-use crate::Key;
+use crate::key::Key;
 pub(crate) use crate::policy::KeySpaceFull;
-use crate::throttle::Throttle;
+use crate::util::throttle::Throttle;
 
 /// How often a full store may look for full buckets to forget.
 pub(crate) const SWEEP_EVERY: Duration = Duration::from_millis(100);
@@ -113,7 +113,7 @@ pub(crate) fn mark_diverted(how: KeySpaceFull) {
 /// governor's keyed GCRA state, bounded by a [`Budget`]: one theoretical
 /// arrival time per key (0: none yet), as governor's own `DashMap` store
 /// keeps it, plus the overflow bucket. Shared with the [`LocalStore`]
-/// (crate::backend::local::LocalStore), which moves arrival times for
+/// (crate::store::local::LocalStore), which moves arrival times for
 /// refunds and the control handle: governor owns its store by value.
 pub(crate) struct GcraStore<C: Clock>(Arc<GcraState<C>>);
 
