@@ -197,12 +197,12 @@ pub struct RuleDecision {
     pub shadow: bool,
     /// The rule counts requests in flight, not requests per window.
     pub concurrency: bool,
-    /// The rule is kept out of the rate-limit headers ([`Rule::headers`](crate::Rule::headers)).
+    /// The rule is kept out of the rate-limit headers ([`Rule::hidden`](crate::rule::Rule::hidden)).
     pub hidden: bool,
     /// The draft's `pk`: a prefix of the key's SHA-256 ([`Rule::partition_key`](crate::Rule::partition_key)).
     pub(crate) partition: Option<[u8; crate::key::PARTITION_LEN]>,
     /// The rule's `RateLimit-Policy` member when its quota is static.
-    pub(crate) policy: Option<http::HeaderValue>,
+    pub(crate) quota_member: Option<http::HeaderValue>,
 }
 
 /// Every evaluated rule's decision, in rule order; inserted into the request

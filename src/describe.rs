@@ -155,7 +155,7 @@ impl DescribedRule {
                         window(l.block_for)
                     );
                 }
-                if !rule.visible {
+                if rule.hidden {
                     s.push_str(", hidden from headers");
                 } else if rule.partition_key {
                     s.push_str(", pk");
@@ -326,7 +326,7 @@ impl Description {
     /// ```
     /// use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
     /// let layer = RateLimitLayer::builder()
-    ///     .rule(Rule::new("api", KeyExtractor::global(), Quota::per_second(5)))
+    ///     .rule(Rule::new("api", KeyExtractor::everyone(), Quota::per_second(5)))
     ///     .build()
     ///     .unwrap();
     /// assert!(!layer.describe().layer_exempt());

@@ -10,7 +10,7 @@ use crate::quota::QuotaError;
 /// use keyed_rate_limit::{Quota, RateLimitLayer, Rule, error::BuildError, key::KeyExtractor};
 ///
 /// let err = RateLimitLayer::builder()
-///     .rule(Rule::new("api", KeyExtractor::global(), Quota::per_second(0)))
+///     .rule(Rule::new("api", KeyExtractor::everyone(), Quota::per_second(0)))
 ///     .build()
 ///     .unwrap_err();
 /// assert!(matches!(err, BuildError::InvalidQuota { .. }));

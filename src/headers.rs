@@ -39,7 +39,7 @@ use crate::decision::RuleDecision;
 /// ```
 /// use keyed_rate_limit::{HeaderStyle, Quota, RateLimitLayer, Rule, key::KeyExtractor};
 /// let layer = RateLimitLayer::builder()
-///     .rule(Rule::new("api", KeyExtractor::global(), Quota::per_second(10)))
+///     .rule(Rule::new("api", KeyExtractor::everyone(), Quota::per_second(10)))
 ///     .headers(HeaderStyle::Legacy)
 ///     .build()
 ///     .unwrap();
@@ -121,7 +121,7 @@ impl Unit {
 }
 
 /// One rule's `RateLimit-Policy` list member, e.g. `"api";q=100;w=60`.
-pub(crate) fn policy_item(out: &mut String, rule: &str, limit: u32, window: Duration, unit: Unit) {
+pub(crate) fn quota_member(out: &mut String, rule: &str, limit: u32, window: Duration, unit: Unit) {
     use std::fmt::Write;
     push_sf_string(out, rule);
     let _ = write!(out, ";q={limit}");
@@ -139,16 +139,16 @@ pub(crate) fn policy_item(out: &mut String, rule: &str, limit: u32, window: Dura
 /// A static rule's policy member, rendered once when the layer is built and
 /// used for the decisions that carry that same quota.
 #[derive(Debug, Clone)]
-pub(crate) struct StaticPolicy {
+pub(crate) struct StaticQuotaMember {
     limit: u32,
     window: Duration,
     value: HeaderValue,
 }
 
-impl StaticPolicy {
+impl StaticQuotaMember {
     pub(crate) fn new(rule: &str, limit: u32, window: Duration, unit: Unit) -> Option<Self> {
         let mut item = String::new();
-        policy_item(&mut item, rule, limit, window, unit);
+        quota_member(&mut item, rule, limit, window, unit);
         let value = HeaderValue::try_from(item).ok()?;
         Some(Self {
             limit,
@@ -178,7 +178,7 @@ impl StaticPolicy {
 /// ```
 /// use keyed_rate_limit::{HeaderStyle, Quota, RateLimitLayer, ResetFormat, Rule, key::KeyExtractor};
 /// let layer = RateLimitLayer::builder()
-///     .rule(Rule::new("api", KeyExtractor::global(), Quota::per_second(10)))
+///     .rule(Rule::new("api", KeyExtractor::everyone(), Quota::per_second(10)))
 ///     .headers(HeaderStyle::Legacy)
 ///     .legacy_reset(ResetFormat::UnixSeconds)
 ///     .build();
@@ -256,15 +256,15 @@ impl Headers {
         let mut at = (0..decisions.len()).filter(|&i| shown(&decisions[i]));
         let Some(first) = at.next() else { return };
         let single = at.next().is_none();
-        let lone_policy = if single && self.draft() {
-            decisions[first].policy.take()
+        let lone_member = if single && self.draft() {
+            decisions[first].quota_member.take()
         } else {
             None
         };
         let decisions = &*decisions;
         let visible = || decisions.iter().filter(|d| shown(d));
         if self.draft() {
-            let policy = match lone_policy {
+            let policy = match lone_member {
                 Some(v) => Some(v),
                 None => {
                     let mut policy = String::with_capacity(32 * decisions.len());
@@ -273,9 +273,9 @@ impl Headers {
                             policy.push_str(", ");
                         }
                         let dec = &d.decision;
-                        match d.policy.as_ref().and_then(|v| v.to_str().ok()) {
+                        match d.quota_member.as_ref().and_then(|v| v.to_str().ok()) {
                             Some(item) => policy.push_str(item),
-                            None => policy_item(
+                            None => quota_member(
                                 &mut policy,
                                 &d.rule,
                                 dec.limit(),
@@ -406,7 +406,7 @@ mod tests {
             concurrency: false,
             hidden: false,
             partition: None,
-            policy: None,
+            quota_member: None,
         }
     }
 

@@ -80,7 +80,7 @@ pub fn accounting(variant: &str) -> Router {
             .rule(local_rule("local"))
             .rule(Rule::new(
                 "closed",
-                KeyExtractor::global(),
+                KeyExtractor::everyone(),
                 Quota::per_hour(1),
             ))
             .refunds(variant == "deny-refund"),
@@ -95,7 +95,7 @@ pub fn layer_deny() -> Router {
     let layer = RateLimitLayer::builder()
         .rule(Rule::new(
             "closed",
-            KeyExtractor::global(),
+            KeyExtractor::everyone(),
             Quota::per_hour(1),
         ))
         .build()

@@ -10,7 +10,7 @@ use super::layer::BandwidthLimitLayer;
 use super::shared::{Direction, Shared};
 use crate::engine::Meter;
 use crate::error::BuildError;
-use crate::headers::{Unit, policy_item};
+use crate::headers::{Unit, quota_member};
 use crate::key::KeyExtractor;
 use crate::key::lookup::OnMissingKey;
 use crate::quota::Quota;
@@ -65,7 +65,7 @@ impl BandwidthLimitLayer {
     ///
     /// ```
     /// use keyed_rate_limit::{BandwidthLimitLayer, KeyExtractor};
-    /// let err = BandwidthLimitLayer::builder("downloads", KeyExtractor::global(), 0).build();
+    /// let err = BandwidthLimitLayer::builder("downloads", KeyExtractor::everyone(), 0).build();
     /// assert!(err.is_err(), "a limit of zero lets nothing through");
     /// ```
     pub fn builder(
@@ -85,7 +85,7 @@ impl BandwidthLimitLayer {
 
 impl BandwidthLimitBuilder {
     settings::settings_setters!(
-        "keyed_rate_limit::BandwidthLimitLayer::builder(\"downloads\", KeyExtractor::global(), 65_536)"
+        "keyed_rate_limit::BandwidthLimitLayer::builder(\"downloads\", KeyExtractor::everyone(), 65_536)"
     );
 
     /// The most bytes a key may send at once after a quiet spell (default:
@@ -97,7 +97,7 @@ impl BandwidthLimitBuilder {
     ///
     /// ```
     /// # use keyed_rate_limit::{BandwidthLimitLayer, KeyExtractor};
-    /// let l = BandwidthLimitLayer::builder("dl", KeyExtractor::global(), 65_536).burst(8192).build()?;
+    /// let l = BandwidthLimitLayer::builder("dl", KeyExtractor::everyone(), 65_536).burst(8192).build()?;
     /// assert_eq!(l.burst(), 8192);
     /// # Ok::<(), keyed_rate_limit::BuildError>(())
     /// ```
@@ -165,7 +165,7 @@ impl BandwidthLimitBuilder {
         let meter = Meter::new(rule, settings.instances, settings.max_key_len)?;
         let policy = settings.headers.draft().then(|| {
             let mut item = String::new();
-            policy_item(
+            quota_member(
                 &mut item,
                 &name,
                 bytes_per_second,
@@ -186,7 +186,7 @@ impl BandwidthLimitBuilder {
                     .unwrap_or(NonZeroU32::MIN),
                 direction,
                 max_key_len: settings.max_key_len,
-                policy: policy.flatten(),
+                quota_member: policy.flatten(),
                 deny: settings.refusals,
                 global,
             }),
@@ -221,7 +221,7 @@ mod tests {
     /// The rate the bucket enforces, in bytes a second: governor's
     /// emission interval is whole nanoseconds.
     fn enforced(bytes_per_second: u32) -> f64 {
-        let l = BandwidthLimitLayer::builder("dl", KeyExtractor::global(), bytes_per_second)
+        let l = BandwidthLimitLayer::builder("dl", KeyExtractor::everyone(), bytes_per_second)
             .build()
             .unwrap();
         let q = l.shared.meter.as_rule().static_quota().unwrap();

@@ -7,7 +7,7 @@ use crate::rule::LeasePolicy;
 
 impl BandwidthLimitBuilder {
     crate::settings::failure_setters!(
-        "keyed_rate_limit::BandwidthLimitLayer::builder(\"dl\", KeyExtractor::global(), 65_536)",
+        "keyed_rate_limit::BandwidthLimitLayer::builder(\"dl\", KeyExtractor::everyone(), 65_536)",
         rule.failure
     );
 
@@ -37,7 +37,7 @@ impl BandwidthLimitBuilder {
     /// ```
     /// use std::time::Duration;
     /// use keyed_rate_limit::{BandwidthLimitLayer, KeyExtractor, rule::LeasePolicy};
-    /// let b = BandwidthLimitLayer::builder("dl", KeyExtractor::global(), 1 << 20)
+    /// let b = BandwidthLimitLayer::builder("dl", KeyExtractor::everyone(), 1 << 20)
     ///     .lease(LeasePolicy::new(Duration::from_millis(50)));
     /// # let _ = b;
     /// ```

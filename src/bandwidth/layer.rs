@@ -63,7 +63,7 @@ impl BandwidthLimitLayer {
     ///
     /// ```
     /// # use keyed_rate_limit::{BandwidthLimitLayer, KeyExtractor};
-    /// let l = BandwidthLimitLayer::builder("dl", KeyExtractor::global(), 1000).build().unwrap();
+    /// let l = BandwidthLimitLayer::builder("dl", KeyExtractor::everyone(), 1000).build().unwrap();
     /// assert_eq!(l.local_keys(), 0);
     /// ```
     pub fn local_keys(&self) -> usize {

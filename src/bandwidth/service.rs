@@ -22,7 +22,7 @@ use crate::gate::Gate;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let layer = BandwidthLimitLayer::builder("downloads", KeyExtractor::global(), 65_536).build()?;
+/// let layer = BandwidthLimitLayer::builder("downloads", KeyExtractor::everyone(), 65_536).build()?;
 /// let svc = layer.layer(tower::service_fn(|_req: http::Request<ShapedBody<Full<Bytes>>>| async {
 ///     Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::from("csv"))))
 /// }));

@@ -69,7 +69,7 @@ pub(crate) struct Shared {
     pub(super) piece: NonZeroU32,
     pub(super) direction: Direction,
     pub(super) max_key_len: usize,
-    pub(super) policy: Option<HeaderValue>,
+    pub(super) quota_member: Option<HeaderValue>,
     pub(super) deny: Refusals,
     pub(super) global: bool,
 }
@@ -118,7 +118,7 @@ impl Shared {
             }
         };
         let mut headers = Rendered::new();
-        if let Some(p) = &self.policy {
+        if let Some(p) = &self.quota_member {
             headers.push((RATELIMIT_POLICY, p.clone()));
         }
         if self.direction.request() {

@@ -19,7 +19,7 @@ pin_project_lite::pin_project! {
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let limit = ConcurrencyLimitLayer::builder("exports", KeyExtractor::global(), 2).build()?;
+    /// let limit = ConcurrencyLimitLayer::builder("exports", KeyExtractor::everyone(), 2).build()?;
     /// let svc = ServiceBuilder::new().layer(limit.clone()).service_fn(|_req: http::Request<()>| async {
     ///     Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(bytes::Bytes::from("csv"))))
     /// });

@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::layer::ConcurrencyLimitLayer;
 use super::shared::Shared;
 use crate::error::BuildError;
-use crate::headers::{StaticPolicy, Unit};
+use crate::headers::{StaticQuotaMember, Unit};
 use crate::key::KeyExtractor;
 use crate::key::lookup::{KeyWatch, OnMissingKey};
 use crate::rule::valid_name;
@@ -46,7 +46,7 @@ impl ConcurrencyLimitLayer {
     ///
     /// ```
     /// use keyed_rate_limit::{concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
-    /// let err = ConcurrencyLimitLayer::builder("exports", KeyExtractor::global(), 0).build();
+    /// let err = ConcurrencyLimitLayer::builder("exports", KeyExtractor::everyone(), 0).build();
     /// assert!(err.is_err(), "a limit of zero admits nothing");
     /// ```
     pub fn builder(
@@ -69,7 +69,7 @@ impl ConcurrencyLimitLayer {
 
 impl ConcurrencyLimitBuilder {
     settings::settings_setters!(
-        "ConcurrencyLimitLayer::builder(\"exports\", KeyExtractor::global(), 2)"
+        "ConcurrencyLimitLayer::builder(\"exports\", KeyExtractor::everyone(), 2)"
     );
 
     /// What to do when the key extractor finds no key (default: the limit
@@ -93,7 +93,7 @@ impl ConcurrencyLimitBuilder {
     ///
     /// An invalid name, a limit of zero, a zero `retry_after` or a
     /// `max_key_len` below 64; for a global limit also a name with braces,
-    /// a zero `redis_timeout` or failure threshold, or a `lease_ttl` below
+    /// a zero `redis_timeout` or failure threshold, or a `slot_ttl` below
     /// 10 ms; see [`BuildError`].
     pub fn build(self) -> Result<ConcurrencyLimitLayer, BuildError> {
         if !valid_name(&self.name) {
@@ -110,18 +110,18 @@ impl ConcurrencyLimitBuilder {
         self.settings.validate()?;
         OnMissingKey::check_keys(self.on_missing.as_ref(), &self.key, &self.name)?;
         #[cfg(not(feature = "redis"))]
-        let backend = super::backend::Backend::local();
+        let slots = super::slot_store::SlotStore::local();
         #[cfg(feature = "redis")]
-        let backend = self.global.backend(&self.name, &self.settings)?;
+        let slots = self.global.slot_store(&self.name, &self.settings)?;
         Ok(ConcurrencyLimitLayer {
             shared: Arc::new(Shared {
                 // Rendered once, and only when `RateLimit-Policy` is sent.
-                policy: self
+                quota_member: self
                     .settings
                     .headers
                     .draft()
                     .then(|| {
-                        StaticPolicy::new(
+                        StaticQuotaMember::new(
                             &self.name,
                             self.limit,
                             self.retry_after,
@@ -140,7 +140,7 @@ impl ConcurrencyLimitBuilder {
                 max_key_len: self.settings.max_key_len,
                 headers: self.settings.headers,
                 deny: self.settings.refusals,
-                backend,
+                slots,
             }),
         })
     }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::backend::Backend;
+use super::slot_store::SlotStore;
 use crate::backend::redis::RedisBackend;
 use crate::engine::validate_global;
 use crate::error::BuildError;
@@ -16,7 +16,7 @@ use crate::settings::Settings;
 #[derive(Debug)]
 pub(super) struct GlobalOptions {
     pub(super) redis: Option<RedisBackend>,
-    pub(super) lease_ttl: Duration,
+    pub(super) slot_ttl: Duration,
     pub(super) failure: FailurePolicy,
 }
 
@@ -24,32 +24,32 @@ impl Default for GlobalOptions {
     fn default() -> Self {
         Self {
             redis: None,
-            lease_ttl: Duration::from_secs(30),
+            slot_ttl: Duration::from_secs(30),
             failure: FailurePolicy::default(),
         }
     }
 }
 
 impl GlobalOptions {
-    /// The local backend, or the Redis one once its settings check out.
-    pub(super) fn backend(
+    /// The local slot store, or the Redis one once its settings check out.
+    pub(super) fn slot_store(
         self,
         name: &Arc<str>,
         settings: &Settings,
-    ) -> Result<Backend, BuildError> {
+    ) -> Result<SlotStore, BuildError> {
         let Some(redis) = self.redis else {
-            return Ok(Backend::local());
+            return Ok(SlotStore::local());
         };
         validate_global(name, &self.failure, &redis, settings.instances)?;
-        if self.lease_ttl < Duration::from_millis(10) {
+        if self.slot_ttl < Duration::from_millis(10) {
             return Err(BuildError::InvalidSetting(
-                "lease_ttl must be at least 10 ms",
+                "slot_ttl must be at least 10 ms",
             ));
         }
         // The fallback is the local backend's own count, not the guard's
         // rate store.
         let live = redis.live_count();
         let guard = Guard::new(name.clone(), self.failure, settings.instances(), live);
-        Ok(Backend::redis(redis, guard, self.lease_ttl))
+        Ok(SlotStore::redis(redis, guard, self.slot_ttl))
     }
 }

@@ -43,7 +43,7 @@ impl ConcurrencyLimitLayer {
     ///
     /// ```
     /// # use keyed_rate_limit::{concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
-    /// let l = ConcurrencyLimitLayer::builder("exports", KeyExtractor::global(), 1).build().unwrap();
+    /// let l = ConcurrencyLimitLayer::builder("exports", KeyExtractor::everyone(), 1).build().unwrap();
     /// assert_eq!(l.name(), "exports");
     /// ```
     pub fn name(&self) -> &str {
@@ -54,7 +54,7 @@ impl ConcurrencyLimitLayer {
     ///
     /// ```
     /// # use keyed_rate_limit::{concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
-    /// let l = ConcurrencyLimitLayer::builder("exports", KeyExtractor::global(), 3).build().unwrap();
+    /// let l = ConcurrencyLimitLayer::builder("exports", KeyExtractor::everyone(), 3).build().unwrap();
     /// assert_eq!(l.max_in_flight(), 3);
     /// ```
     pub fn max_in_flight(&self) -> u32 {
@@ -69,12 +69,12 @@ impl ConcurrencyLimitLayer {
     ///
     /// ```
     /// # use keyed_rate_limit::{Key, concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
-    /// let l = ConcurrencyLimitLayer::builder("exports", KeyExtractor::global(), 3).build().unwrap();
+    /// let l = ConcurrencyLimitLayer::builder("exports", KeyExtractor::everyone(), 3).build().unwrap();
     /// assert_eq!(l.in_flight(&Key::from("*")), 0);
     /// ```
     pub fn in_flight(&self, key: &Key) -> u32 {
         let key = key.clone().bounded(self.shared.max_key_len);
-        self.shared.backend.in_flight(&key)
+        self.shared.slots.in_flight(&key)
     }
 
     /// How many keys this instance holds now (for a global limit too): only
@@ -82,11 +82,11 @@ impl ConcurrencyLimitLayer {
     ///
     /// ```
     /// # use keyed_rate_limit::{concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
-    /// let l = ConcurrencyLimitLayer::builder("exports", KeyExtractor::global(), 3).build().unwrap();
+    /// let l = ConcurrencyLimitLayer::builder("exports", KeyExtractor::everyone(), 3).build().unwrap();
     /// assert_eq!(l.local_keys(), 0);
     /// ```
     pub fn local_keys(&self) -> usize {
-        self.shared.backend.keys()
+        self.shared.slots.keys()
     }
 }
 

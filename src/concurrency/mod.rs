@@ -1,7 +1,6 @@
 #![doc = include_str!("../../docs/concurrency.md")]
 #![cfg_attr(feature = "redis", doc = include_str!("../../docs/concurrency_redis.md"))]
 
-mod backend;
 mod body;
 mod builder;
 mod future;
@@ -10,11 +9,12 @@ mod global;
 #[cfg(feature = "redis")]
 mod global_options;
 mod layer;
-#[cfg(feature = "redis")]
-mod lease;
 mod permit;
 mod service;
 mod shared;
+#[cfg(feature = "redis")]
+mod slot;
+mod slot_store;
 
 pub use body::ResponseBody;
 pub use builder::ConcurrencyLimitBuilder;

@@ -12,10 +12,10 @@ use crate::{decision::Source, key::Key};
 /// A held slot; dropping it frees the slot, whatever ends the request.
 pub(crate) struct Permit {
     pub(super) _local: LocalPermit,
-    /// The Redis lease ([`Lease`](super::lease::Lease)), released on drop;
-    /// opaque so that the permit does not depend on the lease's module.
+    /// The Redis slot ([`Slot`](super::slot::Slot)), released on drop;
+    /// opaque so that the permit does not depend on the slot's module.
     #[cfg(feature = "redis")]
-    pub(super) _lease: Option<Box<dyn std::any::Any + Send + Sync>>,
+    pub(super) _slot: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 /// What an acquire decided, and who decided it.
@@ -36,7 +36,7 @@ pub(super) fn local_only(local: LocalPermit) -> Permit {
     Permit {
         _local: local,
         #[cfg(feature = "redis")]
-        _lease: None,
+        _slot: None,
     }
 }
 

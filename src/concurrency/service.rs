@@ -16,7 +16,7 @@ use crate::gate::Gate;
 /// use keyed_rate_limit::{concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
 /// use tower::Layer;
 ///
-/// let layer = ConcurrencyLimitLayer::builder("exports", KeyExtractor::global(), 2).build()?;
+/// let layer = ConcurrencyLimitLayer::builder("exports", KeyExtractor::everyone(), 2).build()?;
 /// let svc = layer.layer(tower::service_fn(|_req: http::Request<()>| async {
 ///     Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Empty::<bytes::Bytes>::new()))
 /// }));

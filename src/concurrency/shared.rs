@@ -8,9 +8,10 @@ use futures_util::future::BoxFuture;
 use http::StatusCode;
 use http::request::Parts;
 
-use super::backend::Backend;
 use super::permit::{Acquire, Outcome, Permit};
-use crate::headers::StaticPolicy;
+use super::slot_store::SlotStore;
+use crate::gate::Admission;
+use crate::headers::{Rendered, StaticQuotaMember};
 use crate::key::KeyExtractor;
 use crate::key::Misconfig;
 use crate::key::lookup::{Found, KeyWatch, Lookup, OnMissingKey, lookup};
@@ -20,8 +21,6 @@ use crate::{
     decision::Decision, decision::RateLimitDecision, decision::RuleDecision, decision::Source,
     key::Key,
 };
-
-type Headers = crate::headers::Rendered;
 
 pub(crate) struct Shared {
     pub(super) name: Arc<str>,
@@ -36,8 +35,8 @@ pub(crate) struct Shared {
     pub(super) max_key_len: usize,
     pub(super) headers: crate::headers::Headers,
     pub(super) deny: Refusals,
-    pub(super) backend: Backend,
-    pub(super) policy: Option<StaticPolicy>,
+    pub(super) slots: SlotStore,
+    pub(super) quota_member: Option<StaticQuotaMember>,
 }
 
 /// A found key with its slot or refusal.
@@ -70,14 +69,11 @@ impl Taken {
     }
 }
 
-/// A request's slot: none when the limit does not apply to it.
-type Admission = crate::gate::Admission<Option<Permit>>;
-
 impl Shared {
     /// Finds the key and takes a slot without awaiting when it can (a
     /// sync key extractor and the local backend), else returns where it
     /// stopped for [`suspend`](Self::suspend).
-    pub(crate) fn decide(&self, parts: &mut Parts) -> Result<Admission, Stopped> {
+    pub(crate) fn decide(&self, parts: &mut Parts) -> Result<Admission<Option<Permit>>, Stopped> {
         let found = match lookup(self.on_missing.as_ref(), &self.key, parts, &self.watch) {
             Lookup::Now(found) => found,
             Lookup::Later(find) => return Err(Stopped::Finding(find)),
@@ -115,7 +111,7 @@ impl Shared {
         };
         let bounded = key.clone().bounded(self.max_key_len);
         match self
-            .backend
+            .slots
             .acquire(&self.name, bounded, self.limit, self.retry_after)
         {
             Acquire::Now(outcome) => Taken::Ready(Ready::Key(key, outcome)),
@@ -125,21 +121,21 @@ impl Shared {
 
     /// Builds the admission from a slot or a refusal; an admitted request's
     /// decision joins the rate limiter's in the extensions.
-    fn admit(&self, parts: &mut Parts, taken: Ready) -> Admission {
+    fn admit(&self, parts: &mut Parts, taken: Ready) -> Admission<Option<Permit>> {
         let (key, outcome) = match taken {
             Ready::Key(key, outcome) => (key, outcome),
-            Ready::Skip => return Admission::Go(Headers::new(), None),
+            Ready::Skip => return Admission::Go(Rendered::new(), None),
             Ready::Reject(status, misconfig) => {
                 let denied = Denied::rejected(self.name.clone(), status, misconfig);
                 return Admission::Stop(refusal(
                     &self.deny,
                     &denied,
                     &parts.headers,
-                    Headers::new(),
+                    Rendered::new(),
                 ));
             }
         };
-        let mut headers = Headers::new();
+        let mut headers = Rendered::new();
         let source = outcome.source;
         match outcome.verdict {
             Ok((permit, held)) => {
@@ -193,7 +189,7 @@ impl Shared {
     fn rule_decision(&self, decision: Decision, source: Source) -> RuleDecision {
         RuleDecision {
             rule: self.name.clone(),
-            policy: StaticPolicy::for_decision(&self.policy, &decision),
+            quota_member: StaticQuotaMember::for_decision(&self.quota_member, &decision),
             decision,
             source,
             shadow: false,
@@ -216,7 +212,7 @@ mod tests {
 
     #[tokio::test]
     async fn grpc_refusal_is_resource_exhausted_with_pushback() {
-        let layer = ConcurrencyLimitLayer::builder("streams", KeyExtractor::global(), 1)
+        let layer = ConcurrencyLimitLayer::builder("streams", KeyExtractor::everyone(), 1)
             .retry_after(Duration::from_millis(2500))
             .build()
             .unwrap();
@@ -246,9 +242,9 @@ mod tests {
 
     #[test]
     fn build_checks_settings() {
-        let b = || ConcurrencyLimitLayer::builder("x", KeyExtractor::global(), 1);
+        let b = || ConcurrencyLimitLayer::builder("x", KeyExtractor::everyone(), 1);
         assert!(matches!(
-            ConcurrencyLimitLayer::builder("", KeyExtractor::global(), 1).build(),
+            ConcurrencyLimitLayer::builder("", KeyExtractor::everyone(), 1).build(),
             Err(BuildError::InvalidRuleName(_))
         ));
         assert!(b().retry_after(Duration::ZERO).build().is_err());

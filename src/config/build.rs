@@ -25,7 +25,7 @@ impl RulesConfig {
     /// let config = RulesConfig::from_toml_str("[[rules]]\nname = \"ip\"\nkey = \"peer_ip\"\nquota = \"10/s\"\n")?;
     /// let layer = config
     ///     .into_builder(&Registry::new())?
-    ///     .rule(Rule::new("everyone", KeyExtractor::global(), Quota::per_second(1000)))
+    ///     .rule(Rule::new("everyone", KeyExtractor::everyone(), Quota::per_second(1000)))
     ///     .build()?;
     /// assert_eq!(layer.rules().len(), 2);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -73,14 +73,14 @@ impl RulesConfig {
     }
 
     /// The settings of the layer as a whole, which a reload can't change.
-    pub(super) fn layer_settings(&self) -> super::watch::Settings {
-        (
-            self.headers,
-            self.legacy_reset,
-            self.instances,
-            self.max_key_len,
-            self.exempt_fn.clone(),
-        )
+    pub(super) fn layer_settings(&self) -> super::watch::LayerSettings {
+        super::watch::LayerSettings {
+            headers: self.headers,
+            legacy_reset: self.legacy_reset,
+            instances: self.instances,
+            max_key_len: self.max_key_len,
+            exempt_fn: self.exempt_fn.clone(),
+        }
     }
 
     /// [`into_builder`](Self::into_builder), then
@@ -105,7 +105,7 @@ impl RuleConfig {
         let mut rule = Rule::new(raw.name, key, quota)
             .algorithm(raw.algorithm)
             .shadow(raw.shadow)
-            .headers(raw.headers)
+            .hidden(raw.hidden)
             .partition_key(raw.partition_key)
             .split_across_instances(raw.split_across_instances);
         rule.group = raw.any_of.map(Into::into);
@@ -212,7 +212,7 @@ pub(super) fn key_extractor(
                 TrustedProxies::new::<_, &str>([]).expect("no proxies is valid")
             })),
             KeyAtom::MatchedRoute => KeyExtractor::matched_route(),
-            KeyAtom::Global => KeyExtractor::global(),
+            KeyAtom::Everyone => KeyExtractor::everyone(),
         })
     };
     let join = |parts: &[KeyAtom], f: fn(KeyExtractor, KeyExtractor) -> KeyExtractor| {

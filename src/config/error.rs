@@ -13,7 +13,7 @@ use crate::error::BuildError;
 /// ```
 /// use keyed_rate_limit::config::RulesConfig;
 ///
-/// let err = RulesConfig::from_toml_str("[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"100/fortnight\"\n")
+/// let err = RulesConfig::from_toml_str("[[rules]]\nname = \"a\"\nkey = \"everyone\"\nquota = \"100/fortnight\"\n")
 ///     .unwrap_err();
 /// assert_eq!((err.line(), err.column()), (Some(4), Some(9)));
 /// assert!(err.to_string().starts_with("line 4, column 9: invalid quota \"100/fortnight\""));

@@ -113,7 +113,7 @@ mod tests {
     fn finds_toml_and_yaml_rule_names() {
         let toml = "[[rules]]\nname = \"a\"\n[[rules]]\n  name='b' # x\n";
         assert_eq!(name_lines(toml, "b").collect::<Vec<_>>(), [(4, 3)]);
-        let yaml = "rules:\n  - name: a\n    key: global\n  - name: \"a\"\n";
+        let yaml = "rules:\n  - name: a\n    key: everyone\n  - name: \"a\"\n";
         assert_eq!(name_lines(yaml, "a").collect::<Vec<_>>(), [(2, 5), (4, 5)]);
         assert_eq!(name_lines(yaml, "c").count(), 0);
     }

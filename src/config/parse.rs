@@ -213,7 +213,7 @@ pub(crate) enum KeyAtom {
     PeerIp,
     ClientIp,
     MatchedRoute,
-    Global,
+    Everyone,
 }
 
 /// `a|b` (a, else b) of `a+b` (both joined); `+` binds tighter.
@@ -243,11 +243,11 @@ impl FromStr for KeySpec {
                     "peer_ip" => KeyAtom::PeerIp,
                     "client_ip" => KeyAtom::ClientIp,
                     "matched_route" => KeyAtom::MatchedRoute,
-                    "global" => KeyAtom::Global,
+                    "everyone" => KeyAtom::Everyone,
                     _ => {
                         return Err(format!(
                             "unknown key source {a:?} in key {s:?}: expected header:<name>, \
-                             extension:<name>, peer_ip, client_ip, matched_route or global"
+                             extension:<name>, peer_ip, client_ip, matched_route or everyone"
                         ));
                     }
                 },
@@ -367,7 +367,7 @@ mod tests {
         );
         assert!(!k.uses_client_ip());
         assert!(
-            "global|client_ip"
+            "everyone|client_ip"
                 .parse::<KeySpec>()
                 .unwrap()
                 .uses_client_ip()

@@ -11,8 +11,7 @@ use crate::backend::redis::RedisBackend;
 use crate::key::KeyExtractor;
 use crate::quota::Quota;
 
-type QuotaFn = dyn Fn(&Parts) -> Quota + Send + Sync;
-type CostFn = dyn Fn(&Parts) -> u32 + Send + Sync;
+use crate::rule::{CostFn, QuotaFn};
 use crate::settings::ExemptFn;
 
 /// What code supplies to a configuration: named key extractors (for

@@ -111,8 +111,8 @@ pub(super) struct RawRule {
     pub(super) breaker: Option<BreakerSpec>,
     #[serde(default)]
     pub(super) shadow: bool,
-    #[serde(default = "shown")]
-    pub(super) headers: bool,
+    #[serde(default)]
+    pub(super) hidden: bool,
     #[serde(default)]
     pub(super) partition_key: bool,
     #[serde(default)]
@@ -138,10 +138,6 @@ impl RawRule {
         let q = self.burst.map_or(q, |b| q.with_burst(b));
         self.utc_offset.map_or(q, |o| q.with_utc_offset(o.0))
     }
-}
-
-fn shown() -> bool {
-    true
 }
 
 /// A rule whose fields agree with each other. The checks run while

@@ -10,7 +10,7 @@ fn toml_err(src: &str) -> ConfigError {
 
 #[test]
 fn toml_positions() {
-    let e = toml_err("[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"5/min\"\nbrust = 3\n");
+    let e = toml_err("[[rules]]\nname = \"a\"\nkey = \"everyone\"\nquota = \"5/min\"\nbrust = 3\n");
     assert_eq!((e.line(), e.column()), (Some(5), Some(1)));
     assert!(e.message().contains("unknown field `brust`"), "{e}");
     let e = toml_err("[[rules]]\nname = \"a\"\nkey = \"ip\"\nquota = \"5/min\"\n");
@@ -20,7 +20,7 @@ fn toml_positions() {
 #[test]
 fn yaml_positions() {
     let e = RulesConfig::from_yaml_str(
-        "rules:\n  - name: a\n    key: global\n    quota: 5/fortnight\n",
+        "rules:\n  - name: a\n    key: everyone\n    quota: 5/fortnight\n",
     )
     .unwrap_err();
     assert_eq!((e.line(), e.column()), (Some(4), Some(12)));
@@ -33,14 +33,14 @@ fn yaml_positions() {
 #[test]
 fn calendar_quotas() {
     let config = RulesConfig::from_toml_str(
-        "[[rules]]\nname = \"m\"\nkey = \"global\"\nquota = \"9/calendar_month\"\nutc_offset = \"-08:00\"\n",
+        "[[rules]]\nname = \"m\"\nkey = \"everyone\"\nquota = \"9/calendar_month\"\nutc_offset = \"-08:00\"\n",
     )
     .unwrap();
     let layer = config.into_layer(&Registry::new()).unwrap();
     let q = layer.rules()[0].static_quota();
     assert_eq!(q, Some(Quota::per_month(9).with_utc_offset(-8 * 3600)));
     let e = toml_err(
-        "[[rules]]\nname = \"m\"\nkey = \"global\"\nquota = \"9/min\"\nutc_offset = \"+01:00\"\n",
+        "[[rules]]\nname = \"m\"\nkey = \"everyone\"\nquota = \"9/min\"\nutc_offset = \"+01:00\"\n",
     );
     assert!(
         e.message().contains("a UTC offset needs a calendar quota"),
@@ -48,14 +48,14 @@ fn calendar_quotas() {
     );
     assert_eq!(e.line(), Some(1));
     let e = toml_err(
-        "[[rules]]\nname = \"m\"\nkey = \"global\"\nquota = \"9/calendar_day\"\nutc_offset = \"+1:00\"\n",
+        "[[rules]]\nname = \"m\"\nkey = \"everyone\"\nquota = \"9/calendar_day\"\nutc_offset = \"+1:00\"\n",
     );
     assert_eq!((e.line(), e.column()), (Some(5), Some(14)), "{e}");
 }
 
 #[test]
 fn rule_checks() {
-    let base = "[[rules]]\nname = \"a\"\nkey = \"global\"\n";
+    let base = "[[rules]]\nname = \"a\"\nkey = \"everyone\"\n";
     let cases = [
         ("", "missing field `quota` (or `quota_fn`)"),
         ("quota = \"1/s\"\nquota_fn = \"p\"\n", "not both"),
@@ -87,19 +87,20 @@ fn rule_checks() {
 fn registry_errors() {
     let cfg = |s: &str| RulesConfig::from_toml_str(s).unwrap();
     let e = cfg("[[rules]]\nname = \"a\"\nkey = \"extension:user\"\nquota = \"1/s\"\n")
-        .into_builder(&Registry::new().key("tenant", KeyExtractor::global()))
+        .into_builder(&Registry::new().key("tenant", KeyExtractor::everyone()))
         .err()
         .unwrap();
     assert_eq!(
         e.to_string(),
         "line 2, column 1: rule \"a\": `key`: the registry has no \"user\" (it has: tenant)\n  2 | name = \"a\""
     );
-    let e = cfg("[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"1/s\"\nscope = \"global\"\n")
-        .into_builder(&Registry::new())
-        .err()
-        .unwrap();
+    let e =
+        cfg("[[rules]]\nname = \"a\"\nkey = \"everyone\"\nquota = \"1/s\"\nscope = \"global\"\n")
+            .into_builder(&Registry::new())
+            .err()
+            .unwrap();
     assert!(e.to_string().contains("needs a Redis backend"), "{e}");
-    let e = cfg("[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"1/s\"\nalgorithm = \"fixed_window\"\n")
+    let e = cfg("[[rules]]\nname = \"a\"\nkey = \"everyone\"\nquota = \"1/s\"\nalgorithm = \"fixed_window\"\n")
         .into_layer(&Registry::new())
         .unwrap_err();
     assert!(e.to_string().contains("fixed_window needs a global"), "{e}");
@@ -110,7 +111,7 @@ fn registry_errors() {
 #[test]
 fn build_errors_carry_the_rules_line() {
     let reg = Registry::new();
-    let dup = "[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"5/min\"\n\n[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"9/min\"\n";
+    let dup = "[[rules]]\nname = \"a\"\nkey = \"everyone\"\nquota = \"5/min\"\n\n[[rules]]\nname = \"a\"\nkey = \"everyone\"\nquota = \"9/min\"\n";
     let e = RulesConfig::from_toml_str(dup)
         .unwrap()
         .into_layer(&reg)
@@ -118,7 +119,7 @@ fn build_errors_carry_the_rules_line() {
     assert_eq!((e.line(), e.column()), (Some(7), Some(1)), "the second `a`");
     assert!(e.message().starts_with("two rules are named \"a\""), "{e}");
 
-    let cost = "rules:\n  - name: big\n    key: global\n    quota: 5/min\n    cost: 30\n";
+    let cost = "rules:\n  - name: big\n    key: everyone\n    quota: 5/min\n    cost: 30\n";
     let e = RulesConfig::from_yaml_str(cost)
         .unwrap()
         .into_layer(&reg)
@@ -134,7 +135,7 @@ fn build_errors_carry_the_rules_line() {
 
 #[test]
 fn exemptions_and_near_limit() {
-    let src = "exempt_fn = \"health\"\n\n[[rules]]\nname = \"ip\"\nkey = \"peer_ip\"\nquota = \"10/s\"\nexempt_ips = [\"10.0.0.0/8\", \"::1\"]\nnear_limit_ratio = 0.1\n\n[[rules]]\nname = \"all\"\nkey = \"global\"\nquota = \"100/s\"\nexempt_fn = \"health\"\nnear_limit_ratio = false\n";
+    let src = "exempt_fn = \"health\"\n\n[[rules]]\nname = \"ip\"\nkey = \"peer_ip\"\nquota = \"10/s\"\nexempt_ips = [\"10.0.0.0/8\", \"::1\"]\nnear_limit_ratio = 0.1\n\n[[rules]]\nname = \"all\"\nkey = \"everyone\"\nquota = \"100/s\"\nexempt_fn = \"health\"\nnear_limit_ratio = false\n";
     let registry = Registry::new().exempt_fn("health", |p| p.uri.path() == "/healthz");
     let layer = RulesConfig::from_toml_str(src)
         .unwrap()
@@ -175,7 +176,7 @@ fn exemptions_and_near_limit() {
     );
     assert_eq!(e.line(), Some(5));
     let e = RulesConfig::from_toml_str(
-        "max_key_len = 64\nexempt_fn = \"nope\"\n[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"5/min\"\n",
+        "max_key_len = 64\nexempt_fn = \"nope\"\n[[rules]]\nname = \"a\"\nkey = \"everyone\"\nquota = \"5/min\"\n",
     )
     .unwrap()
     .into_layer(&Registry::new())
@@ -192,7 +193,7 @@ fn exemptions_and_near_limit() {
 #[test]
 fn bandwidth_entries() {
     let reg = Registry::new();
-    let src = "[[rules]]\nname = \"dl\"\nkey = \"global\"\nquota = \"5/min\"\n\n[[bandwidth]]\nname = \"dl\"\nkey = \"header:x-key\"\nbytes_per_second = 1000\ndirection = \"both\"\n\n[[bandwidth]]\nname = \"zero\"\nkey = \"global\"\nbytes_per_second = 0\n";
+    let src = "[[rules]]\nname = \"dl\"\nkey = \"everyone\"\nquota = \"5/min\"\n\n[[bandwidth]]\nname = \"dl\"\nkey = \"header:x-key\"\nbytes_per_second = 1000\ndirection = \"both\"\n\n[[bandwidth]]\nname = \"zero\"\nkey = \"everyone\"\nbytes_per_second = 0\n";
     let config = RulesConfig::from_toml_str(src).unwrap();
     assert_eq!(config.bandwidth_names().collect::<Vec<_>>(), ["dl", "zero"]);
     let dl = config.bandwidth_layer("dl", &reg).unwrap();
@@ -202,10 +203,10 @@ fn bandwidth_entries() {
     assert_eq!(e.line(), Some(13), "{e}");
     assert!(config.bandwidth_layer("nope", &reg).is_err());
     let e = toml_err(
-        "rules = []\n[[bandwidth]]\nname = \"x\"\nkey = \"global\"\nbytes_per_second = 1\nrate = 2\n",
+        "rules = []\n[[bandwidth]]\nname = \"x\"\nkey = \"everyone\"\nbytes_per_second = 1\nrate = 2\n",
     );
     assert!(e.to_string().contains("unknown field `rate`"), "{e}");
-    let local = "rules = []\n[[bandwidth]]\nname = \"x\"\nkey = \"global\"\nbytes_per_second = 1\ntimeout = \"1s\"\n";
+    let local = "rules = []\n[[bandwidth]]\nname = \"x\"\nkey = \"everyone\"\nbytes_per_second = 1\ntimeout = \"1s\"\n";
     let e = RulesConfig::from_toml_str(local)
         .unwrap()
         .bandwidth_layer("x", &reg)

@@ -110,7 +110,7 @@ impl RulesConfig {
     /// let dir = std::env::temp_dir().join(format!("krl-doc-{}", std::process::id()));
     /// std::fs::create_dir_all(&dir)?;
     /// let path = dir.join("limits.toml");
-    /// std::fs::write(&path, "[[rules]]\nname = \"api\"\nkey = \"global\"\nquota = \"100/min\"\n")?;
+    /// std::fs::write(&path, "[[rules]]\nname = \"api\"\nkey = \"everyone\"\nquota = \"100/min\"\n")?;
     ///
     /// let (layer, watcher) = RulesConfig::watch(&path, Registry::new())?;
     /// assert_eq!(layer.rules()[0].name(), "api");
@@ -172,13 +172,15 @@ fn read(path: &Path) -> Result<String, ConfigError> {
     std::fs::read_to_string(path).map_err(|e| ConfigError::new(format!("{}: {e}", path.display())))
 }
 
-pub(super) type Settings = (
-    crate::headers::HeaderStyle,
-    crate::headers::ResetFormat,
-    Option<u32>,
-    Option<usize>,
-    Option<String>,
-);
+/// The file's settings of the layer as a whole, which a reload can't change.
+#[derive(PartialEq)]
+pub(super) struct LayerSettings {
+    pub(super) headers: crate::headers::HeaderStyle,
+    pub(super) legacy_reset: crate::headers::ResetFormat,
+    pub(super) instances: Option<u32>,
+    pub(super) max_key_len: Option<usize>,
+    pub(super) exempt_fn: Option<String>,
+}
 
 struct Reloader {
     path: PathBuf,
@@ -187,7 +189,7 @@ struct Reloader {
     layer: WeakLayer,
     /// Owned by the thread, so the watching lasts as long as it does.
     _watcher: RecommendedWatcher,
-    settings: Settings,
+    settings: LayerSettings,
     /// The source the running rules came from.
     applied: String,
     status: Arc<Status>,

@@ -8,7 +8,7 @@ use http::request::Parts;
 use super::decide::{Grouped, Outcome, Step};
 use futures_util::future::BoxFuture;
 
-use super::rule::{Backend, CompiledRule, share};
+use super::rule::{CompiledRule, Store, share};
 use crate::rule::QuotaSource;
 use crate::{decision::RuleDecision, decision::Source};
 
@@ -167,13 +167,13 @@ impl CompiledRule {
             let d = crate::decision::Decision::denied(quota.limit(), quota.window(), left, left);
             return Some(Peek::Now(self.rule_decision(&key, d, Source::Locked)));
         }
-        match &self.backend {
-            Backend::Local(store) => {
+        match &self.store {
+            Store::Local(store) => {
                 let d = store.adjust(&key, quota, 0);
                 Some(Peek::Now(self.rule_decision(&key, d, Source::Local)))
             }
             #[cfg(feature = "redis")]
-            Backend::Global(g) => {
+            Store::Global(g) => {
                 let (this, g) = (self.clone(), g.clone());
                 Some(Peek::Read(Box::pin(async move {
                     let d = g.read(&this.rule, &key, quota).await?;

@@ -9,13 +9,13 @@ use http::request::Parts;
 
 use super::any_of::{AnyOf, Asked, spans};
 use super::decide::{Outcome, Step, Verdict, allow, fold};
-use super::rule::{Backend, Carry, CompiledRule, near_threshold, new_backend, share};
+use super::rule::{Carry, CompiledRule, Store, near_threshold, new_store, share};
 use super::spend::Spends;
 use super::validate::validate;
 use crate::decision::Decisions;
 use crate::error::BuildError;
 use crate::failure::BreakerStatus;
-use crate::headers::{StaticPolicy, Unit};
+use crate::headers::{StaticQuotaMember, Unit};
 use crate::key::lookup::KeyWatch;
 use crate::policy::KeySpaceFull;
 use crate::rule::Rule;
@@ -92,14 +92,14 @@ impl Chain {
                 return Err(BuildError::DuplicateRule(rule.name.to_string()));
             }
             let old = previous.and_then(|p| p.rules.iter().find(|old| old.rule.name == rule.name));
-            let (backend, waiters, locks) = match old {
+            let (store, waiters, locks) = match old {
                 Some(old) if old.keeps_state_for(&rule, instances) => {
-                    (old.backend.clone(), old.waiters.clone(), old.locks.clone())
+                    (old.store.clone(), old.waiters.clone(), old.locks.clone())
                 }
                 _ => {
-                    let backend = new_backend(&rule, instances);
+                    let store = new_store(&rule, instances);
                     let conversion = old.and_then(|old| {
-                        let carry = old.convert_into(&rule, &backend, instances)?;
+                        let carry = old.convert_into(&rule, &store, instances)?;
                         Some((carry, old.locks.clone()))
                     });
                     let locks = match conversion {
@@ -113,12 +113,12 @@ impl Chain {
                             Arc::new(Locks::new(Budget::new(rule.max_keys, KeySpaceFull::Refuse)))
                         }
                     };
-                    (backend, Arc::default(), locks)
+                    (store, Arc::default(), locks)
                 }
             };
             let policy = rule.static_quota().filter(|_| policies).and_then(|q| {
                 let q = share(&rule, q, instances);
-                StaticPolicy::new(&rule.name, q.limit(), q.window(), Unit::Requests)
+                StaticQuotaMember::new(&rule.name, q.limit(), q.window(), Unit::Requests)
             });
             let records = rule.settles() || (cfg.refunds && group_end < last);
             let near_below = match (rule.near_limit, rule.static_quota()) {
@@ -137,9 +137,9 @@ impl Chain {
                 deny_log: Default::default(),
                 misuse_log: Default::default(),
                 waiters,
-                backend,
+                store,
                 locks,
-                policy,
+                quota_member: policy,
                 rule,
                 instances,
                 max_key_len: cfg.max_key_len,
@@ -158,7 +158,7 @@ impl Chain {
     pub(crate) fn kept_from(&self, previous: &Chain) -> usize {
         self.rules
             .iter()
-            .filter(|r| previous.rules.iter().any(|p| p.backend.same(&r.backend)))
+            .filter(|r| previous.rules.iter().any(|p| p.store.same(&r.store)))
             .count()
     }
 
@@ -192,10 +192,10 @@ impl Chain {
     pub(crate) fn breakers(&self) -> Vec<BreakerStatus> {
         self.rules
             .iter()
-            .filter_map(|r| match &r.backend {
+            .filter_map(|r| match &r.store {
                 #[cfg(feature = "redis")]
-                Backend::Global(g) => Some(g.breaker_status()),
-                Backend::Local(_) => None,
+                Store::Global(g) => Some(g.breaker_status()),
+                Store::Local(_) => None,
             })
             .collect()
     }
@@ -218,10 +218,10 @@ impl Chain {
         for r in &self.rules {
             r.locks
                 .cleanup(r.rule.lockout.map_or(Duration::ZERO, |l| l.within));
-            match &r.backend {
-                Backend::Local(l) => l.cleanup(),
+            match &r.store {
+                Store::Local(l) => l.cleanup(),
                 #[cfg(feature = "redis")]
-                Backend::Global(g) => g.cleanup(&r.rule),
+                Store::Global(g) => g.cleanup(&r.rule),
             }
             crate::observe::keys_held(&r.rule.name, r.keys());
         }

@@ -19,7 +19,7 @@ pub(crate) enum ControlOp {
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// use keyed_rate_limit::{ControlError, KeyExtractor, Quota, RateLimitLayer, Rule};
 /// let layer = RateLimitLayer::builder()
-///     .rule(Rule::new("api", KeyExtractor::global(), Quota::per_second(5)))
+///     .rule(Rule::new("api", KeyExtractor::everyone(), Quota::per_second(5)))
 ///     .build().unwrap();
 /// let err = layer.control().peek("nope", "k").await.unwrap_err();
 /// assert!(matches!(err, ControlError::UnknownRule(ref r) if r == "nope"));

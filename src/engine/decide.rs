@@ -8,10 +8,10 @@ use std::sync::Arc;
 use http::StatusCode;
 use http::request::Parts;
 
-use super::rule::{Backend, CompiledRule, share};
+use super::rule::{CompiledRule, Store, share};
 use super::spend::{Settlement, Spend, Spends};
 use crate::decision::Decisions;
-use crate::headers::StaticPolicy;
+use crate::headers::StaticQuotaMember;
 use crate::key::Misconfig;
 use crate::key::lookup::{Found, Lookup, lookup};
 use crate::policy::OnDeny;
@@ -183,7 +183,7 @@ impl CompiledRule {
             let d = Decision::never(quota.limit(), quota.window());
             return Step::Now(self.outcome(&key, d, self.local_source()));
         }
-        // Before any backend: governor's n-cell arithmetic overflows on a huge
+        // Before any store: governor's n-cell arithmetic overflows on a huge
         // cost (a panic in debug, an admit in release).
         let capacity = self.rule.algorithm.capacity(&quota);
         if cost.get() > capacity {
@@ -195,10 +195,10 @@ impl CompiledRule {
         }
         // Without `redis` the match has one arm.
         #[cfg_attr(not(feature = "redis"), allow(clippy::infallible_destructuring_match))]
-        let store = match &self.backend {
-            Backend::Local(store) => store,
+        let store = match &self.store {
+            Store::Local(store) => store,
             #[cfg(feature = "redis")]
-            Backend::Global(_) => return self.decide_global(key, quota, cost),
+            Store::Global(_) => return self.decide_global(key, quota, cost),
         };
         // The hot path: a local decision, returned as is. A diverted key
         // (the key space is full) is neither locked out nor refunded: it
@@ -257,12 +257,12 @@ impl CompiledRule {
         quota: Quota,
         cost: NonZeroU32,
     ) -> NowOrLater<(Decision, Source)> {
-        match &self.backend {
-            Backend::Local(store) => {
+        match &self.store {
+            Store::Local(store) => {
                 NowOrLater::Now((self.check_local(store, key, quota, cost).0, Source::Local))
             }
             #[cfg(feature = "redis")]
-            Backend::Global(g) => {
+            Store::Global(g) => {
                 let bounded = key.clone().bounded(self.max_key_len);
                 match g.decide_now(&self.rule, &self.locks, &bounded, quota, cost) {
                     Ok(decided) => NowOrLater::Now(decided),
@@ -376,10 +376,10 @@ impl CompiledRule {
     }
 
     pub(super) fn local_source(&self) -> Source {
-        match self.backend {
-            Backend::Local(_) => Source::Local,
+        match self.store {
+            Store::Local(_) => Source::Local,
             #[cfg(feature = "redis")]
-            Backend::Global(_) => Source::Global,
+            Store::Global(_) => Source::Global,
         }
     }
 
@@ -414,12 +414,12 @@ impl CompiledRule {
     ) -> RuleDecision {
         RuleDecision {
             rule: self.rule.name.clone(),
-            policy: StaticPolicy::for_decision(&self.policy, &decision),
+            quota_member: StaticQuotaMember::for_decision(&self.quota_member, &decision),
             decision,
             source,
             shadow: self.rule.shadow,
             concurrency: false,
-            hidden: !self.rule.visible,
+            hidden: self.rule.hidden,
             partition: self.rule.partition_key.then(|| key.partition()),
         }
     }

@@ -393,7 +393,7 @@ impl Global {
                 lockout,
                 previous,
             );
-            self.guard.call(self.redis.liveness(), check)
+            self.guard.call(self.redis.reachability(), check)
         };
         let Some(queues) = &self.queues else {
             return one().await;
@@ -452,7 +452,7 @@ impl Global {
                     let call = self
                         .redis
                         .check_batch(&name, &requests, algorithm, &quota, lockout, previous);
-                    match self.guard.call(self.redis.liveness(), call).await {
+                    match self.guard.call(self.redis.reachability(), call).await {
                         Ok(decided) => {
                             for ((_, _, tx), d) in batch.into_iter().zip(decided) {
                                 let _ = tx.send(Ok(d));
@@ -560,7 +560,7 @@ impl Global {
                 let call = self
                     .redis
                     .control(&rule.name, key, rule.algorithm, &counted, op);
-                match self.guard.call(self.redis.liveness(), call).await {
+                match self.guard.call(self.redis.reachability(), call).await {
                     Ok(d) => return self.learn(rule, key, &counted, &d),
                     Err(cause) => cause,
                 }

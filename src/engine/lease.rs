@@ -64,7 +64,7 @@ impl Global {
             let call = self.redis.grant(
                 name, key, algorithm, &counted, sizes, holder, ttl, back, previous,
             );
-            let granted = self.guard.call(self.redis.liveness(), call).await;
+            let granted = self.guard.call(self.redis.reachability(), call).await;
             if let Ok(g) = &granted {
                 self.remember(rule, key, &counted, g.remaining, g.reset);
             }
@@ -121,7 +121,7 @@ impl Global {
         unspent: &Unspent,
     ) {
         let call = return_unspent(&self.redis, name, algorithm, unspent);
-        if let Err(cause) = self.guard.call(self.redis.liveness(), call).await {
+        if let Err(cause) = self.guard.call(self.redis.reachability(), call).await {
             tracing::debug!(target: observe::TARGET, rule = %name, %cause, "could not give back a lease's unspent units");
         }
     }

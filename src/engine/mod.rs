@@ -1,41 +1,55 @@
 //! The rule engine the rate-limit and bandwidth layers run (the
 //! concurrency layer keeps its own, and uses only the Redis build checks).
-//! A layer's rules are
-//! compiled into a [`Chain`] (`chain`) of rules as the engine runs them
-//! (`rule`, their any-of groups in `any_of`); every build-time check is in
-//! `validate` (`validate_global` for Redis); one request's steps through
-//! one rule are in `decide`, what a request spent and how it is settled or
-//! refunded in `spend`, the queues of `OnDeny::Wait` in `wait`, the control
-//! handle's operations in `control`, and a chain's counters saved and
-//! loaded in `snapshot`. The bandwidth layer spends one rule by the byte
-//! through `meter`. Global rules add their Redis part: exact decisions in
-//! `global`, coalesced ones in `coalesce`, leased ones in `lease`, their
-//! decisions without Redis (the failure mode, the fallback that starts
-//! each key from Redis's last answer) in `fallback`, and the conversion
-//! after a quota change in `quota_change`. `tests` holds the unit tests.
+//! A layer's rules are compiled into a [`Chain`]; each file below is one
+//! step of that, in the order a request meets them. Global rules add their
+//! Redis part, each file gated on the `redis` feature.
 
+// Building: checks, then the compiled chain and its rules.
+/// Any-of groups: members tried in order, the first allow wins.
 mod any_of;
+/// The compiled chain a layer runs, and its read-locked reload.
 mod chain;
-#[cfg(feature = "redis")]
-mod coalesce;
-mod control;
-mod decide;
-#[cfg(feature = "redis")]
-mod fallback;
-#[cfg(feature = "redis")]
-mod global;
-#[cfg(feature = "redis")]
-mod lease;
-mod meter;
-#[cfg(feature = "redis")]
-mod quota_change;
+/// One rule as the engine runs it: its store, cost and headers.
 mod rule;
-mod snapshot;
-mod spend;
+/// Every build-time check of a chain's rules.
 mod validate;
+/// The build-time checks of global rules against their Redis backend.
 #[cfg(feature = "redis")]
 mod validate_global;
+
+// Deciding one request.
+/// One request's steps through one rule.
+mod decide;
+/// A rule spent by the byte, for the bandwidth layer.
+mod meter;
+/// What a request spent, and how it is settled or refunded.
+mod spend;
+/// The queues of `OnDeny::Wait`.
 mod wait;
+
+// Global rules on Redis.
+/// Coalesced decisions: one script call per batch of a rule.
+#[cfg(feature = "redis")]
+mod coalesce;
+/// Decisions without Redis: the failure mode, and the fallback that
+/// starts each key from Redis's last answer.
+#[cfg(feature = "redis")]
+mod fallback;
+/// Exact decisions, one script call each.
+#[cfg(feature = "redis")]
+mod global;
+/// Leased decisions: quota taken from Redis in advance.
+#[cfg(feature = "redis")]
+mod lease;
+/// The conversion of Redis state after a quota change.
+#[cfg(feature = "redis")]
+mod quota_change;
+
+// Around the requests.
+/// The control handle's operations.
+mod control;
+/// A chain's counters saved and loaded.
+mod snapshot;
 
 #[cfg(test)]
 mod tests;

@@ -8,7 +8,7 @@ use super::control::{ControlError, ControlOp};
 #[cfg(feature = "redis")]
 use super::global::Global;
 use super::wait::Waiters;
-use crate::headers::StaticPolicy;
+use crate::headers::StaticQuotaMember;
 use crate::key::lookup::KeyWatch;
 use crate::policy::QuotaChange;
 use crate::rule::{QuotaSource, Rule, Scope};
@@ -38,13 +38,13 @@ pub(crate) struct CompiledRule {
     pub(super) waiters: Arc<Waiters>,
     /// Shared with the chain a reload replaces, when the rule's state
     /// carries over (see [`Chain::compile`]).
-    pub(super) backend: Backend,
+    pub(super) store: Store,
     /// Locked keys: the rule's lockouts and the control handle's blocks
     /// (for a global rule, those this gateway learned of from Redis).
     pub(super) locks: Arc<Locks>,
     pub(super) instances: u32,
     pub(super) max_key_len: usize,
-    pub(super) policy: Option<StaticPolicy>,
+    pub(super) quota_member: Option<StaticQuotaMember>,
     /// Whether its allowed decisions record what they spent: a later rule
     /// may refuse (and refunds are on), or the response settles it.
     pub(super) records: bool,
@@ -66,26 +66,26 @@ pub(super) fn near_threshold(ratio: f64, limit: u32) -> u32 {
 }
 
 #[derive(Clone)]
-pub(super) enum Backend {
+pub(super) enum Store {
     Local(Arc<LocalStore>),
     #[cfg(feature = "redis")]
     Global(Arc<Global>),
 }
 
-pub(super) fn new_backend(rule: &Rule, instances: u32) -> Backend {
+pub(super) fn new_store(rule: &Rule, instances: u32) -> Store {
     match &rule.scope {
-        Scope::Local => Backend::Local(Arc::new(LocalStore::new(
+        Scope::Local => Store::Local(Arc::new(LocalStore::new(
             rule.static_quota().map(|q| share(rule, q, instances)),
             Budget::new(rule.max_keys, rule.on_key_space_full),
         ))),
         #[cfg(feature = "redis")]
         Scope::Global(redis) => {
-            Backend::Global(Arc::new(Global::new(rule, redis.clone(), instances)))
+            Store::Global(Arc::new(Global::new(rule, redis.clone(), instances)))
         }
     }
 }
 
-impl Backend {
+impl Store {
     pub(super) fn same(&self, other: &Self) -> bool {
         match (self, other) {
             (Self::Local(a), Self::Local(b)) => Arc::ptr_eq(a, b),
@@ -111,19 +111,19 @@ impl CompiledRule {
     /// shares, cached denies and leases) and its locks.
     pub(super) fn keys(&self) -> usize {
         self.locks.len()
-            + match &self.backend {
-                Backend::Local(l) => l.len(),
+            + match &self.store {
+                Store::Local(l) => l.len(),
                 #[cfg(feature = "redis")]
-                Backend::Global(g) => g.len(),
+                Store::Global(g) => g.len(),
             }
     }
 
     /// The rule's store when it is local.
     pub(super) fn local_store(&self) -> Option<&LocalStore> {
-        match &self.backend {
-            Backend::Local(store) => Some(store),
+        match &self.store {
+            Store::Local(store) => Some(store),
             #[cfg(feature = "redis")]
-            Backend::Global(_) => None,
+            Store::Global(_) => None,
         }
     }
 
@@ -143,7 +143,7 @@ impl CompiledRule {
         let within = self.rule.lockout.map_or(Duration::ZERO, |l| l.within);
         // A local rule's locks live here; a global rule's in Redis, and
         // here only as this gateway's copy, changed once Redis has.
-        if matches!(self.backend, Backend::Local(_)) {
+        if matches!(self.store, Store::Local(_)) {
             match op {
                 ControlOp::Block(period) => {
                     if !self.locks.block(&key, period, false, within) {
@@ -154,8 +154,8 @@ impl CompiledRule {
                 ControlOp::Adjust(_) => {}
             }
         }
-        match &self.backend {
-            Backend::Local(store) => Ok(match (op, quota) {
+        match &self.store {
+            Store::Local(store) => Ok(match (op, quota) {
                 (ControlOp::Adjust(units), Some(q)) => {
                     let d = store.adjust(&key, q, units);
                     Some(match self.locks.locked(&key) {
@@ -170,7 +170,7 @@ impl CompiledRule {
                 _ => None,
             }),
             #[cfg(feature = "redis")]
-            Backend::Global(g) => {
+            Store::Global(g) => {
                 let out = g.control(&self.rule, &key, quota, op).await?;
                 match op {
                     ControlOp::Block(period) => {
@@ -220,7 +220,7 @@ impl CompiledRule {
     pub(super) fn convert_into(
         &self,
         new: &Rule,
-        backend: &Backend,
+        store: &Store,
         instances: u32,
     ) -> Option<Option<Carry>> {
         let (Some(a), Some(b)) = (self.rule.static_quota(), new.static_quota()) else {
@@ -229,11 +229,9 @@ impl CompiledRule {
         if !self.counts_as(new) {
             return None;
         }
-        match (&self.backend, backend) {
-            (Backend::Local(_), Backend::Local(_)) if new.on_quota_change == QuotaChange::Reset => {
-                None
-            }
-            (Backend::Local(from), Backend::Local(to)) => {
+        match (&self.store, store) {
+            (Store::Local(_), Store::Local(_)) if new.on_quota_change == QuotaChange::Reset => None,
+            (Store::Local(from), Store::Local(to)) => {
                 let (a, b) = (
                     share(&self.rule, a, self.instances),
                     share(new, b, instances),
@@ -248,7 +246,7 @@ impl CompiledRule {
             }
             // Redis converts each key at its next decision.
             #[cfg(feature = "redis")]
-            (Backend::Global(was), Backend::Global(to)) => {
+            (Store::Global(was), Store::Global(to)) => {
                 to.converting_from(new, a, was);
                 Some(None)
             }

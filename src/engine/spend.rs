@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::rule::{Backend, CompiledRule};
+use super::rule::{CompiledRule, Store};
 use crate::{decision::Source, key::Key, observe, quota::Quota};
 
 /// Units one rule spent for a request: given back when a later rule
@@ -100,12 +100,12 @@ impl CompiledRule {
     /// Spends (`units > 0`) or gives back what `s` spent, where it spent
     /// it. Never fails the request: a Redis failure is logged.
     pub(super) fn adjust_spent(self: &Arc<Self>, s: &Spend, units: i64) {
-        match &self.backend {
-            Backend::Local(store) => {
+        match &self.store {
+            Store::Local(store) => {
                 store.adjust(&s.key, s.quota, units);
             }
             #[cfg(feature = "redis")]
-            Backend::Global(g) => match s.source {
+            Store::Global(g) => match s.source {
                 Source::Fallback => g.adjust_fallback(&s.key, s.quota, units),
                 Source::Leased => g.adjust_lease(&self.rule, &s.key, s.quota, units),
                 // Off the request path: the response (or the 429) is out.

@@ -8,7 +8,7 @@ use std::time::Duration;
 use http::StatusCode;
 use http::request::Parts;
 
-use super::rule::Backend;
+use super::rule::Store;
 use super::{Chain, ChainConfig, Suspended};
 use crate::decision::Decisions;
 use crate::error::BuildError;
@@ -53,7 +53,7 @@ fn by_key(name: &str, quota: Quota) -> Rule {
 }
 
 fn everyone(name: &str, quota: Quota) -> Rule {
-    Rule::new(name, KeyExtractor::global(), quota)
+    Rule::new(name, KeyExtractor::everyone(), quota)
 }
 
 /// The `x-key` header, found only after an await.
@@ -161,10 +161,10 @@ fn names(ds: &Decisions) -> Vec<&str> {
 
 /// Keys held by rule `i`'s local store.
 fn keys(chain: &Chain, i: usize) -> usize {
-    match &chain.rules[i].backend {
-        Backend::Local(l) => l.len(),
+    match &chain.rules[i].store {
+        Store::Local(l) => l.len(),
         #[cfg(feature = "redis")]
-        Backend::Global(_) => unreachable!("local rules only"),
+        Store::Global(_) => unreachable!("local rules only"),
     }
 }
 
@@ -324,7 +324,7 @@ fn a_missing_key_skips_the_rule_by_default() {
 fn a_missing_key_counts_against_the_fallback() {
     let c = chain(vec![
         by_key("per-key", Quota::per_minute(1))
-            .on_missing_key(OnMissingKey::Fallback(KeyExtractor::global())),
+            .on_missing_key(OnMissingKey::Fallback(KeyExtractor::everyone())),
     ]);
     allowed(eval(&c, &parts(None)));
     denied(eval(&c, &parts(None)));
@@ -335,9 +335,9 @@ fn a_missing_key_counts_against_the_fallback() {
 fn policies_are_rendered_only_when_asked() {
     let rules = || vec![everyone("api", Quota::per_minute(10))];
     let ds = allowed(eval(&chain(rules()), &parts(None)));
-    assert_eq!(ds[0].policy.as_ref().unwrap(), "\"api\";q=10;w=60");
+    assert_eq!(ds[0].quota_member.as_ref().unwrap(), "\"api\";q=10;w=60");
     let c = Arc::new(Chain::compile(rules(), config(), false, None).ok().unwrap());
-    assert_eq!(allowed(eval(&c, &parts(None)))[0].policy, None);
+    assert_eq!(allowed(eval(&c, &parts(None)))[0].quota_member, None);
 }
 
 #[test]
@@ -490,7 +490,7 @@ fn compile_rejects_window_algorithms_on_local_rules() {
 
 #[test]
 fn compile_checks_a_fixed_cost_against_a_split_share() {
-    let rule = Rule::new("split", KeyExtractor::global(), Quota::per_second(10))
+    let rule = Rule::new("split", KeyExtractor::everyone(), Quota::per_second(10))
         .cost(5)
         .split_across_instances(true);
     let cfg = ChainConfig {

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use futures_util::FutureExt;
 
 use super::breaker::{Admit, CircuitBreaker};
-use super::{BreakerStatus, FailureMode, LiveCount, Liveness};
+use super::{BreakerStatus, FailureMode, LiveCount, Reachability};
 use crate::policy::Cause;
 use crate::policy::FailurePolicy;
 use crate::util::instant::after;
@@ -138,7 +138,7 @@ impl Guard {
 
     /// One guarded Redis call, answered or failed within its timeout unless
     /// the server is heard to be alive. Half-way through the timeout a call
-    /// still waiting arms the [`Liveness`] pinger, so by the timeout it is
+    /// still waiting arms the [`Reachability`] pinger, so by the timeout it is
     /// known whether the server answers at all: if nothing (no reply, no
     /// pong) was heard since arming, the call fails there. If the server
     /// answers others, the reply is queued behind them (or the runtime is too
@@ -152,7 +152,7 @@ impl Guard {
     /// The caller checks [`admit`](Self::admit) first.
     pub(crate) async fn call<T, E: CallError>(
         &self,
-        liveness: &Liveness,
+        reachability: &Reachability,
         fut: impl Future<Output = Result<T, E>>,
     ) -> Result<T, Cause> {
         let mut fut = std::pin::pin!(fut);
@@ -174,13 +174,13 @@ impl Guard {
             }
             let now = Instant::now();
             if armed.is_none() {
-                armed = Some(liveness.arm());
+                armed = Some(reachability.arm());
                 since = now;
                 // A late timer still leaves the pinger half a timeout.
                 deadline = after(start, self.timeout).max(after(now, half));
                 continue;
             }
-            if now >= give_up || !liveness.heard_since(since) {
+            if now >= give_up || !reachability.heard_since(since) {
                 observe::backend_latency(&self.rule, "redis", now - start);
                 return Err(Cause::Timeout(now - start));
             }
@@ -314,7 +314,7 @@ mod tests {
     }
 
     /// Reports a reply or pong every 5 ms until dropped.
-    fn alive(l: &Liveness) -> tokio::task::JoinHandle<()> {
+    fn alive(l: &Reachability) -> tokio::task::JoinHandle<()> {
         let l = l.clone();
         tokio::spawn(async move {
             loop {
@@ -326,7 +326,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_silent_server_fails_at_the_timeout() {
-        let (g, l) = (guard(), Liveness::new(None));
+        let (g, l) = (guard(), Reachability::new(None));
         let Err(Cause::Timeout(waited)) = g.call(&l, never()).await else {
             panic!("a silent server must time out");
         };
@@ -335,7 +335,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_reply_before_arming_is_no_sign_of_life_after_it() {
-        let (g, l) = (guard(), Liveness::new(None));
+        let (g, l) = (guard(), Reachability::new(None));
         let heard_early = async {
             tokio::time::sleep(TIMEOUT / 4).await;
             l.heard();
@@ -352,7 +352,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_late_reply_from_a_live_server_is_awaited_not_failed() {
-        let (g, l) = (guard(), Liveness::new(None));
+        let (g, l) = (guard(), Reachability::new(None));
         let pings = alive(&l);
         let late = async {
             tokio::time::sleep(15 * TIMEOUT).await;
@@ -365,7 +365,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn patience_bounds_the_wait_on_a_server_that_answers_others() {
-        let (g, l) = (guard(), Liveness::new(None));
+        let (g, l) = (guard(), Reachability::new(None));
         let pings = alive(&l);
         let Err(Cause::Timeout(waited)) = g.call(&l, never()).await else {
             panic!("must give up");
@@ -376,7 +376,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_lost_connection_opens_the_breaker_at_once_an_error_reply_does_not() {
-        let (g, l) = (guard(), Liveness::new(None));
+        let (g, l) = (guard(), Reachability::new(None));
         let reply = g.call(&l, async { Err::<(), _>(Failed { lost: false }) });
         assert!(matches!(reply.await, Err(Cause::Error(_))));
         assert_eq!(g.breaker_status().state, BreakerState::Closed);
@@ -413,7 +413,10 @@ mod tests {
             timeout: Duration::MAX,
             ..FailurePolicy::default()
         };
-        let (g, l) = (Guard::new("r".into(), policy, 1, None), Liveness::new(None));
+        let (g, l) = (
+            Guard::new("r".into(), policy, 1, None),
+            Reachability::new(None),
+        );
         let ok = g.call(&l, async { Ok::<_, Failed>(1) }).await;
         assert_eq!(ok.unwrap(), 1);
     }

@@ -11,9 +11,9 @@ mod guard;
 #[cfg(feature = "redis")]
 mod live_count;
 #[cfg(feature = "redis")]
-mod liveness;
-#[cfg(feature = "redis")]
 mod partial;
+#[cfg(feature = "redis")]
+mod reachability;
 mod status;
 
 #[cfg(feature = "redis")]
@@ -21,7 +21,7 @@ pub(crate) use self::{
     breaker::Admit,
     guard::{CallError, Guard, PATIENCE},
     live_count::LiveCount,
-    liveness::{Heard, Liveness},
+    reachability::{Heard, Reachability},
 };
 pub use crate::policy::{BreakerConfig, FailureMode};
 pub use status::{BreakerState, BreakerStatus};

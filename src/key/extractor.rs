@@ -10,7 +10,7 @@ use http::request::Parts;
 
 use super::Key;
 use super::forwarded::TrustedProxies;
-use super::source::{Misconfig, Source};
+use super::source::{KeySource, Misconfig};
 use crate::util::now_or_later::NowOrLater;
 use crate::util::throttle::Throttle;
 
@@ -49,7 +49,7 @@ pub struct KeyExtractor {
     name: Arc<str>,
     /// What the key is read from, to tell a missing key from a setup in
     /// which no request can have one.
-    source: Source,
+    source: KeySource,
     /// A configuration error, reported by the builder that gets this
     /// extractor instead of a panic where it is written.
     invalid: Option<Arc<str>>,
@@ -78,7 +78,7 @@ impl KeyExtractor {
         Self {
             kind: Kind::Sync(Arc::new(f)),
             name: name.into(),
-            source: Source::Any,
+            source: KeySource::Any,
             invalid: None,
             ip: None,
         }
@@ -108,7 +108,7 @@ impl KeyExtractor {
         Self {
             kind: Kind::Async(Arc::new(move |p| Box::pin(f(p)))),
             name: name.into(),
-            source: Source::Any,
+            source: KeySource::Any,
             invalid: None,
             ip: None,
         }
@@ -188,7 +188,7 @@ impl KeyExtractor {
     {
         let has = |p: &Parts| p.extensions.get::<T>().is_some();
         Self {
-            source: Source::Extension(has, std::any::type_name::<T>()),
+            source: KeySource::Extension(has, std::any::type_name::<T>()),
             ..Self::new("extension", move |p| p.extensions.get::<T>().map(&f))
         }
     }
@@ -321,7 +321,7 @@ impl KeyExtractor {
         let mut k = Self::new(name, move |p| {
             find(p, &warn).map(|ip| super::ip::ip_key(ip, v6_prefix))
         });
-        k.source = Source::ConnectInfo;
+        k.source = KeySource::ConnectInfo;
         k.invalid = (!super::ip::valid_v6_prefix(v6_prefix))
             .then(|| format!("IPv6 prefix /{v6_prefix} is not in 1..=128").into());
         k
@@ -386,7 +386,7 @@ impl KeyExtractor {
     /// ```
     pub fn matched_route() -> Self {
         Self {
-            source: Source::Router,
+            source: KeySource::Router,
             ..Self::new("matched_route", |p| {
                 p.extensions
                     .get::<MatchedPath>()
@@ -399,10 +399,10 @@ impl KeyExtractor {
     ///
     /// ```
     /// use keyed_rate_limit::key::KeyExtractor;
-    /// assert_eq!(KeyExtractor::global().name(), "global");
+    /// assert_eq!(KeyExtractor::everyone().name(), "everyone");
     /// ```
-    pub fn global() -> Self {
-        Self::new("global", |_| Some(Key::from("*")))
+    pub fn everyone() -> Self {
+        Self::new("everyone", |_| Some(Key::from("*")))
     }
 
     /// Both keys, joined: e.g. per route *and* per client. No key when either is missing.
@@ -430,7 +430,7 @@ impl KeyExtractor {
     ///
     /// ```
     /// use keyed_rate_limit::key::KeyExtractor;
-    /// let k = KeyExtractor::header("x-api-key").or(KeyExtractor::global());
+    /// let k = KeyExtractor::header("x-api-key").or(KeyExtractor::everyone());
     /// let (parts, _) = http::Request::new(()).into_parts();
     /// assert_eq!(k.extract_now(&parts).unwrap().as_bytes(), b"*");
     /// ```
@@ -444,7 +444,7 @@ impl KeyExtractor {
                 Self {
                     invalid,
                     ip: self.ip.or(other.ip),
-                    source: Source::both(self.source, other.source),
+                    source: KeySource::both(self.source, other.source),
                     ..Self::new(name, move |p| a(p).or_else(|| b(p)))
                 }
             }
@@ -460,7 +460,7 @@ impl KeyExtractor {
     ) -> Self {
         let invalid = self.invalid.or(other.invalid);
         let ip = self.ip.clone().or_else(|| other.ip.clone());
-        let source = Source::both(self.source.clone(), other.source.clone());
+        let source = KeySource::both(self.source.clone(), other.source.clone());
         let combined = match (self.kind, other.kind) {
             (Kind::Sync(a), Kind::Sync(b)) => Self::new(name, move |p| join(a(p), b(p))),
             (a, b) => {

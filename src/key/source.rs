@@ -87,16 +87,16 @@ impl fmt::Display for Misconfig {
 /// Which source a built-in extractor reads; `Any` for closures, whose
 /// sources the crate cannot see.
 #[derive(Clone, Debug)]
-pub(crate) enum Source {
+pub(crate) enum KeySource {
     Any,
     ConnectInfo,
     Router,
     Extension(fn(&Parts) -> bool, &'static str),
     /// Either extractor's source, for `and` and `or`.
-    Both(Arc<(Source, Source)>),
+    Both(Arc<(KeySource, KeySource)>),
 }
 
-impl Source {
+impl KeySource {
     /// The missing source, if this request lacks it. Asked only once the
     /// extractor has found no key.
     pub(crate) fn absent(&self, p: &Parts) -> Option<Misconfig> {

@@ -57,7 +57,7 @@ impl RateLimitLayer {
 
 impl RateLimitBuilder {
     settings::settings_setters!(
-        "RateLimitLayer::builder().rule(Rule::new(\"r\", KeyExtractor::global(), Quota::per_second(1)))"
+        "RateLimitLayer::builder().rule(Rule::new(\"r\", KeyExtractor::everyone(), Quota::per_second(1)))"
     );
 
     /// Adds a rule after the ones already added.
@@ -91,7 +91,7 @@ impl RateLimitBuilder {
     /// use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
     ///
     /// let layer = RateLimitLayer::builder()
-    ///     .rule(Rule::new("api", KeyExtractor::global(), Quota::per_second(5)))
+    ///     .rule(Rule::new("api", KeyExtractor::everyone(), Quota::per_second(5)))
     ///     .decision_extension(false)
     ///     .build()
     ///     .unwrap();
@@ -119,7 +119,7 @@ impl RateLimitBuilder {
     /// use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
     /// let layer = RateLimitLayer::builder()
     ///     .rule(Rule::new("per-key", KeyExtractor::header("x-api-key"), Quota::per_minute(100)))
-    ///     .rule(Rule::new("all", KeyExtractor::global(), Quota::per_second(1000)))
+    ///     .rule(Rule::new("all", KeyExtractor::everyone(), Quota::per_second(1000)))
     ///     .refunds(false)
     ///     .build()
     ///     .unwrap();

@@ -65,7 +65,7 @@ impl RateLimitLayer {
     /// ```
     /// # use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
     /// let layer = RateLimitLayer::builder()
-    ///     .rule(Rule::new("a", KeyExtractor::global(), Quota::per_second(1)))
+    ///     .rule(Rule::new("a", KeyExtractor::everyone(), Quota::per_second(1)))
     ///     .build().unwrap();
     /// assert_eq!(layer.rules().iter().map(|r| r.name()).collect::<Vec<_>>(), ["a"]);
     /// ```
@@ -104,7 +104,7 @@ impl RateLimitLayer {
     ///     .build()?;
     /// layer.reload([Rule::new("api", KeyExtractor::header("x-api-key"), Quota::per_minute(500))])?;
     /// assert_eq!(layer.rules()[0].static_quota(), Some(Quota::per_minute(500)));
-    /// assert!(layer.reload([Rule::new("api", KeyExtractor::global(), Quota::per_second(0))]).is_err());
+    /// assert!(layer.reload([Rule::new("api", KeyExtractor::everyone(), Quota::per_second(0))]).is_err());
     /// assert_eq!(layer.rules()[0].static_quota(), Some(Quota::per_minute(500)), "unchanged");
     /// # Ok::<(), keyed_rate_limit::error::BuildError>(())
     /// ```
@@ -176,7 +176,7 @@ impl RateLimitLayer {
     /// ```
     /// # use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
     /// # let layer = RateLimitLayer::builder()
-    /// #     .rule(Rule::new("a", KeyExtractor::global(), Quota::per_second(1))).build().unwrap();
+    /// #     .rule(Rule::new("a", KeyExtractor::everyone(), Quota::per_second(1))).build().unwrap();
     /// assert_eq!(layer.local_keys(), 0);
     /// ```
     pub fn local_keys(&self) -> usize {
@@ -190,7 +190,7 @@ impl RateLimitLayer {
     /// ```
     /// # use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
     /// # let layer = RateLimitLayer::builder()
-    /// #     .rule(Rule::new("a", KeyExtractor::global(), Quota::per_second(1))).build().unwrap();
+    /// #     .rule(Rule::new("a", KeyExtractor::everyone(), Quota::per_second(1))).build().unwrap();
     /// assert!(layer.breakers().is_empty(), "local rules have no breaker");
     /// ```
     pub fn breakers(&self) -> Vec<crate::failure::BreakerStatus> {

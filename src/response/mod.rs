@@ -93,7 +93,7 @@ impl Denied {
     }
 
     /// Whether the refusing rule is hidden from clients
-    /// ([`Rule::headers(false)`](crate::Rule::headers)): the default
+    /// ([`Rule::hidden(true)`](crate::rule::Rule::hidden)): the default
     /// bodies then don't name it, and a custom body should not either.
     pub fn is_hidden(&self) -> bool {
         self.hidden

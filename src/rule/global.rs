@@ -6,7 +6,7 @@ use crate::backend::redis::RedisBackend;
 
 impl Rule {
     crate::settings::failure_setters!(
-        "Rule::new(\"r\", KeyExtractor::global(), Quota::per_second(10))",
+        "Rule::new(\"r\", KeyExtractor::everyone(), Quota::per_second(10))",
         failure
     );
 

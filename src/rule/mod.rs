@@ -26,8 +26,8 @@ use crate::key::{KeyExtractor, OnMissingKey};
 use crate::policy::FailurePolicy;
 use crate::quota::Quota;
 
-type QuotaFn = dyn Fn(&Parts) -> Quota + Send + Sync;
-type CostFn = dyn Fn(&Parts) -> u32 + Send + Sync;
+pub(crate) type QuotaFn = dyn Fn(&Parts) -> Quota + Send + Sync;
+pub(crate) type CostFn = dyn Fn(&Parts) -> u32 + Send + Sync;
 pub(crate) type CountIfFn = dyn Fn(&http::response::Parts) -> bool + Send + Sync;
 pub(crate) type ResponseCostFn = dyn Fn(&http::response::Parts) -> u32 + Send + Sync;
 
@@ -118,7 +118,7 @@ pub struct Rule {
     pub(crate) on_missing: Option<OnMissingKey>,
     pub(crate) on_deny: OnDeny,
     pub(crate) shadow: bool,
-    pub(crate) visible: bool,
+    pub(crate) hidden: bool,
     pub(crate) partition_key: bool,
     pub(crate) split_across_instances: bool,
     pub(crate) failure: FailurePolicy,
@@ -150,7 +150,7 @@ impl Rule {
             on_missing: None,
             on_deny: OnDeny::default(),
             shadow: false,
-            visible: true,
+            hidden: false,
             partition_key: false,
             split_across_instances: false,
             failure: FailurePolicy::default(),
@@ -291,7 +291,7 @@ impl Rule {
     ///
     /// ```
     /// # use keyed_rate_limit::{Quota, Rule, key::KeyExtractor};
-    /// let rule = Rule::new("uploads", KeyExtractor::global(), Quota::per_second(100)).cost(5);
+    /// let rule = Rule::new("uploads", KeyExtractor::everyone(), Quota::per_second(100)).cost(5);
     /// # let _ = rule;
     /// ```
     pub fn cost(mut self, cost: u32) -> Self {
@@ -304,7 +304,7 @@ impl Rule {
     ///
     /// ```
     /// # use keyed_rate_limit::{Quota, Rule, key::KeyExtractor};
-    /// let by_size = Rule::new("bytes", KeyExtractor::global(), Quota::per_second(1 << 20))
+    /// let by_size = Rule::new("bytes", KeyExtractor::everyone(), Quota::per_second(1 << 20))
     ///     .cost_fn(|parts| {
     ///         parts.headers.get("content-length")
     ///             .and_then(|v| v.to_str().ok()?.parse().ok())
@@ -394,7 +394,7 @@ impl Rule {
     ///
     /// ```
     /// # use keyed_rate_limit::{Algorithm, Quota, Rule, key::KeyExtractor};
-    /// let r = Rule::new("r", KeyExtractor::global(), Quota::per_second(1)).algorithm(Algorithm::TokenBucket);
+    /// let r = Rule::new("r", KeyExtractor::everyone(), Quota::per_second(1)).algorithm(Algorithm::TokenBucket);
     /// # let _ = r;
     /// ```
     pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
@@ -461,8 +461,8 @@ impl Rule {
         self
     }
 
-    /// Whether the rule shows in `RateLimit-Policy`/`RateLimit` (and the
-    /// legacy headers) (default `true`). A hidden rule still denies, and its
+    /// Hides the rule from `RateLimit-Policy`/`RateLimit` (and the legacy
+    /// headers) (default `false`: shown). A hidden rule still denies, and its
     /// 429 still carries `Retry-After`, but clients never see its quota or
     /// what is left of it: for abuse and security limits. A 429 from a
     /// hidden rule carries the visible rules' members only (`r` and `t` of
@@ -470,11 +470,11 @@ impl Rule {
     ///
     /// ```
     /// # use keyed_rate_limit::{Quota, Rule, key::KeyExtractor};
-    /// let guard = Rule::new("login-abuse", KeyExtractor::peer_ip(), Quota::per_minute(20)).headers(false);
+    /// let guard = Rule::new("login-abuse", KeyExtractor::peer_ip(), Quota::per_minute(20)).hidden(true);
     /// # let _ = guard;
     /// ```
-    pub fn headers(mut self, visible: bool) -> Self {
-        self.visible = visible;
+    pub fn hidden(mut self, hidden: bool) -> Self {
+        self.hidden = hidden;
         self
     }
 
@@ -504,7 +504,7 @@ impl Rule {
     ///
     /// ```
     /// # use keyed_rate_limit::{Quota, Rule, key::KeyExtractor};
-    /// let r = Rule::new("r", KeyExtractor::global(), Quota::per_second(90)).split_across_instances(true);
+    /// let r = Rule::new("r", KeyExtractor::everyone(), Quota::per_second(90)).split_across_instances(true);
     /// # let _ = r;
     /// ```
     pub fn split_across_instances(mut self, split: bool) -> Self {

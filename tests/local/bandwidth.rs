@@ -164,14 +164,14 @@ async fn bandwidth_missing_key_follows_the_policy() {
 
 #[test]
 fn bandwidth_build_checks_settings() {
-    let b = |rate| BandwidthLimitLayer::builder("dl", KeyExtractor::global(), rate);
+    let b = |rate| BandwidthLimitLayer::builder("dl", KeyExtractor::everyone(), rate);
     assert!(b(0).build().is_err());
     assert!(b(1000).burst(0).build().is_err());
     // Above 10⁶ bytes a second the bucket counts in larger units.
     assert_eq!(b(u32::MAX).build().unwrap().bytes_per_second(), u32::MAX);
     assert!(b(1000).max_keys(0).build().is_err());
     assert!(
-        BandwidthLimitLayer::builder("", KeyExtractor::global(), 1)
+        BandwidthLimitLayer::builder("", KeyExtractor::everyone(), 1)
             .build()
             .is_err()
     );
@@ -183,7 +183,7 @@ type Boxed = http_body_util::combinators::UnsyncBoxBody<Bytes, std::convert::Inf
 /// The layer in process over `body`, for the global key.
 async fn through(rate: u32, burst: u32, body: Boxed) -> ShapedBody<Boxed> {
     use tower::ServiceExt;
-    let layer = BandwidthLimitLayer::builder("dl", KeyExtractor::global(), rate)
+    let layer = BandwidthLimitLayer::builder("dl", KeyExtractor::everyone(), rate)
         .burst(burst)
         .build()
         .unwrap();

@@ -14,7 +14,7 @@ async fn day_and_month_quotas_reset_at_their_boundaries() {
         ("monthly", Quota::per_month(2).with_utc_offset(-8 * 3600)),
     ] {
         let layer = RateLimitLayer::builder()
-            .rule(Rule::new(name, KeyExtractor::global(), q))
+            .rule(Rule::new(name, KeyExtractor::everyone(), q))
             .build()
             .unwrap();
         let url = serve(ok_app(layer)).await;
@@ -60,7 +60,7 @@ fn a_bad_calendar_quota_is_a_build_error() {
         ),
     ] {
         let err = RateLimitLayer::builder()
-            .rule(Rule::new("r", KeyExtractor::global(), q))
+            .rule(Rule::new("r", KeyExtractor::everyone(), q))
             .build()
             .unwrap_err();
         assert!(err.to_string().contains(why), "{err}");
@@ -68,7 +68,7 @@ fn a_bad_calendar_quota_is_a_build_error() {
     let described = RateLimitLayer::builder()
         .rule(Rule::new(
             "m",
-            KeyExtractor::global(),
+            KeyExtractor::everyone(),
             Quota::per_month(9).with_utc_offset(19_800),
         ))
         .build()

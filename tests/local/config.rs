@@ -41,7 +41,7 @@ max_key_len = 64
 
 [[rules]]
 name = "dark-launch"
-key = "global"
+key = "everyone"
 quota = "1/min"
 shadow = true
 
@@ -95,7 +95,7 @@ async fn toml_file_makes_a_working_layer() {
             .iter()
             .map(|r| r.key().name())
             .collect::<Vec<_>>(),
-        ["global", "header:x-api-key|peer_ip", "tenant"]
+        ["everyone", "header:x-api-key|peer_ip", "tenant"]
     );
     let url = serve(app(layer)).await;
     let c = client();
@@ -134,7 +134,7 @@ rules:
     algorithm: token_bucket
     on_missing_key: fallback:peer_ip
   - name: everyone
-    key: global
+    key: everyone
     quota: 6/min
     cost: 2
 "#;
@@ -219,13 +219,13 @@ async fn lease_and_coalesce_from_the_file_reach_the_rules_and_describe() {
 fn invalid_configs_point_at_the_field() {
     let toml_cases = [
         (
-            "[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"100/fortnight\"\n",
+            "[[rules]]\nname = \"a\"\nkey = \"everyone\"\nquota = \"100/fortnight\"\n",
             "invalid quota \"100/fortnight\"",
             4,
             9,
         ),
         (
-            "[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"1/s\"\nburts = 2\n",
+            "[[rules]]\nname = \"a\"\nkey = \"everyone\"\nquota = \"1/s\"\nburts = 2\n",
             "unknown field `burts`",
             5,
             1,
@@ -237,49 +237,49 @@ fn invalid_configs_point_at_the_field() {
             11,
         ),
         (
-            "[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"1/s\"\nalgorithm = \"leaky\"\n",
+            "[[rules]]\nname = \"a\"\nkey = \"everyone\"\nquota = \"1/s\"\nalgorithm = \"leaky\"\n",
             "unknown variant `leaky`",
             5,
             13,
         ),
         (
-            "[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"1/s\"\non_missing_key = \"reject:500\"\n",
+            "[[rules]]\nname = \"a\"\nkey = \"everyone\"\nquota = \"1/s\"\non_missing_key = \"reject:500\"\n",
             "reject needs a 4xx status",
             5,
             18,
         ),
         (
-            "[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"1/s\"\nlockout = { after = 0, within = \"1m\", block_for = \"15m\" }\n",
+            "[[rules]]\nname = \"a\"\nkey = \"everyone\"\nquota = \"1/s\"\nlockout = { after = 0, within = \"1m\", block_for = \"15m\" }\n",
             "`lockout`: invalid setting: a lockout needs at least one deny",
             1,
             1,
         ),
         (
-            "[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"1/s\"\nlockout = { after = 5, within = \"1m\", block = \"15m\" }\n",
+            "[[rules]]\nname = \"a\"\nkey = \"everyone\"\nquota = \"1/s\"\nlockout = { after = 5, within = \"1m\", block = \"15m\" }\n",
             "unknown field `block`",
             5,
             39,
         ),
         (
-            "[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"1/s\"\nlease = { ttl = \"50ms\", size = 3 }\n",
+            "[[rules]]\nname = \"a\"\nkey = \"everyone\"\nquota = \"1/s\"\nlease = { ttl = \"50ms\", size = 3 }\n",
             "unknown field `size`",
             5,
             25,
         ),
         (
-            "[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"1/s\"\ncoalesce = true\n",
+            "[[rules]]\nname = \"a\"\nkey = \"everyone\"\nquota = \"1/s\"\ncoalesce = true\n",
             "`coalesce` only applies to `scope = \"global\"`",
             1,
             1,
         ),
         (
-            "[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"1/s\"\nscope = \"global\"\nlease = { ttl = \"2m\" }\n",
+            "[[rules]]\nname = \"a\"\nkey = \"everyone\"\nquota = \"1/s\"\nscope = \"global\"\nlease = { ttl = \"2m\" }\n",
             "`lease`: invalid setting: a lease's ttl must be between 1 ms and 60 s",
             1,
             1,
         ),
         (
-            "[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"10/s\"\nscope = \"global\"\nlease = { ttl = \"1s\" }\n",
+            "[[rules]]\nname = \"a\"\nkey = \"everyone\"\nquota = \"10/s\"\nscope = \"global\"\nlease = { ttl = \"1s\" }\n",
             "`lease`: a ttl of 1s holds back 10 units, the whole burst of 10",
             1,
             1,
@@ -303,7 +303,7 @@ fn invalid_configs_point_at_the_field() {
 
     let yaml_cases = [
         (
-            "rules:\n  - name: a\n    key: global\n    quota: 10/5 weeks\n",
+            "rules:\n  - name: a\n    key: everyone\n    quota: 10/5 weeks\n",
             "rules[0].quota: invalid quota \"10/5 weeks\"",
             4,
             12,
@@ -315,13 +315,13 @@ fn invalid_configs_point_at_the_field() {
             10,
         ),
         (
-            "rules:\n  - name: a\n    key: global\n    quota: 1/s\n    scope: everywhere\n",
+            "rules:\n  - name: a\n    key: everyone\n    quota: 1/s\n    scope: everywhere\n",
             "rules[0].scope: unknown variant `everywhere`",
             5,
             12,
         ),
         (
-            "rules:\n  - name: a\n    key: global\n    quota: 1/s\n    shadow: true\n    colour: red\n",
+            "rules:\n  - name: a\n    key: everyone\n    quota: 1/s\n    shadow: true\n    colour: red\n",
             "unknown field `colour`",
             6,
             5,
@@ -422,18 +422,19 @@ fn the_guides_errors_are_real_output() {
     let file = dir.join("limits.toml");
     std::fs::write(
         &file,
-        "[[rules]]\nname = \"api\"\nkey = \"global\"\nquota = \"100/fortnight\"\n",
+        "[[rules]]\nname = \"api\"\nkey = \"everyone\"\nquota = \"100/fortnight\"\n",
     )
     .unwrap();
     let e = RulesConfig::from_path(&file).unwrap_err();
     // As `from_path("limits.toml")` from `dir` prints it: the path as given.
     let shown = e.to_string().replace(&format!("{}/", dir.display()), "");
-    let yaml =
-        RulesConfig::from_yaml_str("rules:\n  - name: a\n    key: global\n    quota: 10/5 weeks\n")
-            .unwrap_err()
-            .to_string();
+    let yaml = RulesConfig::from_yaml_str(
+        "rules:\n  - name: a\n    key: everyone\n    quota: 10/5 weeks\n",
+    )
+    .unwrap_err()
+    .to_string();
     let duplicate = RulesConfig::from_toml_str(
-        "[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"5/min\"\n[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"9/min\"\n",
+        "[[rules]]\nname = \"a\"\nkey = \"everyone\"\nquota = \"5/min\"\n[[rules]]\nname = \"a\"\nkey = \"everyone\"\nquota = \"9/min\"\n",
     )
     .unwrap()
     .into_layer(&Registry::new())
@@ -456,11 +457,11 @@ async fn a_partial_failure_mode_comes_from_toml_and_yaml() {
     let registry = Registry::new().redis(redis);
     let toml = |p: u32| {
         format!(
-            "instances = 2\n[[rules]]\nname = \"shed\"\nkey = \"global\"\nquota = \"10/s\"\n\
+            "instances = 2\n[[rules]]\nname = \"shed\"\nkey = \"everyone\"\nquota = \"10/s\"\n\
              scope = \"global\"\nfailure_mode = {{ refuse_percent = {p} }}\n"
         )
     };
-    let yaml = "instances: 2\nrules:\n  - name: shed\n    key: global\n    quota: 10/s\n    \
+    let yaml = "instances: 2\nrules:\n  - name: shed\n    key: everyone\n    quota: 10/s\n    \
                 scope: global\n    failure_mode: { refuse_percent: 25 }\n";
     for layer in [
         RulesConfig::from_toml_str(&toml(25))

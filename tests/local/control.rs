@@ -104,14 +104,14 @@ fn settings_that_cannot_hold_are_build_errors() {
     });
     let err = RateLimitLayer::builder().rule(waits).build().unwrap_err();
     assert!(err.to_string().contains("OnDeny::Wait"), "{err}");
-    let free = Rule::new("free", KeyExtractor::global(), Quota::per_minute(2))
+    let free = Rule::new("free", KeyExtractor::everyone(), Quota::per_minute(2))
         .cost(0)
         .count_if(|_| true);
     let err = RateLimitLayer::builder().rule(free).build().unwrap_err();
     assert!(err.to_string().contains("reservation"), "{err}");
     let never = Lockout::new(0, Duration::from_secs(1), Duration::from_secs(1));
     let err = RateLimitLayer::builder()
-        .rule(Rule::new("l", KeyExtractor::global(), Quota::per_minute(2)).lockout(never))
+        .rule(Rule::new("l", KeyExtractor::everyone(), Quota::per_minute(2)).lockout(never))
         .build()
         .unwrap_err();
     assert!(err.to_string().contains("lockout"), "{err}");
@@ -123,7 +123,7 @@ fn settings_that_cannot_hold_are_build_errors() {
 async fn a_request_dropped_in_the_handler_keeps_its_reservation() {
     use std::sync::Arc;
     let layer = RateLimitLayer::builder()
-        .rule(Rule::new("login", KeyExtractor::global(), Quota::per_hour(3)).count_if(|_| true))
+        .rule(Rule::new("login", KeyExtractor::everyone(), Quota::per_hour(3)).count_if(|_| true))
         .build()
         .unwrap();
     let control = layer.control();
@@ -388,7 +388,7 @@ mod redis {
                 )
                 .rule(Rule::new(
                     "everyone",
-                    KeyExtractor::global(),
+                    KeyExtractor::everyone(),
                     Quota::per_hour(3),
                 ))
                 .build()
@@ -444,7 +444,7 @@ mod redis {
         let mut server = RedisServer::start();
         let layer = RateLimitLayer::builder()
             .rule(global(
-                Rule::new("settle-down", KeyExtractor::global(), Quota::per_hour(5))
+                Rule::new("settle-down", KeyExtractor::everyone(), Quota::per_hour(5))
                     .count_if(|_| false),
                 server.backend("settle").await,
             ))
@@ -522,7 +522,7 @@ mod redis {
         let mut server = RedisServer::start();
         let layer = RateLimitLayer::builder()
             .rule(global(
-                Rule::new("api", KeyExtractor::global(), Quota::per_second(5)),
+                Rule::new("api", KeyExtractor::everyone(), Quota::per_second(5)),
                 server.backend("down").await,
             ))
             .build()
@@ -699,7 +699,7 @@ async fn a_later_deny_gives_back_what_earlier_rules_spent() {
             ))
             .rule(Rule::new(
                 "everyone",
-                KeyExtractor::global(),
+                KeyExtractor::everyone(),
                 Quota::per_hour(1),
             ))
             .refunds(refunds)

@@ -17,14 +17,14 @@ async fn allowed_and_denied_add_up_to_every_request_per_rule() {
         .rule(
             Rule::new(
                 "counted-shadow",
-                KeyExtractor::global(),
+                KeyExtractor::everyone(),
                 Quota::per_hour(100),
             )
             .shadow(true),
         )
         .rule(Rule::new(
             "counted-wide",
-            KeyExtractor::global(),
+            KeyExtractor::everyone(),
             Quota::per_hour(1_000_000),
         ))
         .rule(Rule::new(

@@ -271,7 +271,7 @@ async fn a_hidden_rule_denies_with_retry_after_but_shows_nothing() {
                 KeyExtractor::header("x-api-key"),
                 Quota::per_minute(1),
             )
-            .headers(false),
+            .hidden(true),
         )
         .build()
         .unwrap();

@@ -487,7 +487,7 @@ mod redis {
         let limit = || ConcurrencyLimitLayer::builder("c", KeyExtractor::header("x-user"), 1);
         for d in EXTREMES {
             let cases = [
-                ("lease ttl", limit().global(alive.clone()).lease_ttl(d)),
+                ("slot ttl", limit().global(alive.clone()).slot_ttl(d)),
                 ("retry after", limit().global(alive.clone()).retry_after(d)),
                 ("timeout", limit().global(alive.clone()).redis_timeout(d)),
                 (

@@ -37,7 +37,7 @@ async fn serve_rule(rule: Rule) -> String {
 async fn an_exempt_closure_lets_its_requests_through_uncounted() {
     metrics::snapshotter();
     let url = serve_rule(
-        Rule::new("ex-fn", KeyExtractor::global(), Quota::per_hour(2))
+        Rule::new("ex-fn", KeyExtractor::everyone(), Quota::per_hour(2))
             .exempt(|p| p.headers.contains_key("x-internal")),
     )
     .await;
@@ -116,11 +116,11 @@ async fn an_exempt_rule_sends_no_headers_and_the_others_still_apply() {
     let layer = RateLimitLayer::builder()
         .rule(Rule::new(
             "ex-all",
-            KeyExtractor::global(),
+            KeyExtractor::everyone(),
             Quota::per_hour(100),
         ))
         .rule(
-            Rule::new("ex-some", KeyExtractor::global(), Quota::per_hour(50))
+            Rule::new("ex-some", KeyExtractor::everyone(), Quota::per_hour(50))
                 .exempt(|p| p.headers.contains_key("x-internal")),
         )
         .build()
@@ -145,7 +145,7 @@ async fn the_layer_wide_exemption_skips_every_rule_and_is_counted_once() {
     let layer = RateLimitLayer::builder()
         .rule(Rule::new(
             "ex-layer-a",
-            KeyExtractor::global(),
+            KeyExtractor::everyone(),
             Quota::per_hour(1),
         ))
         .rule(Rule::new(
@@ -188,7 +188,7 @@ fn describe_shows_exemptions() {
                 .exempt_ips(["10.0.0.0/8"])
                 .exempt(|_| false),
         )
-        .rule(Rule::new("d-fn", KeyExtractor::global(), Quota::per_hour(10)).exempt(|_| false))
+        .rule(Rule::new("d-fn", KeyExtractor::everyone(), Quota::per_hour(10)).exempt(|_| false))
         .build()
         .unwrap();
     let d = layer.describe();
@@ -222,15 +222,16 @@ fn invalid_exempt_ips_are_build_errors() {
 fn describe_shows_near_limit_ratios_other_than_the_default() {
     let layer = RateLimitLayer::builder()
         .rule(
-            Rule::new("d-tenth", KeyExtractor::global(), Quota::per_hour(10))
+            Rule::new("d-tenth", KeyExtractor::everyone(), Quota::per_hour(10))
                 .near_limit_ratio(Some(0.1)),
         )
         .rule(
-            Rule::new("d-off", KeyExtractor::global(), Quota::per_hour(10)).near_limit_ratio(None),
+            Rule::new("d-off", KeyExtractor::everyone(), Quota::per_hour(10))
+                .near_limit_ratio(None),
         )
         .rule(Rule::new(
             "d-default",
-            KeyExtractor::global(),
+            KeyExtractor::everyone(),
             Quota::per_hour(10),
         ))
         .build()
@@ -267,7 +268,7 @@ async fn near_limit_is_counted_each_time_and_logged_once_a_second() {
     // 20 an hour, the default 0.2: the 17th to 20th leave 3 to 0 units.
     let url = serve_rule(Rule::new(
         "near-default",
-        KeyExtractor::global(),
+        KeyExtractor::everyone(),
         Quota::per_hour(20),
     ))
     .await;
@@ -303,16 +304,16 @@ async fn near_limit_follows_the_rule_ratio_and_none_turns_it_off() {
     metrics::snapshotter();
     let layer = RateLimitLayer::builder()
         .rule(
-            Rule::new("near-half", KeyExtractor::global(), Quota::per_hour(10))
+            Rule::new("near-half", KeyExtractor::everyone(), Quota::per_hour(10))
                 .near_limit_ratio(Some(0.5)),
         )
         .rule(
-            Rule::new("near-off", KeyExtractor::global(), Quota::per_hour(100))
+            Rule::new("near-off", KeyExtractor::everyone(), Quota::per_hour(100))
                 .near_limit_ratio(None),
         )
         .rule(
             // A quota per request: its threshold comes with each decision.
-            Rule::new("near-dyn", KeyExtractor::global(), Quota::per_hour(1))
+            Rule::new("near-dyn", KeyExtractor::everyone(), Quota::per_hour(1))
                 .quota_fn(|_| Quota::per_hour(20)),
         )
         .build()
@@ -333,7 +334,7 @@ async fn near_limit_follows_the_rule_ratio_and_none_turns_it_off() {
 async fn a_quota_fn_rule_is_near_its_limit_by_the_decided_quota() {
     metrics::snapshotter();
     let url = serve_rule(
-        Rule::new("near-fn", KeyExtractor::global(), Quota::per_hour(1000))
+        Rule::new("near-fn", KeyExtractor::everyone(), Quota::per_hour(1000))
             .quota_fn(|_| Quota::per_hour(5)),
     )
     .await;
@@ -363,7 +364,7 @@ exempt_ips = ["127.0.0.0/8"]
 
 [[rules]]
 name = "file-all"
-key = "global"
+key = "everyone"
 quota = "4/h"
 near_limit_ratio = 0.5
 "#,

@@ -126,7 +126,11 @@ async fn health_checks_are_limited_per_peer_ip_with_resource_exhausted() {
 #[tokio::test]
 async fn grpc_message_words_the_refusal_and_a_misconfigured_rule_is_internal() {
     let layer = RateLimitLayer::builder()
-        .rule(Rule::new("one", KeyExtractor::global(), Quota::per_hour(1)))
+        .rule(Rule::new(
+            "one",
+            KeyExtractor::everyone(),
+            Quota::per_hour(1),
+        ))
         .grpc_message(|d| format!("come back in {} s", d.retry_after_secs().unwrap_or(0)))
         .build()
         .unwrap();
@@ -289,8 +293,12 @@ async fn grpc_calls_over_the_quota_wait_for_their_unit() {
 async fn count_if_sees_a_trailers_only_grpc_status() {
     let layer = RateLimitLayer::builder()
         .rule(
-            Rule::new("failed-checks", KeyExtractor::global(), Quota::per_hour(2))
-                .count_if(|res| res.headers.get("grpc-status").is_some_and(|s| s != "0")),
+            Rule::new(
+                "failed-checks",
+                KeyExtractor::everyone(),
+                Quota::per_hour(2),
+            )
+            .count_if(|res| res.headers.get("grpc-status").is_some_and(|s| s != "0")),
         )
         .build()
         .unwrap();

@@ -79,7 +79,7 @@ async fn retry_after_rounds_up_and_is_never_zero() {
     // One request per 1.5 s: the wait is just under 1.5 s, sent as 2.
     let layer = one_rule(Rule::new(
         "slow",
-        KeyExtractor::global(),
+        KeyExtractor::everyone(),
         Quota::new(1, Duration::from_millis(1500)),
     ));
     let url = serve(app(layer)).await;
@@ -92,7 +92,7 @@ async fn retry_after_rounds_up_and_is_never_zero() {
     // 100 per second: the wait is ~10 ms, which must still be 1, not 0.
     let layer = one_rule(Rule::new(
         "fast",
-        KeyExtractor::global(),
+        KeyExtractor::everyone(),
         Quota::per_second(100).with_burst(1),
     ));
     let url = serve(app(layer)).await;
@@ -109,7 +109,7 @@ async fn retry_after_rounds_up_and_is_never_zero() {
 
 #[tokio::test]
 async fn legacy_and_no_headers() {
-    let rule = || Rule::new("r", KeyExtractor::global(), Quota::per_minute(3));
+    let rule = || Rule::new("r", KeyExtractor::everyone(), Quota::per_minute(3));
     let legacy = RateLimitLayer::builder()
         .rule(rule())
         .headers(HeaderStyle::Legacy)
@@ -151,7 +151,7 @@ async fn rules_run_in_order_and_the_first_deny_short_circuits() {
         ))
         .rule(Rule::new(
             "global",
-            KeyExtractor::global(),
+            KeyExtractor::everyone(),
             Quota::per_minute(3),
         ))
         .build()
@@ -422,7 +422,7 @@ async fn non_utf8_and_overlong_keys_never_fail() {
 async fn request_time_costs_and_quotas_that_can_never_pass() {
     let layer = RateLimitLayer::builder()
         .rule(
-            Rule::new("bytes", KeyExtractor::global(), Quota::per_minute(10)).cost_fn(|p| {
+            Rule::new("bytes", KeyExtractor::everyone(), Quota::per_minute(10)).cost_fn(|p| {
                 p.headers
                     .get("x-cost")
                     .and_then(|v| v.to_str().ok()?.parse().ok())
@@ -483,7 +483,7 @@ async fn request_time_costs_and_quotas_that_can_never_pass() {
 #[test]
 fn invalid_static_configuration_is_a_build_error() {
     let build = |rule: Rule| RateLimitLayer::builder().rule(rule).build().unwrap_err();
-    let k = KeyExtractor::global;
+    let k = KeyExtractor::everyone;
     assert!(matches!(
         build(Rule::new("r", k(), Quota::per_second(0))),
         BuildError::InvalidQuota { .. }
@@ -555,7 +555,7 @@ async fn route_layer_with_matched_route_keys() {
 async fn split_across_instances_enforces_a_share() {
     let layer = RateLimitLayer::builder()
         .rule(
-            Rule::new("g", KeyExtractor::global(), Quota::per_minute(9))
+            Rule::new("g", KeyExtractor::everyone(), Quota::per_minute(9))
                 .split_across_instances(true),
         )
         .instances(3)

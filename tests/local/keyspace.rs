@@ -70,7 +70,7 @@ async fn new_keys_overflow_or_are_refused_and_known_keys_keep_their_limits() {
 #[test]
 fn zero_max_keys_is_a_build_error() {
     let err = RateLimitLayer::builder()
-        .rule(Rule::new("r", KeyExtractor::global(), Quota::per_second(1)).max_keys(0))
+        .rule(Rule::new("r", KeyExtractor::everyone(), Quota::per_second(1)).max_keys(0))
         .build()
         .unwrap_err();
     assert!(err.to_string().contains("max_keys"), "{err}");

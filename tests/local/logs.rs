@@ -16,7 +16,7 @@ async fn a_deny_flood_logs_once_a_second_per_rule_and_counts_every_deny() {
     let layer = RateLimitLayer::builder()
         .rule(Rule::new(
             "flood",
-            KeyExtractor::global(),
+            KeyExtractor::everyone(),
             Quota::per_hour(1),
         ))
         .build()

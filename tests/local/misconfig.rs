@@ -335,7 +335,11 @@ async fn a_concurrency_limit_without_its_key_source_refuses_too() {
 async fn deny_response_takes_into_response_and_keeps_the_layers_status() {
     use axum::http::{StatusCode, header};
     let limit = RateLimitLayer::builder()
-        .rule(Rule::new("one", KeyExtractor::global(), Quota::per_hour(1)))
+        .rule(Rule::new(
+            "one",
+            KeyExtractor::everyone(),
+            Quota::per_hour(1),
+        ))
         .deny_response(|d| {
             // A 503 asked for, a 429 sent: the status is the limiter's contract.
             let text = format!("wait {} s", d.retry_after_secs().unwrap_or(0));

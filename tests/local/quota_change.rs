@@ -123,13 +123,13 @@ async fn a_watched_file_converts_usage_too() {
 fn rule_files_set_it() {
     use keyed_rate_limit::config::{Registry, RulesConfig};
     let config = RulesConfig::from_yaml_str(
-        "rules:\n  - name: api\n    key: global\n    quota: 100/h\n    on_quota_change: as_is\n",
+        "rules:\n  - name: api\n    key: everyone\n    quota: 100/h\n    on_quota_change: as_is\n",
     )
     .unwrap();
     let layer = config.into_layer(&Registry::new()).unwrap();
     assert_eq!(layer.rules()[0].get_on_quota_change(), QuotaChange::AsIs);
     let err = RulesConfig::from_yaml_str(
-        "rules:\n  - name: api\n    key: global\n    quota: 100/h\n    on_quota_change: keep\n",
+        "rules:\n  - name: api\n    key: everyone\n    quota: 100/h\n    on_quota_change: keep\n",
     )
     .unwrap_err();
     assert!(

@@ -41,7 +41,7 @@ const NEW: u32 = 2_000_000;
 /// would show two different `q`s.
 fn rules(q: u32) -> String {
     format!(
-        "[[rules]]\nname = \"a\"\nkey = \"global\"\nquota = \"{q}/min\"\n\n\
+        "[[rules]]\nname = \"a\"\nkey = \"everyone\"\nquota = \"{q}/min\"\n\n\
          [[rules]]\nname = \"b\"\nkey = \"header:x-user\"\nquota = \"{q}/min\"\n"
     )
 }
@@ -176,7 +176,7 @@ async fn unchanged_rules_keep_their_counters() {
     let rule = |name: &str, q| {
         Rule::new(
             name.to_owned(),
-            KeyExtractor::global(),
+            KeyExtractor::everyone(),
             Quota::per_minute(q),
         )
     };

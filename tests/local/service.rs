@@ -26,7 +26,7 @@ fn layer(async_key: bool) -> RateLimitLayer {
     let key = if async_key {
         KeyExtractor::new_async("async-global", |_| async { Some(Key::from("*")) })
     } else {
-        KeyExtractor::global()
+        KeyExtractor::everyone()
     };
     RateLimitLayer::builder()
         .rule(Rule::new("r", key, Quota::per_minute(3)))
@@ -93,7 +93,11 @@ async fn a_deny_never_reaches_the_inner_service() {
 async fn decision_extension_can_be_turned_off_and_headers_stay() {
     for on in [true, false] {
         let layer = RateLimitLayer::builder()
-            .rule(Rule::new("r", KeyExtractor::global(), Quota::per_minute(3)))
+            .rule(Rule::new(
+                "r",
+                KeyExtractor::everyone(),
+                Quota::per_minute(3),
+            ))
             .decision_extension(on)
             .build()
             .unwrap();
@@ -117,7 +121,7 @@ async fn stacked_layers_report_every_rule_in_order() {
         RateLimitLayer::builder()
             .rule(Rule::new(
                 name,
-                KeyExtractor::global(),
+                KeyExtractor::everyone(),
                 Quota::per_minute(3),
             ))
             .build()

@@ -72,14 +72,19 @@ fn ten_per_second() -> Quota {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_requests_over_the_quota_are_admitted_at_their_slots() {
-    admitted_at_their_slots(Rule::new("jobs", KeyExtractor::global(), ten_per_second())).await;
+    admitted_at_their_slots(Rule::new(
+        "jobs",
+        KeyExtractor::everyone(),
+        ten_per_second(),
+    ))
+    .await;
 }
 
 #[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn global_requests_over_the_quota_are_admitted_at_their_slots() {
     let server = keyed_rate_limit_testing::RedisServer::start();
-    let rule = Rule::new("jobs", KeyExtractor::global(), ten_per_second())
+    let rule = Rule::new("jobs", KeyExtractor::everyone(), ten_per_second())
         .global(server.backend("wait").await)
         .redis_timeout(Duration::from_millis(500));
     admitted_at_their_slots(rule).await;
@@ -108,7 +113,7 @@ async fn the_queue_is_bounded_and_cancelled_waiters_leave_it() {
         .rule(
             Rule::new(
                 "slow",
-                KeyExtractor::global(),
+                KeyExtractor::everyone(),
                 Quota::new(1, Duration::from_secs(10)),
             )
             .on_deny(OnDeny::Wait {
@@ -160,7 +165,7 @@ async fn the_queue_is_bounded_and_cancelled_waiters_leave_it() {
         .rule(
             Rule::new(
                 "short",
-                KeyExtractor::global(),
+                KeyExtractor::everyone(),
                 Quota::new(1, Duration::from_secs(10)),
             )
             .on_deny(OnDeny::Wait {
@@ -194,7 +199,7 @@ fn wait_needs_a_positive_max_and_queue() {
             queue: 0,
         },
     ] {
-        let rule = Rule::new("r", KeyExtractor::global(), Quota::per_second(1)).on_deny(bad);
+        let rule = Rule::new("r", KeyExtractor::everyone(), Quota::per_second(1)).on_deny(bad);
         assert!(
             RateLimitLayer::builder().rule(rule).build().is_err(),
             "{bad:?}"

@@ -32,7 +32,7 @@ async fn global_members_are_asked_in_turn_and_refunded() {
             b = b.rule(global(
                 "first",
                 Quota::per_hour(100),
-                KeyExtractor::global(),
+                KeyExtractor::everyone(),
             ));
         }
         let tag = if first { "-after-await" } else { "" };

@@ -181,7 +181,7 @@ async fn over_http_with_a_local_fallback_that_keeps_the_calendar() {
     let layer = RateLimitLayer::builder()
         .instances(2)
         .rule(
-            Rule::new("daily", KeyExtractor::global(), q)
+            Rule::new("daily", KeyExtractor::everyone(), q)
                 .global(redis)
                 .algorithm(Algorithm::Gcra)
                 .on_redis_failure(FailureMode::LocalFallback)

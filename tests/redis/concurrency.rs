@@ -1,4 +1,4 @@
-//! The concurrency limiter on Redis leases: separate gateways (axum
+//! The concurrency limiter on Redis slots: separate gateways (axum
 //! servers) sharing one real `redis-server`, which the tests also kill.
 
 use std::net::SocketAddr;
@@ -19,8 +19,8 @@ use tokio::sync::{mpsc, oneshot};
 /// Generous: a loaded 2-core CI box must not turn a healthy Redis into a failure.
 const HEALTHY_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// The lease set of account `acct` under the limit `exports`.
-fn lease_key(prefix: &str, acct: &str) -> String {
+/// The slot set of account `acct` under the limit `exports`.
+fn slot_key(prefix: &str, acct: &str) -> String {
     format!("{prefix}:{{7:exports:{acct}}}:lease")
 }
 
@@ -82,16 +82,16 @@ fn zcard(server: &RedisServer, key: &str) -> u32 {
     redis::cmd("ZCARD").arg(key).query(&mut c).unwrap()
 }
 
-/// Waits (bounded) until the lease set holds `n` leases: releases are
+/// Waits (bounded) until the slot set holds `n` slots: releases are
 /// fire-and-forget, and expiry takes the TTL.
-async fn wait_leases(server: &RedisServer, key: &str, n: u32) {
+async fn wait_slots(server: &RedisServer, key: &str, n: u32) {
     for _ in 0..500 {
         if zcard(server, key) == n {
             return;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    panic!("{key} holds {} leases, expected {n}", zcard(server, key));
+    panic!("{key} holds {} slots, expected {n}", zcard(server, key));
 }
 
 #[tokio::test]
@@ -111,7 +111,7 @@ async fn two_gateways_sharing_redis_admit_at_most_n_in_total() {
             .unwrap(),
     )
     .await;
-    let key = lease_key("t1", "acme");
+    let key = slot_key("t1", "acme");
 
     // Six concurrent requests over both gateways: two enter, four are
     // refused (an admitted request cannot end before its switch is sent).
@@ -148,27 +148,27 @@ async fn two_gateways_sharing_redis_admit_at_most_n_in_total() {
         StatusCode::OK
     );
 
-    // Completing one request frees its lease for either gateway.
+    // Completing one request frees its slot for either gateway.
     switches.pop().unwrap().send(()).unwrap();
-    wait_leases(&server, &key, 1).await;
+    wait_slots(&server, &key, 1).await;
     let admitted = get(b.addr, "/fast", "acme").await;
     assert_eq!(admitted.status(), StatusCode::OK);
     assert_eq!(admitted.text().await.unwrap(), "fast");
-    wait_leases(&server, &key, 1).await;
+    wait_slots(&server, &key, 1).await;
 
     switches.pop().unwrap().send(()).unwrap();
-    wait_leases(&server, &key, 0).await;
+    wait_slots(&server, &key, 0).await;
 }
 
 #[tokio::test]
-async fn a_client_that_gives_up_frees_its_lease() {
+async fn a_client_that_gives_up_frees_its_slot() {
     let server = RedisServer::start();
     let layer = builder(1)
         .global(redis(&server, "t2").await)
         .build()
         .unwrap();
     let mut g = gateway(layer.clone()).await;
-    let key = lease_key("t2", "acme");
+    let key = slot_key("t2", "acme");
 
     let client = spawn_slow(g.addr, "acme");
     let _switch = g.entered.recv().await.unwrap();
@@ -179,21 +179,21 @@ async fn a_client_that_gives_up_frees_its_lease() {
 
     // The connection closes; the server drops the handler and the permit.
     client.abort();
-    wait_leases(&server, &key, 0).await;
+    wait_slots(&server, &key, 0).await;
     assert_eq!(layer.in_flight(&keyed_rate_limit::Key::from("acme")), 0);
     assert_eq!(get(g.addr, "/fast", "acme").await.status(), StatusCode::OK);
 }
 
 #[tokio::test]
-async fn a_crashed_gateways_leases_expire_after_the_ttl() {
+async fn a_crashed_gateways_slots_expire_after_the_ttl() {
     let server = RedisServer::start();
-    let key = lease_key("t3", "acme");
-    // A gateway that crashed holding both slots: leases taken through the
+    let key = slot_key("t3", "acme");
+    // A gateway that crashed holding both slots: slots taken through the
     // script itself, never released.
-    let lease = redis::Script::new(include_str!("../../src/backend/redis/lua/lease.lua"));
+    let slot = redis::Script::new(include_str!("../../src/backend/redis/lua/lease.lua"));
     let mut c = server.connection().unwrap();
     for id in ["crashed-1", "crashed-2"] {
-        let (ok, _, _): (i64, i64, i64) = lease
+        let (ok, _, _): (i64, i64, i64) = slot
             .key(&key)
             .arg("acquire")
             .arg(id)
@@ -207,7 +207,7 @@ async fn a_crashed_gateways_leases_expire_after_the_ttl() {
 
     let layer = builder(2)
         .global(redis(&server, "t3").await)
-        .lease_ttl(Duration::from_millis(300))
+        .slot_ttl(Duration::from_millis(300))
         .build()
         .unwrap();
     let g = gateway(layer).await;
@@ -216,19 +216,19 @@ async fn a_crashed_gateways_leases_expire_after_the_ttl() {
     assert_eq!(
         refused.headers()["retry-after"],
         "1",
-        "the earliest lease expires within the TTL"
+        "the earliest slot expires within the TTL"
     );
 
-    wait_leases(&server, &key, 0).await;
+    wait_slots(&server, &key, 0).await;
     assert_eq!(get(g.addr, "/fast", "acme").await.status(), StatusCode::OK);
 }
 
 #[tokio::test]
 async fn a_dropped_gateway_without_release_frees_after_the_ttl() {
     let server = RedisServer::start();
-    let key = lease_key("t4", "acme");
+    let key = slot_key("t4", "acme");
     let ttl = Duration::from_secs(1);
-    // A lease taken by a permit on a runtime that then dies: no release and
+    // A slot taken by a permit on a runtime that then dies: no release and
     // no renewal can run, as when a gateway crashes.
     let url = server.url();
     std::thread::spawn(move || {
@@ -242,7 +242,7 @@ async fn a_dropped_gateway_without_release_frees_after_the_ttl() {
                 .build()
                 .await
                 .unwrap();
-            let layer = builder(1).global(redis).lease_ttl(ttl).build().unwrap();
+            let layer = builder(1).global(redis).slot_ttl(ttl).build().unwrap();
             let g = gateway(layer).await;
             tokio::spawn(get(g.addr, "/slow", "acme"));
             let mut entered = g.entered;
@@ -254,33 +254,33 @@ async fn a_dropped_gateway_without_release_frees_after_the_ttl() {
     })
     .join()
     .unwrap();
-    assert_eq!(zcard(&server, &key), 1, "the lease outlives its gateway");
+    assert_eq!(zcard(&server, &key), 1, "the slot outlives its gateway");
 
     let layer = builder(1)
         .global(redis(&server, "t4").await)
-        .lease_ttl(ttl)
+        .slot_ttl(ttl)
         .build()
         .unwrap();
     let g = gateway(layer).await;
-    wait_leases(&server, &key, 0).await;
+    wait_slots(&server, &key, 0).await;
     assert_eq!(get(g.addr, "/fast", "acme").await.status(), StatusCode::OK);
 }
 
 #[tokio::test]
-async fn a_long_request_renews_its_lease() {
+async fn a_long_request_renews_its_slot() {
     let server = RedisServer::start();
-    let key = lease_key("t5", "acme");
+    let key = slot_key("t5", "acme");
     let ttl = Duration::from_millis(900);
     let layer = builder(1)
         .global(redis(&server, "t5").await)
-        .lease_ttl(ttl)
+        .slot_ttl(ttl)
         .build()
         .unwrap();
     let mut g = gateway(layer).await;
     let slow = spawn_slow(g.addr, "acme");
     let switch = g.entered.recv().await.unwrap();
 
-    // Well past the TTL the lease is still held, renewed every TTL/3.
+    // Well past the TTL the slot is still held, renewed every TTL/3.
     tokio::time::sleep(ttl * 3).await;
     assert_eq!(zcard(&server, &key), 1);
     let refused = get(g.addr, "/fast", "acme").await;
@@ -288,7 +288,7 @@ async fn a_long_request_renews_its_lease() {
 
     switch.send(()).unwrap();
     assert_eq!(slow.await.unwrap(), StatusCode::OK);
-    wait_leases(&server, &key, 0).await;
+    wait_slots(&server, &key, 0).await;
 }
 
 #[tokio::test]
@@ -365,7 +365,7 @@ async fn build_checks_global_settings() {
     let server = RedisServer::start();
     let r = redis(&server, "t8").await;
     let global = |name: &str| {
-        ConcurrencyLimitLayer::builder(name, KeyExtractor::global(), 1).global(r.clone())
+        ConcurrencyLimitLayer::builder(name, KeyExtractor::everyone(), 1).global(r.clone())
     };
     assert!(
         global("ex{ports}").build().is_err(),
@@ -373,7 +373,7 @@ async fn build_checks_global_settings() {
     );
     assert!(
         global("exports")
-            .lease_ttl(Duration::from_millis(1))
+            .slot_ttl(Duration::from_millis(1))
             .build()
             .is_err()
     );
@@ -385,21 +385,21 @@ async fn build_checks_global_settings() {
     );
     assert!(
         global("exports")
-            .lease_ttl(Duration::from_millis(10))
+            .slot_ttl(Duration::from_millis(10))
             .build()
             .is_ok()
     );
 }
 
-/// An acquire that times out may still run once Redis answers: its lease is
+/// An acquire that times out may still run once Redis answers: its slot is
 /// released then, not left ownerless until its TTL.
 #[tokio::test]
-async fn a_timed_out_acquire_leaves_no_lease_behind() {
+async fn a_timed_out_acquire_leaves_no_slot_behind() {
     let server = RedisServer::start();
     let layer = builder(2)
         .global(redis(&server, "unanswered").await)
         .redis_timeout(Duration::from_millis(50))
-        .lease_ttl(Duration::from_secs(60))
+        .slot_ttl(Duration::from_secs(60))
         .on_redis_failure(FailureMode::FailOpen)
         .instances(1)
         .build()
@@ -413,9 +413,9 @@ async fn a_timed_out_acquire_leaves_no_lease_behind() {
     assert_eq!(res.status(), StatusCode::OK, "failed open");
     server.resume(); // the queued acquire runs now, then the release
     let mut c = server.connection().unwrap();
-    let key = lease_key("unanswered", "acme");
+    let key = slot_key("unanswered", "acme");
     // Bounded: the release follows the acquire on the same connection; a
-    // lease that lingered would stay for its 60 s TTL.
+    // slot that lingered would stay for its 60 s TTL.
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     loop {
         let held: u32 = redis::cmd("ZCARD").arg(&key).query(&mut c).unwrap();
@@ -424,7 +424,7 @@ async fn a_timed_out_acquire_leaves_no_lease_behind() {
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "{held} ownerless lease(s) left"
+            "{held} ownerless slot(s) left"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -437,8 +437,8 @@ async fn a_timed_out_acquire_leaves_no_lease_behind() {
 
 /// 10,000 requests in flight on 100 keys: one renewal task for them all
 /// (one Redis call per key each TTL/3), not one task per request. Their
-/// leases outlive several TTLs, so the batched renewals work; the task ends
-/// with the last lease. The requests arrive in ten waves of 1,000, as long
+/// slots outlive several TTLs, so the batched renewals work; the task ends
+/// with the last slot. The requests arrive in ten waves of 1,000, as long
 /// requests pile up: a single burst of 10,000 acquires queues past the
 /// client's response timeout and takes the failure mode instead.
 #[tokio::test]
@@ -449,12 +449,12 @@ async fn ten_thousand_requests_in_flight_share_one_renewal_task() {
 
     let server = RedisServer::start();
     // Renewed every ttl/3: 3 s leaves slack for a debug build sharing two
-    // cores with the other tests (at 1 s, 17 of 10,000 leases lapsed so,
+    // cores with the other tests (at 1 s, 17 of 10,000 slots lapsed so,
     // and at 2 s some did beside a release build).
     let ttl = Duration::from_secs(3);
     let layer = builder(200)
         .global(redis(&server, "many").await)
-        .lease_ttl(ttl)
+        .slot_ttl(ttl)
         .build()
         .unwrap();
     let entered = Arc::new(AtomicUsize::new(0));
@@ -496,10 +496,10 @@ async fn ten_thousand_requests_in_flight_share_one_renewal_task() {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
-    // Two TTLs later every lease is still held: the renewals work.
+    // Two TTLs later every slot is still held: the renewals work.
     tokio::time::sleep(ttl * 2).await;
     let held: u32 = (0..100)
-        .map(|i| zcard(&server, &lease_key("many", &format!("acct-{i}"))))
+        .map(|i| zcard(&server, &slot_key("many", &format!("acct-{i}"))))
         .sum();
     assert_eq!(held, 10_000);
     let during = metrics.num_alive_tasks();
@@ -513,9 +513,9 @@ async fn ten_thousand_requests_in_flight_share_one_renewal_task() {
         assert!(statuses.iter().all(|r| r.as_ref().unwrap().status() == 200));
     }
     for i in 0..100 {
-        wait_leases(&server, &lease_key("many", &format!("acct-{i}")), 0).await;
+        wait_slots(&server, &slot_key("many", &format!("acct-{i}")), 0).await;
     }
-    // The renewal task ends with the last lease (and the releases' tasks with them).
+    // The renewal task ends with the last slot (and the releases' tasks with them).
     while metrics.num_alive_tasks() > before {
         assert!(
             tokio::time::Instant::now() < deadline,

@@ -67,10 +67,14 @@ async fn near_limit_on_the_local_fallback_is_by_the_share() {
     // 100 an hour over 4 instances: the fallback share is 25, near below 5.
     let layer = RateLimitLayer::builder()
         .rule(
-            Rule::new("g-near-share", KeyExtractor::global(), Quota::per_hour(100))
-                .global(server.backend("g-near-share").await)
-                .on_redis_failure(FailureMode::LocalFallback)
-                .redis_timeout(HEALTHY_TIMEOUT),
+            Rule::new(
+                "g-near-share",
+                KeyExtractor::everyone(),
+                Quota::per_hour(100),
+            )
+            .global(server.backend("g-near-share").await)
+            .on_redis_failure(FailureMode::LocalFallback)
+            .redis_timeout(HEALTHY_TIMEOUT),
         )
         .instances(4)
         .build()

@@ -21,7 +21,7 @@ async fn separate_gateways_sharing_redis_admit_the_quota_exactly() {
         for _ in 0..3 {
             let layer = RateLimitLayer::builder()
                 .rule(
-                    Rule::new("shared", KeyExtractor::global(), Quota::per_hour(20))
+                    Rule::new("shared", KeyExtractor::everyone(), Quota::per_hour(20))
                         .global(server.backend(&prefix).await)
                         .algorithm(algo)
                         .redis_timeout(HEALTHY_TIMEOUT),
@@ -205,7 +205,7 @@ async fn a_stalled_redis_times_out_and_the_breaker_opens_then_closes() {
     let server = RedisServer::start();
     let layer = RateLimitLayer::builder()
         .rule(
-            Rule::new("stall", KeyExtractor::global(), Quota::per_hour(1000))
+            Rule::new("stall", KeyExtractor::everyone(), Quota::per_hour(1000))
                 .global(server.backend("stall").await)
                 .on_redis_failure(FailureMode::FailOpen)
                 .redis_timeout(Duration::from_millis(100))
@@ -271,7 +271,7 @@ async fn an_abusive_key_is_answered_from_the_deny_cache() {
     for algo in crate::support::ALGORITHMS {
         let layer = RateLimitLayer::builder()
             .rule(
-                Rule::new("abuse", KeyExtractor::global(), Quota::per_hour(5))
+                Rule::new("abuse", KeyExtractor::everyone(), Quota::per_hour(5))
                     .global(server.backend(&format!("abuse-{algo}")).await)
                     .algorithm(algo)
                     .redis_timeout(HEALTHY_TIMEOUT),
@@ -357,7 +357,7 @@ async fn a_killed_redis_opens_the_breaker_on_the_first_lost_connection() {
     let open_for = Duration::from_secs(30);
     let layer = RateLimitLayer::builder()
         .rule(
-            Rule::new("killed", KeyExtractor::global(), Quota::per_minute(100))
+            Rule::new("killed", KeyExtractor::everyone(), Quota::per_minute(100))
                 .global(server.backend("killed").await)
                 .on_redis_failure(FailureMode::FailOpen)
                 .redis_timeout(HEALTHY_TIMEOUT)
@@ -411,7 +411,7 @@ async fn a_reload_keeps_the_breaker_of_an_unchanged_global_rule() {
     let mut server = RedisServer::start();
     let backend = server.backend("reload").await;
     let rule = |timeout| {
-        Rule::new("api", KeyExtractor::global(), Quota::per_minute(100))
+        Rule::new("api", KeyExtractor::everyone(), Quota::per_minute(100))
             .global(backend.clone())
             .on_redis_failure(FailureMode::FailOpen)
             .redis_timeout(timeout)

@@ -21,7 +21,7 @@ async fn global_rules_count_every_decision_under_concurrent_load() {
         .rule(
             Rule::new(
                 "counted-redis-wide",
-                KeyExtractor::global(),
+                KeyExtractor::everyone(),
                 Quota::per_hour(1_000_000),
             )
             .global(server.backend("counted").await)

@@ -31,7 +31,7 @@ async fn build_warns_by_rule_name_about_settings_that_let_a_fleet_over_admit() {
     let (events, _guard) = capture();
 
     let rule = |name: &str, redis| {
-        Rule::new(name, KeyExtractor::global(), Quota::per_minute(10)).global(redis)
+        Rule::new(name, KeyExtractor::everyone(), Quota::per_minute(10)).global(redis)
     };
     let _ = RateLimitLayer::builder()
         .rule(rule("unsplit", uncounted.clone()))
@@ -42,7 +42,7 @@ async fn build_warns_by_rule_name_about_settings_that_let_a_fleet_over_admit() {
         .instances(3)
         .build()
         .unwrap();
-    let _ = ConcurrencyLimitLayer::builder("exports", KeyExtractor::global(), 2)
+    let _ = ConcurrencyLimitLayer::builder("exports", KeyExtractor::everyone(), 2)
         .global(uncounted.clone())
         .build()
         .unwrap();
@@ -81,7 +81,7 @@ async fn failure_mode_events_carry_a_stable_cause() {
     let mut server = RedisServer::start();
     let layer = RateLimitLayer::builder()
         .rule(
-            Rule::new("causes", KeyExtractor::global(), Quota::per_minute(10))
+            Rule::new("causes", KeyExtractor::everyone(), Quota::per_minute(10))
                 .global(server.backend("causes").await)
                 .on_redis_failure(FailureMode::FailOpen)
                 .redis_timeout(Duration::from_millis(500))
@@ -131,7 +131,7 @@ async fn the_breaker_logs_an_outage_once_when_it_begins_and_once_when_it_ends() 
     let mut server = RedisServer::start();
     let layer = RateLimitLayer::builder()
         .rule(
-            Rule::new("outage", KeyExtractor::global(), Quota::per_minute(1000))
+            Rule::new("outage", KeyExtractor::everyone(), Quota::per_minute(1000))
                 .global(server.backend("outage").await)
                 .on_redis_failure(FailureMode::FailOpen)
                 .circuit_breaker(
@@ -191,7 +191,7 @@ async fn unsettled_refunds_during_an_outage_log_once_a_second() {
     let mut server = RedisServer::start();
     let layer = RateLimitLayer::builder()
         .rule(
-            Rule::new("spent", KeyExtractor::global(), Quota::per_minute(1000))
+            Rule::new("spent", KeyExtractor::everyone(), Quota::per_minute(1000))
                 .global(server.backend("settle").await)
                 .on_redis_failure(FailureMode::FailOpen)
                 // A 404 is not counted: its unit goes back after the response.

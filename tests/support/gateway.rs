@@ -57,7 +57,7 @@ pub fn layer_with(
 ) -> RateLimitLayer {
     RateLimitLayer::builder()
         .rule(
-            Rule::new(rule, KeyExtractor::global(), quota)
+            Rule::new(rule, KeyExtractor::everyone(), quota)
                 .global(backend)
                 .on_redis_failure(mode)
                 .redis_timeout(HEALTHY_TIMEOUT)

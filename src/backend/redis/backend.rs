@@ -12,7 +12,7 @@ use super::error::RedisBackendError;
 use super::keys;
 use super::membership::Membership;
 use super::script::{self, ControlScriptOp, Decided, Grant, LeaseOp, LeaseReply};
-use crate::failure::{LiveCount, Liveness};
+use crate::failure::{LiveCount, Reachability};
 use crate::key::DEFAULT_MAX_KEY_LEN;
 use crate::policy::Lockout;
 use crate::{algorithm::Algorithm, decision::Decision, key::Key, quota::Quota};
@@ -38,7 +38,7 @@ pub struct RedisBackend {
 pub(super) struct Inner {
     pub(super) prefix: String,
     pub(super) conn: Conn,
-    pub(super) liveness: Liveness,
+    pub(super) reachability: Reachability,
     pub(super) eviction_policy: std::sync::OnceLock<String>,
     /// This gateway in the live instance count, when it is kept.
     pub(super) membership: Option<Membership>,
@@ -46,7 +46,7 @@ pub(super) struct Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        self.liveness.stop();
+        self.reachability.stop();
         // Leave the live count now rather than when the TTL runs out.
         if let Some(m) = self.membership.take()
             && let Ok(rt) = tokio::runtime::Handle::try_current()
@@ -298,9 +298,9 @@ impl RedisBackend {
         Ok(script::control_decision(quota, reply))
     }
 
-    /// Runs `lease.lua` on the lease set of `key` under the concurrency
+    /// Runs `lease.lua` on the slot set of `key` under the concurrency
     /// limit `limit`; see [`ConcurrencyLimitBuilder::global`](crate::concurrency::ConcurrencyLimitBuilder::global).
-    pub(crate) async fn lease(
+    pub(crate) async fn slot(
         &self,
         limit: &str,
         key: &Key,
@@ -312,9 +312,9 @@ impl RedisBackend {
         Ok(script::lease_reply(reply))
     }
 
-    /// Renews every lease in `ids` on `key`'s lease set in one call: which
+    /// Renews every slot in `ids` on `key`'s slot set in one call: which
     /// of them were still held (and are now extended by `ttl`).
-    pub(crate) async fn renew_leases<S: AsRef<str>>(
+    pub(crate) async fn renew_slots<S: AsRef<str>>(
         &self,
         limit: &str,
         key: &Key,
@@ -336,7 +336,7 @@ impl RedisBackend {
     ) -> Result<T, RedisBackendError> {
         self.inner
             .conn
-            .invoke(Some(&self.inner.liveness), invocation)
+            .invoke(Some(&self.inner.reachability), invocation)
             .await
     }
 
@@ -368,7 +368,7 @@ impl RedisBackend {
         Some(self.inner.membership.as_ref()?.count.clone())
     }
 
-    pub(crate) fn liveness(&self) -> &Liveness {
-        &self.inner.liveness
+    pub(crate) fn reachability(&self) -> &Reachability {
+        &self.inner.reachability
     }
 }

@@ -12,7 +12,7 @@ use super::membership::Membership;
 #[cfg(feature = "redis-tls")]
 use super::tls::Tls;
 use super::{instances, keys, pinger};
-use crate::failure::Liveness;
+use crate::failure::Reachability;
 
 /// The live instance count's TTL unless
 /// [`live_instances`](RedisBackendBuilder::live_instances) sets another: a
@@ -174,7 +174,9 @@ impl RedisBackendBuilder {
             inner: Arc::new(Inner {
                 prefix: self.prefix,
                 conn,
-                liveness: Liveness::new(Some(Box::new(move |heard| pinger::start(pinger, heard)))),
+                reachability: Reachability::new(Some(Box::new(move |heard| {
+                    pinger::start(pinger, heard)
+                }))),
                 eviction_policy: std::sync::OnceLock::new(),
                 membership: self
                     .live_ttl

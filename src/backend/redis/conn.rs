@@ -13,7 +13,7 @@ use redis::cluster_async::ClusterConnection;
 use super::error::RedisBackendError;
 #[cfg(feature = "redis-cluster")]
 use super::reconnect::Reconnecting;
-use crate::failure::Liveness;
+use crate::failure::Reachability;
 
 /// Extra `EVALSHA`/`SCRIPT LOAD` rounds after the redis crate's own one.
 /// Each round is lost only when a flush lands between its load and its
@@ -41,10 +41,10 @@ pub(super) async fn ping(conn: &Conn) -> Result<(), RedisBackendError> {
 }
 
 impl Conn {
-    /// See [`RedisBackend::invoke`]; replies count as heard on `liveness`.
+    /// See [`RedisBackend::invoke`]; replies count as heard on `reachability`.
     pub(super) async fn invoke<T: redis::FromRedisValue>(
         &self,
-        liveness: Option<&Liveness>,
+        reachability: Option<&Reachability>,
         invocation: &redis::ScriptInvocation<'_>,
     ) -> Result<T, RedisBackendError> {
         let (mut rounds, mut retried) = (0, false);
@@ -65,11 +65,11 @@ impl Conn {
             // A cluster's replies come from whichever node owns the key, so
             // they prove nothing of a silent one: there only the pinger's
             // PING, which every primary must answer, counts.
-            if let Some(liveness) = liveness
+            if let Some(reachability) = reachability
                 && !self.is_cluster()
                 && !reply.as_ref().is_err_and(|e| e.is_io_error())
             {
-                liveness.heard();
+                reachability.heard();
             }
             match reply {
                 Err(e)

@@ -1,4 +1,4 @@
-//! The pinger behind [`Liveness`](crate::failure::Liveness): a
+//! The pinger behind [`Reachability`](crate::failure::Reachability): a
 //! thread with its own runtime and connection, so it hears the server even
 //! when the gateway's runtime is too busy to read its own replies.
 

@@ -1,11 +1,11 @@
-//! Where in-flight counts live: in this process, or as leases in Redis.
+//! Where in-flight counts live: in this process, or as slots in Redis.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-#[cfg(feature = "redis")]
-use super::lease::Global;
 use super::permit::{Acquire, LocalSlots, Outcome};
+#[cfg(feature = "redis")]
+use super::slot::Global;
 #[cfg(feature = "redis")]
 use crate::backend::redis::RedisBackend;
 #[cfg(feature = "redis")]
@@ -15,13 +15,13 @@ use crate::{decision::Source, key::Key};
 /// The store of in-flight counts. An enum rather than a trait object so the
 /// local hot path is a plain match; only the Redis variant awaits.
 #[derive(Clone)]
-pub(crate) enum Backend {
+pub(crate) enum SlotStore {
     Local(Arc<LocalSlots>),
     #[cfg(feature = "redis")]
     Redis(Arc<Global>),
 }
 
-impl Backend {
+impl SlotStore {
     pub(crate) fn local() -> Self {
         Self::Local(Arc::new(LocalSlots::default()))
     }
@@ -74,7 +74,7 @@ mod tests {
     use super::*;
     use crate::concurrency::permit::Permit;
 
-    fn take(b: &Backend, key: &Key, limit: u32) -> Result<(Permit, u32), Duration> {
+    fn take(b: &SlotStore, key: &Key, limit: u32) -> Result<(Permit, u32), Duration> {
         let name: Arc<str> = "t".into();
         match b.acquire(&name, key.clone(), limit, Duration::from_secs(1)) {
             Acquire::Now(o) => o.verdict.map_err(|r| r.retry_after),
@@ -84,7 +84,7 @@ mod tests {
 
     #[test]
     fn admits_up_to_the_limit_and_forgets_idle_keys() {
-        let b = Backend::local();
+        let b = SlotStore::local();
         let k = Key::from("acct");
         let (p1, n1) = take(&b, &k, 2).unwrap();
         let (p2, n2) = take(&b, &k, 2).unwrap();

@@ -1,8 +1,8 @@
-//! Global concurrency limits (feature `redis`): leases in a Redis sorted
+//! Global concurrency limits (feature `redis`): slots in a Redis sorted
 //! set, renewed while the request lives and released when it ends.
 //!
-//! One task per limit renews every lease this instance holds, one Redis
-//! call per key (all that key's leases at once), so holding 10,000
+//! One task per limit renews every slot this instance holds, one Redis
+//! call per key (all that key's slots at once), so holding 10,000
 //! requests costs 10,000 map entries, not 10,000 tasks and timers.
 
 use std::collections::{HashMap, HashSet};
@@ -20,7 +20,7 @@ use crate::policy::Cause;
 use crate::util::instant::after;
 use crate::{decision::Source, key::Key};
 
-/// A limit shared by every gateway through leases in Redis (`lease.lua`).
+/// A limit shared by every gateway through slots in Redis (`slot.lua`).
 pub(crate) struct Global {
     redis: RedisBackend,
     guard: Guard,
@@ -28,15 +28,15 @@ pub(crate) struct Global {
     /// The requests this instance holds, admitted by Redis or not: what
     /// `in_flight` reports, and what the local fallback counts against.
     local: Arc<LocalSlots>,
-    /// The leases held in Redis, by key, for the renewal task.
-    held: Mutex<HashMap<Key, Held>>,
-    /// Whether the renewal task runs; it ends when no lease is held.
+    /// The slots held in Redis, by key, for the renewal task.
+    held: Mutex<HashMap<Key, HeldSlots>>,
+    /// Whether the renewal task runs; it ends when no slot is held.
     renewing: AtomicBool,
     /// At most one renewal or release warning a second.
     warn_log: crate::observe::Sampled,
 }
 
-struct Held {
+struct HeldSlots {
     name: Arc<str>,
     ids: HashSet<Arc<str>>,
 }
@@ -57,7 +57,7 @@ impl Global {
         }
     }
 
-    fn held(&self) -> MutexGuard<'_, HashMap<Key, Held>> {
+    fn held(&self) -> MutexGuard<'_, HashMap<Key, HeldSlots>> {
         self.held
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -66,7 +66,7 @@ impl Global {
     fn register(self: &Arc<Self>, name: &Arc<str>, key: &Key, id: &Arc<str>) {
         self.held()
             .entry(key.clone())
-            .or_insert_with(|| Held {
+            .or_insert_with(|| HeldSlots {
                 name: name.clone(),
                 ids: HashSet::new(),
             })
@@ -74,10 +74,10 @@ impl Global {
             .insert(id.clone());
         if !self.renewing.swap(true, Ordering::AcqRel) {
             let Ok(rt) = tokio::runtime::Handle::try_current() else {
-                // The next lease registered on a runtime starts the task.
+                // The next slot registered on a runtime starts the task.
                 self.renewing.store(false, Ordering::Release);
                 tracing::warn!(target: crate::observe::TARGET, rule = %name,
-                    "no tokio runtime to renew concurrency leases; they expire after their TTL");
+                    "no tokio runtime to renew concurrency slots; they expire after their TTL");
                 return;
             };
             rt.spawn(renew_all(Arc::downgrade(self), self.ttl / 3));
@@ -97,11 +97,11 @@ impl Global {
         was
     }
 
-    /// Renews one key's leases; a lease Redis no longer holds is dropped
+    /// Renews one key's slots; a slot Redis no longer holds is dropped
     /// from the renewals, loudly.
     async fn renew(&self, name: Arc<str>, key: Key, ids: Vec<Arc<str>>) {
-        let call = self.redis.renew_leases(&name, &key, &ids, self.ttl);
-        match self.guard.call(self.redis.liveness(), call).await {
+        let call = self.redis.renew_slots(&name, &key, &ids, self.ttl);
+        match self.guard.call(self.redis.reachability(), call).await {
             Ok(flags) => {
                 for (id, held) in ids.iter().zip(flags) {
                     // Not held because its request ended meanwhile: no news.
@@ -110,14 +110,14 @@ impl Global {
                         && let Some(suppressed) = self.warn_log.take(crate::observe::DENY_EVERY)
                     {
                         tracing::warn!(target: crate::observe::TARGET, rule = %name, key = %key.fingerprint(),
-                            suppressed, "concurrency lease expired before it was renewed; its slot may be given away");
+                            suppressed, "concurrency slot expired before it was renewed; its slot may be given away");
                     }
                 }
             }
             Err(cause) => {
                 if let Some(suppressed) = self.warn_log.take(crate::observe::DENY_EVERY) {
                     tracing::warn!(target: crate::observe::TARGET, rule = %name, key = %key.fingerprint(),
-                        leases = ids.len(), %cause, suppressed, "cannot renew concurrency leases; retrying");
+                        slots = ids.len(), %cause, suppressed, "cannot renew concurrency slots; retrying");
                 }
             }
         }
@@ -150,7 +150,7 @@ impl Global {
         limit: u32,
         retry_hint: Duration,
     ) -> Outcome {
-        let id: Arc<str> = lease_id().into();
+        let id: Arc<str> = slot_id().into();
         let op = LeaseOp::Acquire {
             id: &id,
             max_in_flight: limit,
@@ -166,20 +166,20 @@ impl Global {
         };
         let reply = self
             .guard
-            .call(self.redis.liveness(), self.redis.lease(&name, &key, op))
+            .call(self.redis.reachability(), self.redis.slot(&name, &key, op))
             .await;
         unanswered.answered = reply.is_ok();
         drop(unanswered);
         match reply {
             Ok(r) if r.ok => {
                 let local = self.local.take(key.clone());
-                let lease = Lease::start(self, name, key, id);
+                let slot = Slot::start(self, name, key, id);
                 Outcome {
                     source: Source::Global,
                     verdict: Ok((
                         Permit {
                             _local: local,
-                            _lease: Some(Box::new(lease)),
+                            _slot: Some(Box::new(slot)),
                         },
                         r.in_flight,
                     )),
@@ -225,15 +225,15 @@ impl Global {
     async fn call(&self, name: &str, key: &Key, op: LeaseOp<'_>) -> Result<bool, Cause> {
         let reply = self
             .guard
-            .call(self.redis.liveness(), self.redis.lease(name, key, op))
+            .call(self.redis.reachability(), self.redis.slot(name, key, op))
             .await?;
         Ok(reply.ok)
     }
 }
 
-/// Lease ids only need to be unique, not secret: a random per-process half
+/// Slot ids only need to be unique, not secret: a random per-process half
 /// and a counter, without a random-number dependency.
-fn lease_id() -> String {
+fn slot_id() -> String {
     static NONCE: LazyLock<u64> = LazyLock::new(|| {
         RandomState::new().hash_one((std::process::id(), std::time::SystemTime::now()))
     });
@@ -245,8 +245,8 @@ fn lease_id() -> String {
     )
 }
 
-/// Renews every lease `g` holds each `every` (TTL/3, so two renewals may
-/// fail before a lease is lost), until no lease is held or `g` is gone.
+/// Renews every slot `g` holds each `every` (TTL/3, so two renewals may
+/// fail before a slot is lost), until no slot is held or `g` is gone.
 async fn renew_all(g: Weak<Global>, every: Duration) {
     let mut tick = tokio::time::interval_at(after(tokio::time::Instant::now(), every), every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -260,7 +260,7 @@ async fn renew_all(g: Weak<Global>, every: Duration) {
             .collect();
         if batch.is_empty() {
             g.renewing.store(false, Ordering::Release);
-            // A lease registered since the snapshot saw the task running.
+            // A slot registered since the snapshot saw the task running.
             if g.held().is_empty() || g.renewing.swap(true, Ordering::AcqRel) {
                 return;
             }
@@ -274,16 +274,16 @@ async fn renew_all(g: Weak<Global>, every: Duration) {
     }
 }
 
-/// A lease held in Redis: renewed while it lives, released when dropped.
-pub(crate) struct Lease {
+/// A slot held in Redis: renewed while it lives, released when dropped.
+pub(crate) struct Slot {
     global: Arc<Global>,
     name: Arc<str>,
     key: Key,
     id: Arc<str>,
 }
 
-impl Lease {
-    /// Registers the lease with its limit's renewal task, so a response
+impl Slot {
+    /// Registers the slot with its limit's renewal task, so a response
     /// that streams for longer than the TTL keeps its slot.
     pub(super) fn start(global: Arc<Global>, name: Arc<str>, key: Key, id: Arc<str>) -> Self {
         global.register(&name, &key, &id);
@@ -296,20 +296,20 @@ impl Lease {
     }
 }
 
-impl Drop for Lease {
+impl Drop for Slot {
     fn drop(&mut self) {
         let _ = self.global.unregister(&self.key, &self.id);
         release_later(&self.global, &self.name, &self.key, &self.id);
     }
 }
 
-/// Releases lease `id` on its own task: drop cannot await. If the release
+/// Releases slot `id` on its own task: drop cannot await. If the release
 /// fails, the TTL frees the slot.
 fn release_later(g: &Arc<Global>, name: &Arc<str>, key: &Key, id: &Arc<str>) {
     let Ok(rt) = tokio::runtime::Handle::try_current() else {
         if let Some(suppressed) = g.warn_log.take(crate::observe::DENY_EVERY) {
             tracing::warn!(target: crate::observe::TARGET, rule = %name, suppressed,
-                "no tokio runtime to release a concurrency lease; it expires after its TTL");
+                "no tokio runtime to release a concurrency slot; it expires after its TTL");
         }
         return;
     };
@@ -319,14 +319,14 @@ fn release_later(g: &Arc<Global>, name: &Arc<str>, key: &Key, id: &Arc<str>) {
             && let Some(suppressed) = g.warn_log.take(crate::observe::DENY_EVERY)
         {
             tracing::warn!(target: crate::observe::TARGET, rule = %name, key = %key.fingerprint(),
-                %cause, suppressed, "cannot release concurrency lease; it expires after its TTL");
+                %cause, suppressed, "cannot release concurrency slot; it expires after its TTL");
         }
     });
 }
 
 /// An acquire whose answer is not in: when it ends without one (a timeout,
 /// an error, or a client that went away mid-call), the script may still
-/// have run, so the lease it may hold is released, not left to its TTL.
+/// have run, so the slot it may hold is released, not left to its TTL.
 struct Unanswered<'a> {
     global: &'a Arc<Global>,
     name: &'a Arc<str>,
@@ -348,8 +348,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn lease_ids_are_unique_128_bit_hex() {
-        let (a, b) = (lease_id(), lease_id());
+    fn slot_ids_are_unique_128_bit_hex() {
+        let (a, b) = (slot_id(), slot_id());
         assert_ne!(a, b);
         assert_eq!(a.len(), 32);
         assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));

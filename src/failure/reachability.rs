@@ -16,9 +16,9 @@ use tokio::time::Instant;
 /// Starts the pinger thread, handing it a [`Heard`] to report to.
 pub(crate) type StartPinger = Box<dyn FnOnce(Heard) -> std::io::Result<Thread> + Send>;
 
-/// One server's (or cluster's) liveness. Cloned handles share it.
+/// One server's (or cluster's) reachability. Cloned handles share it.
 #[derive(Clone)]
-pub(crate) struct Liveness(Arc<Shared>);
+pub(crate) struct Reachability(Arc<Shared>);
 
 struct Shared {
     base: Instant,
@@ -38,15 +38,15 @@ enum Pinger {
     None,
 }
 
-impl std::fmt::Debug for Liveness {
+impl std::fmt::Debug for Reachability {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Liveness")
+        f.debug_struct("Reachability")
             .field("armed", &self.0.armed.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
 }
 
-impl Liveness {
+impl Reachability {
     pub(crate) fn new(start: Option<StartPinger>) -> Self {
         Self(Arc::new(Shared {
             base: Instant::now(),
@@ -108,7 +108,7 @@ impl Shared {
 }
 
 /// A late call's claim on the pinger.
-pub(crate) struct Armed<'a>(&'a Liveness);
+pub(crate) struct Armed<'a>(&'a Reachability);
 
 impl Drop for Armed<'_> {
     fn drop(&mut self) {
@@ -144,7 +144,7 @@ mod tests {
 
     #[test]
     fn replies_count_as_heard_from_their_time_on() {
-        let l = Liveness::new(None);
+        let l = Reachability::new(None);
         let before = Instant::now();
         assert!(!l.heard_since(before));
         l.heard();
@@ -155,7 +155,7 @@ mod tests {
     #[test]
     fn the_pinger_starts_on_the_first_late_call_and_reports() {
         let (tx, rx) = std::sync::mpsc::channel();
-        let l = Liveness::new(Some(Box::new(move |heard: Heard| {
+        let l = Reachability::new(Some(Box::new(move |heard: Heard| {
             tx.send(heard).unwrap();
             Ok(std::thread::current())
         })));
