@@ -23,10 +23,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use http::{HeaderMap, StatusCode};
-use keyed_rate_limit::key::KeyExtractor;
+use keyed_rate_limit::KeyExtractor;
 use keyed_rate_limit::rule::Lockout;
-use keyed_rate_limit::{BuildError, ControlError};
-use keyed_rate_limit::{Control, Decision, Quota, RateLimitLayer, Rule};
+use keyed_rate_limit::{BuildError, rate_limit::ControlError};
+use keyed_rate_limit::{Quota, RateLimitLayer, Rule, decision::Decision, rate_limit::Control};
 
 /// Failed logins a user may make per 15 minutes.
 pub const FAILURES: u32 = 5;

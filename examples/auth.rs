@@ -35,9 +35,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Router};
 use http::StatusCode;
-use keyed_rate_limit::error::BuildError;
-use keyed_rate_limit::key::KeyExtractor;
-use keyed_rate_limit::key::OnMissingKey;
+use keyed_rate_limit::BuildError;
+use keyed_rate_limit::KeyExtractor;
+use keyed_rate_limit::OnMissingKey;
 use keyed_rate_limit::{Key, Quota, RateLimitLayer, Rule};
 
 /// A customer's plan.

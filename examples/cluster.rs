@@ -11,8 +11,8 @@
 use std::net::SocketAddr;
 
 use axum::{Router, routing::get};
-use keyed_rate_limit::backend::redis::RedisBackend;
-use keyed_rate_limit::{Algorithm, Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit::RedisBackend;
+use keyed_rate_limit::{Algorithm, KeyExtractor, Quota, RateLimitLayer, Rule};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -19,9 +19,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use http::StatusCode;
-use keyed_rate_limit::error::BuildError;
-use keyed_rate_limit::key::KeyExtractor;
-use keyed_rate_limit::key::OnMissingKey;
+use keyed_rate_limit::BuildError;
+use keyed_rate_limit::KeyExtractor;
+use keyed_rate_limit::OnMissingKey;
 use keyed_rate_limit::{Quota, RateLimitLayer, Rule};
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Server};

@@ -33,7 +33,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     #[cfg(feature = "redis")]
     if let Ok(url) = std::env::var("REDIS_URL") {
-        let redis = keyed_rate_limit::backend::redis::RedisBackend::builder(url)
+        let redis = keyed_rate_limit::RedisBackend::builder(url)
             .prefix("prometheus-example")
             .build()
             .await?;

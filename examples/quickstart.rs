@@ -12,8 +12,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::{Extension, Router, routing::get};
-use keyed_rate_limit::key::OnMissingKey;
-use keyed_rate_limit::{Quota, RateLimitDecision, RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit::OnMissingKey;
+use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule, decision::RateLimitDecision};
 
 async fn hello(Extension(decision): Extension<RateLimitDecision>) -> String {
     let left = decision

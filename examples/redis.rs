@@ -14,10 +14,10 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::{Router, routing::get, routing::post};
-use keyed_rate_limit::backend::redis::RedisBackend;
+use keyed_rate_limit::OnMissingKey;
+use keyed_rate_limit::RedisBackend;
 use keyed_rate_limit::failure::FailureMode;
-use keyed_rate_limit::key::OnMissingKey;
-use keyed_rate_limit::{Algorithm, Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit::{Algorithm, KeyExtractor, Quota, RateLimitLayer, Rule};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -56,13 +56,7 @@ impl Algorithm {
     /// The largest cost one request can ever be granted under `quota`: the
     /// burst for GCRA and the token bucket, the limit for the window
     /// algorithms. A costlier request is refused without `Retry-After`.
-    ///
-    /// ```
-    /// use keyed_rate_limit::{Algorithm, Quota};
-    /// let q = Quota::per_minute(10).with_burst(3);
-    /// assert_eq!(Algorithm::Gcra.capacity(&q), 3);
-    /// assert_eq!(Algorithm::FixedWindow.capacity(&q), 10);
-    /// ```
+    #[doc(hidden)]
     pub const fn capacity(self, quota: &crate::quota::Quota) -> u32 {
         if self.has_burst() {
             quota.burst()

@@ -8,18 +8,24 @@ use std::time::Duration;
 /// Backends produce it, the layer turns it into headers, and the handler can
 /// read the whole list from the request extensions as a [`RateLimitDecision`].
 ///
+/// The control handle's `peek` returns one without spending:
+///
 /// ```
 /// use std::time::Duration;
-/// use keyed_rate_limit::Decision;
+/// use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
 ///
-/// let d = Decision::allowed(10, Duration::from_secs(60), 9, Duration::from_secs(6));
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let layer = RateLimitLayer::builder()
+///     .rule(Rule::new("api", KeyExtractor::header("x-api-key"), Quota::per_minute(10)))
+///     .build()
+///     .unwrap();
+/// let d = layer.control().peek("api", "acme").await.unwrap();
 /// assert!(d.is_allowed());
+/// assert_eq!((d.limit(), d.window(), d.remaining()), (10, Duration::from_secs(60), 10));
 /// assert_eq!(d.retry_after(), None);
-///
-/// let d = Decision::denied(10, Duration::from_secs(60), Duration::from_millis(1500), Duration::from_secs(60));
-/// assert_eq!(d.retry_after(), Some(Duration::from_millis(1500)));
-/// assert_eq!(d.remaining(), 0);
-/// ```
+/// # }
+/// /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Decision {
     allowed: bool,
@@ -35,7 +41,12 @@ impl Decision {
     /// The request may go on; `remaining` units are left, and the quota is
     /// whole again after `reset`. One more unit is taken to come back after
     /// `reset` too, unless [`with_next_unit`](Self::with_next_unit) says sooner.
-    pub const fn allowed(limit: u32, window: Duration, remaining: u32, reset: Duration) -> Self {
+    pub(crate) const fn allowed(
+        limit: u32,
+        window: Duration,
+        remaining: u32,
+        reset: Duration,
+    ) -> Self {
         Self {
             allowed: true,
             limit,
@@ -50,15 +61,7 @@ impl Decision {
     /// On an allow: one unit more than [`remaining`](Self::remaining) fits
     /// after `next` (zero when the quota is whole). The `RateLimit` header's
     /// `t`; see [`headers`](crate::headers).
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// # use keyed_rate_limit::Decision;
-    /// let d = Decision::allowed(10, Duration::from_secs(60), 8, Duration::from_secs(12))
-    ///     .with_next_unit(Duration::from_secs(6));
-    /// assert_eq!(d.next_unit(), Duration::from_secs(6));
-    /// ```
-    pub const fn with_next_unit(mut self, next: Duration) -> Self {
+    pub(crate) const fn with_next_unit(mut self, next: Duration) -> Self {
         if self.allowed {
             self.next = next;
         }
@@ -74,7 +77,7 @@ impl Decision {
     }
 
     /// The request is over the limit; it could succeed after `retry_after`.
-    pub const fn denied(
+    pub(crate) const fn denied(
         limit: u32,
         window: Duration,
         retry_after: Duration,
@@ -93,7 +96,7 @@ impl Decision {
 
     /// The request can never pass, e.g. its cost is above the burst: no
     /// `Retry-After` is sent, because waiting would not help.
-    pub const fn never(limit: u32, window: Duration) -> Self {
+    pub(crate) const fn never(limit: u32, window: Duration) -> Self {
         Self {
             allowed: false,
             limit,
@@ -161,7 +164,7 @@ pub enum Source {
     /// Redis failed and the rule refused the request.
     FailClosed,
     /// The key is locked: by the rule's [`Lockout`](crate::policy::Lockout),
-    /// or blocked through the [`Control`](crate::Control) handle. Denied
+    /// or blocked through the [`Control`](crate::rate_limit::Control) handle. Denied
     /// without asking the algorithm.
     Locked,
     /// Spent from this gateway's lease of the shared quota
@@ -210,7 +213,7 @@ pub struct RuleDecision {
 ///
 /// ```
 /// use axum::{Extension, routing::get, Router};
-/// use keyed_rate_limit::RateLimitDecision;
+/// use keyed_rate_limit::decision::RateLimitDecision;
 ///
 /// async fn handler(Extension(d): Extension<RateLimitDecision>) -> String {
 ///     match d.most_restrictive() {
@@ -234,7 +237,7 @@ impl RateLimitDecision {
     /// stacked rate limiters, the outer one's first.
     ///
     /// ```
-    /// use keyed_rate_limit::RateLimitDecision;
+    /// use keyed_rate_limit::decision::RateLimitDecision;
     /// let d = RateLimitDecision::default();
     /// assert!(d.rules().is_empty());
     /// assert!(d.most_restrictive().is_none());

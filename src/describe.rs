@@ -14,7 +14,7 @@ use crate::rule::{Cost, QuotaChange, QuotaSource};
 ///
 /// ```
 /// use std::time::Duration;
-/// use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+/// use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
 ///
 /// let layer = RateLimitLayer::builder()
 ///     .rule(Rule::new("per-ip", KeyExtractor::peer_ip(), Quota::new(10, Duration::from_secs(5))))
@@ -23,7 +23,7 @@ use crate::rule::{Cost, QuotaChange, QuotaSource};
 /// assert_eq!(d.rules()[0].quota, "10/5s");
 /// assert!(d.markdown().contains("| per-ip | `peer_ip` | 10/5s | gcra | local | n/a | 429 + Retry-After; missing key: skip; 500 without ConnectInfo |"));
 /// assert!(d.mermaid().starts_with("flowchart TD\n"));
-/// # Ok::<(), keyed_rate_limit::error::BuildError>(())
+/// # Ok::<(), keyed_rate_limit::BuildError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Description {
@@ -34,7 +34,8 @@ pub struct Description {
     bandwidth: bool,
 }
 
-/// One rule, as text.
+/// One rule, as text (for the crate's tests; users read the renderings).
+#[doc(hidden)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct DescribedRule {
@@ -321,7 +322,7 @@ impl Description {
     }
 
     /// Whether some requests skip every rule
-    /// ([`RateLimitBuilder::exempt`](crate::RateLimitBuilder::exempt)).
+    /// ([`RateLimitBuilder::exempt`](crate::rate_limit::RateLimitBuilder::exempt)).
     ///
     /// ```
     /// use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
@@ -350,6 +351,7 @@ impl Description {
     }
 
     /// The rules, in evaluation order.
+    #[doc(hidden)]
     pub fn rules(&self) -> &[DescribedRule] {
         &self.rules
     }

@@ -7,7 +7,7 @@ use crate::quota::QuotaError;
 /// Why a layer could not be built.
 ///
 /// ```
-/// use keyed_rate_limit::{Quota, RateLimitLayer, Rule, error::BuildError, key::KeyExtractor};
+/// use keyed_rate_limit::{BuildError, KeyExtractor, Quota, RateLimitLayer, Rule};
 ///
 /// let err = RateLimitLayer::builder()
 ///     .rule(Rule::new("api", KeyExtractor::everyone(), Quota::per_second(0)))

@@ -21,7 +21,7 @@ use crate::decision::RuleDecision;
 /// rounded up:
 ///
 /// - on an allow that leaves units (`r > 0`): when the next unit comes back,
-///   0 when nothing is spent ([`Decision::next_unit`](crate::Decision::next_unit));
+///   0 when nothing is spent ([`Decision::next_unit`](crate::decision::Decision::next_unit));
 /// - on an allow that leaves none (`r = 0`), and on a deny: the `Retry-After`
 ///   seconds, so the two never disagree (a cost that can never pass has no
 ///   `Retry-After` and `t=0`).
@@ -37,7 +37,7 @@ use crate::decision::RuleDecision;
 /// global rules that failed open, are never shown to clients.
 ///
 /// ```
-/// use keyed_rate_limit::{HeaderStyle, Quota, RateLimitLayer, Rule, key::KeyExtractor};
+/// use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule, headers::HeaderStyle};
 /// let layer = RateLimitLayer::builder()
 ///     .rule(Rule::new("api", KeyExtractor::everyone(), Quota::per_second(10)))
 ///     .headers(HeaderStyle::Legacy)
@@ -176,7 +176,7 @@ impl StaticQuotaMember {
 /// | `UnixSeconds` | the Unix time (seconds) it is whole again | GitHub, express-rate-limit |
 ///
 /// ```
-/// use keyed_rate_limit::{HeaderStyle, Quota, RateLimitLayer, ResetFormat, Rule, key::KeyExtractor};
+/// use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule, headers::{HeaderStyle, ResetFormat}};
 /// let layer = RateLimitLayer::builder()
 ///     .rule(Rule::new("api", KeyExtractor::everyone(), Quota::per_second(10)))
 ///     .headers(HeaderStyle::Legacy)

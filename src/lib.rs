@@ -53,16 +53,16 @@
 //!    request's cost from the key's bucket under its [`Quota`], in this
 //!    process or, for a global rule, in Redis. The first rule that refuses
 //!    ends the evaluation, and the units the rules before it spent are
-//!    given back ([refunds](crate::RateLimitBuilder::refunds)).
+//!    given back ([refunds](crate::rate_limit::RateLimitBuilder::refunds)).
 //! 3. **Answer.** A refusal is a 429 with `Retry-After` and an RFC 9457
 //!    problem body (gRPC: a trailers-only `RESOURCE_EXHAUSTED`); the inner
 //!    service is not called. An allowed request goes on with its
-//!    [`RateLimitDecision`] in the request extensions, and its response gets
+//!    [`RateLimitDecision`](decision::RateLimitDecision) in the request extensions, and its response gets
 //!    the rate-limit headers of the rules that applied, except shadow and
 //!    hidden ones ([`headers`]).
 //!
 //! A rule in shadow mode only records what it would have refused; a rule
-//! with [`OnDeny::Wait`] holds a request until its unit is back instead of
+//! with [`OnDeny::Wait`](rule::OnDeny::Wait) holds a request until its unit is back instead of
 //! refusing it. [`ConcurrencyLimitLayer`] is the companion limit on requests
 //! *in flight* per key, and [`BandwidthLimitLayer`] paces body bytes per key.
 //!
@@ -100,12 +100,14 @@
 //! | render the rules as a Markdown table or a Mermaid flowchart | [`describe`] |
 //! | keep local counters across a restart | [`snapshot`] |
 //!
-//! The types most programs use are re-exported here, among them
-//! [`RateLimitLayer`], [`RateLimitBuilder`], [`ConcurrencyLimitLayer`],
-//! [`BandwidthLimitLayer`], [`Rule`], [`Quota`], [`KeyExtractor`], [`Key`],
-//! [`Algorithm`], [`OnMissingKey`], [`OnDeny`], [`FailureMode`],
-//! [`HeaderStyle`], [`RateLimitDecision`], [`Control`] and [`BuildError`];
-//! the list at the foot of this page has them all.
+//! The types a first program names are re-exported here, and come first:
+//! a [`RateLimitLayer`] of [`Rule`]s, each a [`KeyExtractor`] (what it
+//! yields is a [`Key`]; [`OnMissingKey`] says what to do without one), a
+//! [`Quota`] and an [`Algorithm`], checked at build time into a
+//! [`BuildError`]; then [`ConcurrencyLimitLayer`] and
+//! [`BandwidthLimitLayer`], and with their features `RedisBackend` for
+//! global rules and `RulesConfig` with its `Registry` for rule files.
+//! Everything else lives in its module, named by the table above.
 //!
 #![cfg_attr(feature = "redis", doc = include_str!("../docs/front_redis.md"))]
 #![cfg_attr(
@@ -131,6 +133,7 @@
 // in doc_auto_cfg), so no item carries a hand-written doc(cfg).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
+#![deny(unreachable_pub)]
 #![warn(missing_docs, missing_debug_implementations)]
 
 #[macro_use]
@@ -172,18 +175,17 @@ pub mod quota;
 mod util;
 
 pub use algorithm::Algorithm;
-pub use bandwidth::{BandwidthLimitBuilder, BandwidthLimitLayer, BandwidthLimitService};
-pub use concurrency::{ConcurrencyLimitBuilder, ConcurrencyLimitLayer, ConcurrencyLimitService};
-pub use decision::{Decision, RateLimitDecision, RuleDecision, Source};
-pub use engine::ControlError;
+#[cfg(feature = "redis")]
+pub use backend::redis::RedisBackend;
+pub use bandwidth::BandwidthLimitLayer;
+pub use concurrency::ConcurrencyLimitLayer;
+#[cfg(feature = "config")]
+pub use config::{Registry, RulesConfig};
 pub use error::BuildError;
-pub use failure::{BreakerConfig, FailureMode};
-pub use headers::{HeaderStyle, ResetFormat};
-pub use key::OnMissingKey;
-pub use key::{Key, KeyExtractor, TrustedProxies};
+pub use key::{Key, KeyExtractor, OnMissingKey};
 pub use quota::Quota;
-pub use rate_limit::{Control, RateLimitBuilder, RateLimitLayer, RateLimitService};
-pub use rule::{OnDeny, Rule};
+pub use rate_limit::RateLimitLayer;
+pub use rule::Rule;
 
 /// The README's code blocks, compiled as doctests.
 #[doc = include_str!("../README.md")]

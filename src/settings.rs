@@ -77,7 +77,7 @@ macro_rules! settings_setters {
         /// divided across instances is divided by this: rate rules with
         /// [`Rule::split_across_instances`](crate::Rule::split_across_instances),
         /// and the local fallback a global limit takes while Redis is down
-        /// ([`FailureMode::LocalFallback`](crate::FailureMode::LocalFallback)),
+        /// ([`FailureMode::LocalFallback`](crate::failure::FailureMode::LocalFallback)),
         /// until the backend's live gateway count (on by default,
         /// `RedisBackendBuilder::live_instances`, feature `redis`) has read
         /// one, and never by less afterwards.
@@ -98,7 +98,7 @@ macro_rules! settings_setters {
 
         /// Longest key kept as is (default
         /// [`DEFAULT_MAX_KEY_LEN`](crate::key::DEFAULT_MAX_KEY_LEN), 256 bytes;
-        /// at least [`MIN_MAX_KEY_LEN`](crate::key::MIN_MAX_KEY_LEN), 64).
+        /// at least 64, so that a hashed key's 64 hex digits fit).
         /// Longer keys are replaced by their SHA-256, locally and in Redis
         /// alike, so a client can't grow memory with huge keys.
         ///
@@ -112,12 +112,12 @@ macro_rules! settings_setters {
             self
         }
 
-        /// Which rate-limit headers to send (default [`HeaderStyle::Draft`](crate::HeaderStyle::Draft)).
+        /// Which rate-limit headers to send (default [`HeaderStyle::Draft`](crate::headers::HeaderStyle::Draft)).
         /// A bandwidth layer sends only the draft's `RateLimit-Policy`
-        /// (see [`BandwidthLimitBuilder`](crate::BandwidthLimitBuilder)).
+        /// (see [`BandwidthLimitBuilder`](crate::bandwidth::BandwidthLimitBuilder)).
         ///
         /// ```
-        /// # use keyed_rate_limit::{ConcurrencyLimitLayer, HeaderStyle, KeyExtractor, Quota, RateLimitLayer, Rule};
+        /// # use keyed_rate_limit::{ConcurrencyLimitLayer, KeyExtractor, Quota, RateLimitLayer, Rule, headers::HeaderStyle};
         #[doc = concat!("let b = ", $builder, ".headers(HeaderStyle::Legacy);")]
         /// # let _ = b;
         /// ```
@@ -127,12 +127,12 @@ macro_rules! settings_setters {
         }
 
         /// What `X-RateLimit-Reset` counts in the legacy styles (default
-        /// [`ResetFormat::DeltaSeconds`](crate::ResetFormat::DeltaSeconds);
+        /// [`ResetFormat::DeltaSeconds`](crate::headers::ResetFormat::DeltaSeconds);
         /// `UnixSeconds` is GitHub's and express-rate-limit's convention).
         /// No effect on a bandwidth layer, which sends no legacy headers.
         ///
         /// ```
-        /// # use keyed_rate_limit::{ConcurrencyLimitLayer, HeaderStyle, KeyExtractor, Quota, RateLimitLayer, ResetFormat, Rule};
+        /// # use keyed_rate_limit::{ConcurrencyLimitLayer, KeyExtractor, Quota, RateLimitLayer, Rule, headers::{HeaderStyle, ResetFormat}};
         #[doc = concat!("let b = ", $builder, ".headers(HeaderStyle::Legacy).legacy_reset(ResetFormat::UnixSeconds);")]
         /// # let _ = b;
         /// ```
@@ -211,12 +211,12 @@ macro_rules! settings_setters {
 macro_rules! failure_setters {
     ($value:literal, $($field:ident).+) => {
         /// What a global limit decides when Redis fails (default
-        /// [`FailureMode::LocalFallback`](crate::FailureMode::LocalFallback):
+        /// [`FailureMode::LocalFallback`](crate::failure::FailureMode::LocalFallback):
         /// this instance's share, divided by `instances`); see
         /// [`failure`](crate::failure).
         ///
         /// ```
-        /// # use keyed_rate_limit::{ConcurrencyLimitLayer, FailureMode, KeyExtractor, Quota, Rule};
+        /// # use keyed_rate_limit::{ConcurrencyLimitLayer, KeyExtractor, Quota, Rule, failure::FailureMode};
         #[doc = concat!("let b = ", $value, ".on_redis_failure(FailureMode::FailClosed);")]
         /// # let _ = b;
         /// ```

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use futures_util::FutureExt;
 use http::{HeaderValue, Request, Response};
 use http_body_util::Full;
-use keyed_rate_limit::{HeaderStyle, Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule, headers::HeaderStyle};
 use tower::{Service, service_fn};
 
 /// Counts this thread's allocations, so tests running beside it don't count.

@@ -17,7 +17,7 @@ use bytes::Bytes;
 use governor::{Quota as GQuota, RateLimiter};
 use http::{HeaderValue, Request, Response};
 use http_body_util::Full;
-use keyed_rate_limit::{Key, Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit::{Key, KeyExtractor, Quota, RateLimitLayer, Rule};
 use keyed_rate_limit_testing::rounds::{median, order};
 use tower::{Service, service_fn};
 

@@ -58,9 +58,9 @@ use bytes::Bytes;
 use gateway::gateway;
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::Full;
-use keyed_rate_limit::backend::redis::{ConnectionMode, RedisBackend};
 use keyed_rate_limit::failure::BreakerState;
-use keyed_rate_limit::{Algorithm, Key, Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit::{Algorithm, Key, KeyExtractor, Quota, RateLimitLayer, Rule};
+use keyed_rate_limit::{RedisBackend, backend::redis::ConnectionMode};
 use redis_server::RedisServer;
 use tower::{Service, ServiceExt, service_fn};
 

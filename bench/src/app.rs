@@ -12,7 +12,7 @@ use axum::routing::get;
 use governor::clock::QuantaInstant;
 use governor::middleware::{NoOpMiddleware, StateInformationMiddleware};
 use http::Request;
-use keyed_rate_limit::{HeaderStyle, Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule, headers::HeaderStyle};
 use tower_governor::GovernorError;
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;

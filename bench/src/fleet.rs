@@ -24,9 +24,11 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
-use keyed_rate_limit::backend::redis::RedisBackend;
+use keyed_rate_limit::RedisBackend;
 use keyed_rate_limit::rule::LeasePolicy;
-use keyed_rate_limit::{Algorithm, FailureMode, Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit::{
+    Algorithm, KeyExtractor, Quota, RateLimitLayer, Rule, failure::FailureMode,
+};
 use tower::{ServiceExt, service_fn};
 
 pub const GATEWAYS: usize = 4;

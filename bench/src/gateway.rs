@@ -3,8 +3,8 @@
 //! Used by the stress test and the burst bench.
 
 use axum::{Router, routing::get};
-use keyed_rate_limit::backend::redis::RedisBackend;
-use keyed_rate_limit::{Algorithm, Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit::RedisBackend;
+use keyed_rate_limit::{Algorithm, KeyExtractor, Quota, RateLimitLayer, Rule};
 pub use keyed_rate_limit_testing::runtime;
 
 /// Starts a gateway on `rt` limiting `x-api-key` to `quota` with `algo`, as

@@ -21,7 +21,7 @@ use crate::settings::{self, Settings};
 ///
 /// The three builders share their layer-wide settings. Of the headers, a
 /// bandwidth layer sends only the draft's `RateLimit-Policy` (with
-/// `pu=content-bytes`), under [`HeaderStyle::Draft`](crate::HeaderStyle::Draft)
+/// `pu=content-bytes`), under [`HeaderStyle::Draft`](crate::headers::HeaderStyle::Draft)
 /// (the default) or `Both`: a paced body is delayed, never refused, so
 /// there is no `RateLimit` field and no legacy `X-RateLimit-*` header to
 /// send. [`headers`](Self::headers)`(HeaderStyle::Legacy)` therefore sends

@@ -16,7 +16,7 @@ impl BandwidthLimitBuilder {
     /// Redis is asked when a block is spent, not for every frame.
     ///
     /// ```no_run
-    /// use keyed_rate_limit::{BandwidthLimitLayer, KeyExtractor, backend::redis::RedisBackend};
+    /// use keyed_rate_limit::{BandwidthLimitLayer, KeyExtractor, RedisBackend};
     /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
     /// let redis = RedisBackend::builder("redis://127.0.0.1:6379").build().await?;
     /// let layer = BandwidthLimitLayer::builder("downloads", KeyExtractor::header("x-api-key"), 1 << 20)

@@ -14,7 +14,7 @@ pin_project_lite::pin_project! {
     ///
     /// ```
     /// use http_body_util::{BodyExt, Full};
-    /// use keyed_rate_limit::{Key, concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
+    /// use keyed_rate_limit::{ConcurrencyLimitLayer, Key, KeyExtractor};
     /// use tower::{ServiceBuilder, ServiceExt};
     ///
     /// # #[tokio::main(flavor = "current_thread")]

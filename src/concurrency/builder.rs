@@ -17,7 +17,7 @@ use crate::settings::{self, Settings};
 /// ```
 /// use std::time::Duration;
 /// use http::StatusCode;
-/// use keyed_rate_limit::{HeaderStyle, concurrency::ConcurrencyLimitLayer, key::{KeyExtractor, OnMissingKey}};
+/// use keyed_rate_limit::{ConcurrencyLimitLayer, KeyExtractor, OnMissingKey, headers::HeaderStyle};
 ///
 /// let layer = ConcurrencyLimitLayer::builder("exports", KeyExtractor::header("x-account"), 2)
 ///     .on_missing_key(OnMissingKey::Reject(StatusCode::UNAUTHORIZED))
@@ -25,7 +25,7 @@ use crate::settings::{self, Settings};
 ///     .headers(HeaderStyle::Both)
 ///     .max_key_len(128)
 ///     .build()?;
-/// # Ok::<(), keyed_rate_limit::error::BuildError>(())
+/// # Ok::<(), keyed_rate_limit::BuildError>(())
 /// ```
 #[must_use]
 #[derive(Debug)]
@@ -45,7 +45,7 @@ impl ConcurrencyLimitLayer {
     /// metrics) of `max_in_flight` requests per key found by `key`.
     ///
     /// ```
-    /// use keyed_rate_limit::{concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
+    /// use keyed_rate_limit::{ConcurrencyLimitLayer, KeyExtractor};
     /// let err = ConcurrencyLimitLayer::builder("exports", KeyExtractor::everyone(), 0).build();
     /// assert!(err.is_err(), "a limit of zero admits nothing");
     /// ```

@@ -28,8 +28,8 @@ impl ConcurrencyLimitBuilder {
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// use keyed_rate_limit::{failure::FailureMode, backend::redis::RedisBackend};
-    /// use keyed_rate_limit::{concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
+    /// use keyed_rate_limit::{RedisBackend, failure::FailureMode};
+    /// use keyed_rate_limit::{ConcurrencyLimitLayer, KeyExtractor};
     ///
     /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
     /// let redis = RedisBackend::builder("redis://127.0.0.1:6379").build().await?;
@@ -52,7 +52,7 @@ impl ConcurrencyLimitBuilder {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// # use keyed_rate_limit::{concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
+    /// # use keyed_rate_limit::{ConcurrencyLimitLayer, KeyExtractor};
     /// let b = ConcurrencyLimitLayer::builder("exports", KeyExtractor::everyone(), 2)
     ///     .slot_ttl(Duration::from_secs(5));
     /// # let _ = b;

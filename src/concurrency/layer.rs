@@ -17,14 +17,14 @@ use crate::key::Key;
 ///
 /// ```
 /// use std::time::Duration;
-/// use keyed_rate_limit::{Key, concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
+/// use keyed_rate_limit::{ConcurrencyLimitLayer, Key, KeyExtractor};
 ///
 /// let layer = ConcurrencyLimitLayer::builder("exports", KeyExtractor::header("x-account"), 2)
 ///     .retry_after(Duration::from_secs(5))
 ///     .build()?;
 /// assert_eq!(layer.max_in_flight(), 2);
 /// assert_eq!(layer.in_flight(&Key::from("acct_1")), 0);
-/// # Ok::<(), keyed_rate_limit::error::BuildError>(())
+/// # Ok::<(), keyed_rate_limit::BuildError>(())
 /// ```
 #[derive(Clone)]
 #[must_use = "a layer does nothing until it wraps a service"]
@@ -42,7 +42,7 @@ impl ConcurrencyLimitLayer {
     /// The limit's name.
     ///
     /// ```
-    /// # use keyed_rate_limit::{concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
+    /// # use keyed_rate_limit::{ConcurrencyLimitLayer, KeyExtractor};
     /// let l = ConcurrencyLimitLayer::builder("exports", KeyExtractor::everyone(), 1).build().unwrap();
     /// assert_eq!(l.name(), "exports");
     /// ```
@@ -53,7 +53,7 @@ impl ConcurrencyLimitLayer {
     /// The most requests one key may have in flight.
     ///
     /// ```
-    /// # use keyed_rate_limit::{concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
+    /// # use keyed_rate_limit::{ConcurrencyLimitLayer, KeyExtractor};
     /// let l = ConcurrencyLimitLayer::builder("exports", KeyExtractor::everyone(), 3).build().unwrap();
     /// assert_eq!(l.max_in_flight(), 3);
     /// ```
@@ -64,11 +64,11 @@ impl ConcurrencyLimitLayer {
     /// How many requests `key` has in flight now through this layer (for a
     /// global limit (feature `redis`), this instance's
     /// share of the total in Redis; keys longer than
-    /// [`max_key_len`](crate::ConcurrencyLimitBuilder::max_key_len) are looked up
+    /// [`max_key_len`](crate::concurrency::ConcurrencyLimitBuilder::max_key_len) are looked up
     /// by their hash, as the layer stores them).
     ///
     /// ```
-    /// # use keyed_rate_limit::{Key, concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
+    /// # use keyed_rate_limit::{ConcurrencyLimitLayer, Key, KeyExtractor};
     /// let l = ConcurrencyLimitLayer::builder("exports", KeyExtractor::everyone(), 3).build().unwrap();
     /// assert_eq!(l.in_flight(&Key::from("*")), 0);
     /// ```
@@ -81,7 +81,7 @@ impl ConcurrencyLimitLayer {
     /// keys with a request in flight are kept, so this is a gauge for memory.
     ///
     /// ```
-    /// # use keyed_rate_limit::{concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
+    /// # use keyed_rate_limit::{ConcurrencyLimitLayer, KeyExtractor};
     /// let l = ConcurrencyLimitLayer::builder("exports", KeyExtractor::everyone(), 3).build().unwrap();
     /// assert_eq!(l.local_keys(), 0);
     /// ```

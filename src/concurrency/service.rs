@@ -13,7 +13,7 @@ use crate::gate::Gate;
 /// wraps a service with.
 ///
 /// ```
-/// use keyed_rate_limit::{concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
+/// use keyed_rate_limit::{ConcurrencyLimitLayer, KeyExtractor};
 /// use tower::Layer;
 ///
 /// let layer = ConcurrencyLimitLayer::builder("exports", KeyExtractor::everyone(), 2).build()?;
@@ -21,7 +21,7 @@ use crate::gate::Gate;
 ///     Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Empty::<bytes::Bytes>::new()))
 /// }));
 /// let _clone = svc.clone(); // clones share the same counts
-/// # Ok::<(), keyed_rate_limit::error::BuildError>(())
+/// # Ok::<(), keyed_rate_limit::BuildError>(())
 /// ```
 pub struct ConcurrencyLimitService<S> {
     inner: S,

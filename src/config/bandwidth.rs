@@ -13,7 +13,7 @@ impl RulesConfig {
     /// The names of the file's `[[bandwidth]]` entries, in file order.
     ///
     /// ```
-    /// use keyed_rate_limit::config::RulesConfig;
+    /// use keyed_rate_limit::RulesConfig;
     /// let config = RulesConfig::from_toml_str(r#"
     ///     rules = []
     ///     [[bandwidth]]
@@ -35,7 +35,7 @@ impl RulesConfig {
     /// ```
     /// use axum::{Router, routing::get};
     /// use keyed_rate_limit::bandwidth::Direction;
-    /// use keyed_rate_limit::config::{Registry, RulesConfig};
+    /// use keyed_rate_limit::{Registry, RulesConfig};
     ///
     /// let config = RulesConfig::from_toml_str(r#"
     ///     [[rules]]

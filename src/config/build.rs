@@ -20,7 +20,7 @@ impl RulesConfig {
     /// [`deny_response`](RateLimitBuilder::deny_response)) before building.
     ///
     /// ```
-    /// use keyed_rate_limit::{Quota, Rule, config::{Registry, RulesConfig}, key::KeyExtractor};
+    /// use keyed_rate_limit::{KeyExtractor, Quota, Registry, Rule, RulesConfig};
     ///
     /// let config = RulesConfig::from_toml_str("[[rules]]\nname = \"ip\"\nkey = \"peer_ip\"\nquota = \"10/s\"\n")?;
     /// let layer = config

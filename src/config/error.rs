@@ -11,7 +11,7 @@ use crate::error::BuildError;
 /// found at; the message names the field.
 ///
 /// ```
-/// use keyed_rate_limit::config::RulesConfig;
+/// use keyed_rate_limit::RulesConfig;
 ///
 /// let err = RulesConfig::from_toml_str("[[rules]]\nname = \"a\"\nkey = \"everyone\"\nquota = \"100/fortnight\"\n")
 ///     .unwrap_err();

@@ -19,7 +19,7 @@ use crate::settings::ExemptFn;
 /// and `cost_fn`), and the Redis backend of global rules.
 ///
 /// ```
-/// use keyed_rate_limit::{Key, Quota, config::Registry, key::KeyExtractor};
+/// use keyed_rate_limit::{Key, KeyExtractor, Quota, Registry};
 ///
 /// #[derive(Clone)]
 /// struct User { id: u64 }
@@ -79,10 +79,10 @@ impl Registry {
     /// The exemption that `exempt_fn = "<name>"` refers to: in a rule
     /// (see [`Rule::exempt`](crate::Rule::exempt)) or at the top of the
     /// file, for every rule (see
-    /// [`RateLimitBuilder::exempt`](crate::RateLimitBuilder::exempt)).
+    /// [`RateLimitBuilder::exempt`](crate::rate_limit::RateLimitBuilder::exempt)).
     ///
     /// ```
-    /// use keyed_rate_limit::config::{Registry, RulesConfig};
+    /// use keyed_rate_limit::{Registry, RulesConfig};
     /// let registry = Registry::new().exempt_fn("health", |parts| parts.uri.path() == "/healthz");
     /// let layer = RulesConfig::from_toml_str(
     ///     "exempt_fn = \"health\"\n[[rules]]\nname = \"ip\"\nkey = \"peer_ip\"\nquota = \"10/s\"\nexempt_ips = [\"10.0.0.0/8\"]\n",

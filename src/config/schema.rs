@@ -14,7 +14,7 @@ use crate::{algorithm::Algorithm, headers::HeaderStyle, headers::ResetFormat, qu
 /// or [`into_layer`](Self::into_layer).
 ///
 /// ```
-/// use keyed_rate_limit::config::RulesConfig;
+/// use keyed_rate_limit::RulesConfig;
 ///
 /// let config = RulesConfig::from_yaml_str("
 /// rules:

@@ -105,7 +105,7 @@ impl RulesConfig {
     /// the `tracing` subscriber that was current here.
     ///
     /// ```
-    /// use keyed_rate_limit::config::{Registry, RulesConfig};
+    /// use keyed_rate_limit::{Registry, RulesConfig};
     ///
     /// let dir = std::env::temp_dir().join(format!("krl-doc-{}", std::process::id()));
     /// std::fs::create_dir_all(&dir)?;

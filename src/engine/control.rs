@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-/// What [`Control`](crate::Control) does to one key of one rule.
+/// What [`Control`](crate::rate_limit::Control) does to one key of one rule.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum ControlOp {
     /// Spend (positive) or give back (negative) units; 0 only reads.
@@ -13,11 +13,11 @@ pub(crate) enum ControlOp {
     Unblock,
 }
 
-/// Why a [`Control`](crate::Control) operation failed.
+/// Why a [`Control`](crate::rate_limit::Control) operation failed.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-/// use keyed_rate_limit::{ControlError, KeyExtractor, Quota, RateLimitLayer, Rule};
+/// use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule, rate_limit::ControlError};
 /// let layer = RateLimitLayer::builder()
 ///     .rule(Rule::new("api", KeyExtractor::everyone(), Quota::per_second(5)))
 ///     .build().unwrap();

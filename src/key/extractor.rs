@@ -33,7 +33,7 @@ enum Kind {
 /// The `name` is a short label for docs and logs, e.g. `header:x-api-key`.
 ///
 /// ```
-/// use keyed_rate_limit::key::KeyExtractor;
+/// use keyed_rate_limit::KeyExtractor;
 ///
 /// // A sync closure:
 /// let by_tenant = KeyExtractor::new("tenant", |parts| {
@@ -67,7 +67,7 @@ impl KeyExtractor {
     /// A key from a sync closure over the request head.
     ///
     /// ```
-    /// use keyed_rate_limit::{Key, key::KeyExtractor};
+    /// use keyed_rate_limit::{Key, KeyExtractor};
     /// let by_method = KeyExtractor::new("method", |p| Some(Key::from(p.method.to_string())));
     /// assert_eq!(by_method.name(), "method");
     /// ```
@@ -89,7 +89,7 @@ impl KeyExtractor {
     /// returns a `'static` future that may await a lookup.
     ///
     /// ```
-    /// use keyed_rate_limit::{Key, key::KeyExtractor};
+    /// use keyed_rate_limit::{Key, KeyExtractor};
     ///
     /// #[derive(Clone)]
     /// struct Session { account: u64 }
@@ -122,7 +122,7 @@ impl KeyExtractor {
     /// the builder the extractor is given to, never a panic.
     ///
     /// ```
-    /// use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+    /// use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
     /// let k = KeyExtractor::header("x-api-key");
     /// assert_eq!(k.name(), "header:x-api-key");
     ///
@@ -174,7 +174,7 @@ impl KeyExtractor {
     /// say.
     ///
     /// ```
-    /// use keyed_rate_limit::{Key, key::KeyExtractor};
+    /// use keyed_rate_limit::{Key, KeyExtractor};
     ///
     /// #[derive(Clone)]
     /// struct User { id: u64 }
@@ -204,7 +204,7 @@ impl KeyExtractor {
     /// then logs a warning once a minute ("found no key in any request").
     ///
     /// ```
-    /// use keyed_rate_limit::{Key, Quota, RateLimitLayer, Rule, key::KeyExtractor};
+    /// use keyed_rate_limit::{Key, KeyExtractor, Quota, RateLimitLayer, Rule};
     ///
     /// #[derive(Clone)]
     /// struct User { id: u64 }
@@ -251,7 +251,7 @@ impl KeyExtractor {
     /// ```
     /// use std::net::SocketAddr;
     /// use axum::extract::ConnectInfo;
-    /// use keyed_rate_limit::key::KeyExtractor;
+    /// use keyed_rate_limit::KeyExtractor;
     ///
     /// let k = KeyExtractor::peer_ip();
     /// let mut req = http::Request::new(());
@@ -271,7 +271,7 @@ impl KeyExtractor {
     /// ```
     /// use std::net::SocketAddr;
     /// use axum::extract::ConnectInfo;
-    /// use keyed_rate_limit::key::KeyExtractor;
+    /// use keyed_rate_limit::KeyExtractor;
     ///
     /// let k = KeyExtractor::peer_ip_prefix(64);
     /// let mut req = http::Request::new(());
@@ -331,7 +331,7 @@ impl KeyExtractor {
     /// [`TrustedProxies`] for how the forwarding header is walked.
     ///
     /// ```
-    /// use keyed_rate_limit::key::{KeyExtractor, TrustedProxies};
+    /// use keyed_rate_limit::{KeyExtractor, key::TrustedProxies};
     /// let proxies = TrustedProxies::new(["10.0.0.0/8"]).unwrap();
     /// let k = KeyExtractor::client_ip(proxies);
     /// assert_eq!(k.name(), "client_ip");
@@ -344,7 +344,7 @@ impl KeyExtractor {
     /// `/v6_prefix` network (see [`peer_ip_prefix`](Self::peer_ip_prefix)).
     ///
     /// ```
-    /// use keyed_rate_limit::key::{KeyExtractor, TrustedProxies};
+    /// use keyed_rate_limit::{KeyExtractor, key::TrustedProxies};
     /// let k = KeyExtractor::client_ip_prefix(TrustedProxies::new(["10.0.0.0/8"]).unwrap(), 64);
     /// assert_eq!(k.name(), "client_ip/64");
     /// ```
@@ -379,7 +379,7 @@ impl KeyExtractor {
     /// default.
     ///
     /// ```
-    /// use keyed_rate_limit::key::KeyExtractor;
+    /// use keyed_rate_limit::KeyExtractor;
     /// // Per route and client: combine with `and`.
     /// let k = KeyExtractor::matched_route().and(KeyExtractor::peer_ip());
     /// assert_eq!(k.name(), "matched_route+peer_ip");
@@ -398,7 +398,7 @@ impl KeyExtractor {
     /// The same key for every request: one budget shared by all clients.
     ///
     /// ```
-    /// use keyed_rate_limit::key::KeyExtractor;
+    /// use keyed_rate_limit::KeyExtractor;
     /// assert_eq!(KeyExtractor::everyone().name(), "everyone");
     /// ```
     pub fn everyone() -> Self {
@@ -408,7 +408,7 @@ impl KeyExtractor {
     /// Both keys, joined: e.g. per route *and* per client. No key when either is missing.
     ///
     /// ```
-    /// use keyed_rate_limit::key::KeyExtractor;
+    /// use keyed_rate_limit::KeyExtractor;
     /// let k = KeyExtractor::header("x-a").and(KeyExtractor::header("x-b"));
     /// let req = http::Request::builder().header("x-a", "1").header("x-b", "2").body(()).unwrap();
     /// # let (parts, _) = req.into_parts();
@@ -429,7 +429,7 @@ impl KeyExtractor {
     /// This key, or `other` when this one is missing: e.g. the API key, else the client IP.
     ///
     /// ```
-    /// use keyed_rate_limit::key::KeyExtractor;
+    /// use keyed_rate_limit::KeyExtractor;
     /// let k = KeyExtractor::header("x-api-key").or(KeyExtractor::everyone());
     /// let (parts, _) = http::Request::new(()).into_parts();
     /// assert_eq!(k.extract_now(&parts).unwrap().as_bytes(), b"*");

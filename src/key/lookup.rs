@@ -27,7 +27,7 @@ use crate::util::throttle::Throttle;
 ///
 /// ```
 /// use axum::http::StatusCode;
-/// use keyed_rate_limit::key::{KeyExtractor, OnMissingKey};
+/// use keyed_rate_limit::{KeyExtractor, OnMissingKey};
 ///
 /// // Anonymous requests (no `User` extension) are not limited by this rule.
 /// let skip = OnMissingKey::Skip;

@@ -16,7 +16,7 @@ pub const DEFAULT_MAX_KEY_LEN: usize = 256;
 
 /// The smallest key bound a builder accepts: a hashed key's 64 hex digits
 /// fit whole, so distinct long keys stay distinct.
-pub const MIN_MAX_KEY_LEN: usize = 64;
+pub(crate) const MIN_MAX_KEY_LEN: usize = 64;
 
 /// The identity a request counts against: opaque bytes, binary-safe, cheap to clone.
 ///

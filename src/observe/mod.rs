@@ -50,7 +50,7 @@ pub const BREAKER_STATE: &str = "rate_limit_breaker_state";
 /// Gauge: keys a rule holds in this process (its local store or, for a
 /// global rule, its fallback shares, cached denies and leases, with its
 /// locks); label `rule`. Set after each background sweep
-/// ([`cleanup_interval`](crate::RateLimitBuilder::cleanup_interval), 60 s by
+/// ([`cleanup_interval`](crate::rate_limit::RateLimitBuilder::cleanup_interval), 60 s by
 /// default) and each [`cleanup`](crate::RateLimitLayer::cleanup).
 pub const KEYS: &str = "rate_limit_keys";
 
@@ -124,7 +124,9 @@ pub const OUTCOMES: [(&str, &str); 13] = [
     ("exempt", "a request the rule exempts: not a decision"),
 ];
 
-/// Every metric the crate emits: name, kind, labels.
+/// Every metric the crate emits: name, kind, labels (for the tests that
+/// check the shipped dashboard and alerts against them).
+#[doc(hidden)]
 pub const METRICS: [(&str, &str, &str); 9] = [
     (DECISIONS_TOTAL, "counter", "rule, outcome, cause"),
     (BREAKER_OPENED_TOTAL, "counter", "rule"),

@@ -6,7 +6,7 @@
 /// The calendar period a quota resets on.
 ///
 /// ```
-/// use keyed_rate_limit::quota::{Period, Quota};
+/// use keyed_rate_limit::{Quota, quota::Period};
 /// assert_eq!(Quota::per_month(10_000).period(), Some(Period::Month));
 /// assert_eq!(Period::Day.as_str(), "day");
 /// ```

@@ -232,6 +232,7 @@ impl Quota {
     /// The time it takes to earn back one unit: `window / limit`.
     ///
     /// Returns [`Duration::ZERO`] for an invalid quota with a zero limit.
+    #[doc(hidden)]
     pub fn emission_interval(&self) -> Duration {
         if self.limit == 0 {
             return Duration::ZERO;

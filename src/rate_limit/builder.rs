@@ -14,7 +14,7 @@ use crate::settings::{self, Settings};
 ///
 /// ```
 /// use std::time::Duration;
-/// use keyed_rate_limit::{HeaderStyle, Quota, RateLimitLayer, Rule, key::KeyExtractor};
+/// use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule, headers::HeaderStyle};
 ///
 /// let layer = RateLimitLayer::builder()
 ///     .rule(Rule::new("burst", KeyExtractor::peer_ip(), Quota::per_second(10)))
@@ -22,7 +22,7 @@ use crate::settings::{self, Settings};
 ///     .headers(HeaderStyle::Both)
 ///     .max_key_len(256)
 ///     .build()?;
-/// # Ok::<(), keyed_rate_limit::error::BuildError>(())
+/// # Ok::<(), keyed_rate_limit::BuildError>(())
 /// ```
 #[must_use]
 #[derive(Debug)]
@@ -82,13 +82,13 @@ impl RateLimitBuilder {
         self.rules(crate::rule::any_of(name, members))
     }
 
-    /// Whether allowed requests carry their [`RateLimitDecision`](crate::RateLimitDecision) in the
+    /// Whether allowed requests carry their [`RateLimitDecision`](crate::decision::RateLimitDecision) in the
     /// request extensions for the handler (default `true`). Turning it off
     /// saves an allocation and an extension-map insert per request when no
     /// handler reads it; the response headers are the same either way.
     ///
     /// ```
-    /// use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+    /// use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
     ///
     /// let layer = RateLimitLayer::builder()
     ///     .rule(Rule::new("api", KeyExtractor::everyone(), Quota::per_second(5)))
@@ -116,7 +116,7 @@ impl RateLimitBuilder {
     /// response that never comes cannot count.
     ///
     /// ```
-    /// use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+    /// use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
     /// let layer = RateLimitLayer::builder()
     ///     .rule(Rule::new("per-key", KeyExtractor::header("x-api-key"), Quota::per_minute(100)))
     ///     .rule(Rule::new("all", KeyExtractor::everyone(), Quota::per_second(1000)))
@@ -134,7 +134,7 @@ impl RateLimitBuilder {
     /// checks: they spend nothing, get no rate-limit headers, and are
     /// counted once in `rate_limit_decisions_total{rule="*",
     /// outcome="exempt"}` ([`LAYER_RULE`](crate::observe::LAYER_RULE)). The
-    /// handler still finds a [`RateLimitDecision`](crate::RateLimitDecision)
+    /// handler still finds a [`RateLimitDecision`](crate::decision::RateLimitDecision)
     /// (with no rules) when [`decision_extension`](Self::decision_extension)
     /// is on. A reload keeps it. For one rule only, see [`Rule::exempt`].
     ///

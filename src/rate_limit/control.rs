@@ -33,7 +33,7 @@ use crate::{decision::Decision, key::Key};
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// use std::time::Duration;
-/// use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+/// use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
 /// let layer = RateLimitLayer::builder()
 ///     .rule(Rule::new("login", KeyExtractor::header("x-user"), Quota::per_minute(5)))
 ///     .build().unwrap();

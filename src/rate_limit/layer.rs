@@ -20,13 +20,13 @@ use crate::rule::Rule;
 ///
 /// ```
 /// use axum::{routing::get, Router};
-/// use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+/// use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
 ///
 /// let limit = RateLimitLayer::builder()
 ///     .rule(Rule::new("per-key", KeyExtractor::header("x-api-key"), Quota::per_minute(100)))
 ///     .build()?;
 /// let app: Router = Router::new().route("/", get(|| async { "hi" })).layer(limit);
-/// # Ok::<(), keyed_rate_limit::error::BuildError>(())
+/// # Ok::<(), keyed_rate_limit::BuildError>(())
 /// ```
 #[derive(Clone)]
 #[must_use = "a layer does nothing until it wraps a service"]
@@ -63,7 +63,7 @@ impl RateLimitLayer {
     /// [`reload`](Self::reload), if any.
     ///
     /// ```
-    /// # use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+    /// # use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
     /// let layer = RateLimitLayer::builder()
     ///     .rule(Rule::new("a", KeyExtractor::everyone(), Quota::per_second(1)))
     ///     .build().unwrap();
@@ -81,7 +81,7 @@ impl RateLimitLayer {
     }
 
     /// Replaces every rule at once, checked as
-    /// [`build`](crate::RateLimitBuilder::build) checks them; the layer's other
+    /// [`build`](crate::rate_limit::RateLimitBuilder::build) checks them; the layer's other
     /// settings stay. Each request is decided wholly by the rules it
     /// started with, old or new, never a mix; requests already waiting
     /// (`OnDeny::Wait`, Redis) finish on the old ones.
@@ -97,7 +97,7 @@ impl RateLimitLayer {
     /// whole. On an error the running rules stay.
     ///
     /// ```
-    /// use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+    /// use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
     ///
     /// let layer = RateLimitLayer::builder()
     ///     .rule(Rule::new("api", KeyExtractor::header("x-api-key"), Quota::per_minute(100)))
@@ -106,12 +106,12 @@ impl RateLimitLayer {
     /// assert_eq!(layer.rules()[0].static_quota(), Some(Quota::per_minute(500)));
     /// assert!(layer.reload([Rule::new("api", KeyExtractor::everyone(), Quota::per_second(0))]).is_err());
     /// assert_eq!(layer.rules()[0].static_quota(), Some(Quota::per_minute(500)), "unchanged");
-    /// # Ok::<(), keyed_rate_limit::error::BuildError>(())
+    /// # Ok::<(), keyed_rate_limit::BuildError>(())
     /// ```
     ///
     /// # Errors
     ///
-    /// As [`RateLimitBuilder::build`](crate::RateLimitBuilder::build) for the rules; see [`BuildError`].
+    /// As [`RateLimitBuilder::build`](crate::rate_limit::RateLimitBuilder::build) for the rules; see [`BuildError`].
     pub fn reload(&self, rules: impl IntoIterator<Item = Rule>) -> Result<(), BuildError> {
         let shared = &*self.shared;
         let _one = shared
@@ -138,7 +138,7 @@ impl RateLimitLayer {
     }
 
     /// Writes the local rules' counters to `w`, for
-    /// [`RateLimitBuilder::restore`](crate::RateLimitBuilder::restore) in
+    /// [`RateLimitBuilder::restore`](crate::rate_limit::RateLimitBuilder::restore) in
     /// the next process; see [`snapshot`](crate::snapshot) for what is
     /// saved and the format. Requests go on meanwhile: each key is read
     /// once, as it stands.
@@ -155,7 +155,7 @@ impl RateLimitLayer {
     /// documentation that can't drift from the code.
     ///
     /// ```
-    /// # use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+    /// # use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
     /// let layer = RateLimitLayer::builder()
     ///     .rule(Rule::new("api", KeyExtractor::header("x-api-key"), Quota::per_minute(100)))
     ///     .build().unwrap();
@@ -171,10 +171,10 @@ impl RateLimitLayer {
 
     /// How many keys the local backend holds now, across rules: a gauge
     /// for memory. Keys whose buckets are full again are swept in the
-    /// background (see [`RateLimitBuilder::cleanup_interval`](crate::RateLimitBuilder::cleanup_interval)).
+    /// background (see [`RateLimitBuilder::cleanup_interval`](crate::rate_limit::RateLimitBuilder::cleanup_interval)).
     ///
     /// ```
-    /// # use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+    /// # use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
     /// # let layer = RateLimitLayer::builder()
     /// #     .rule(Rule::new("a", KeyExtractor::everyone(), Quota::per_second(1))).build().unwrap();
     /// assert_eq!(layer.local_keys(), 0);
@@ -188,7 +188,7 @@ impl RateLimitLayer {
     /// dashboards.
     ///
     /// ```
-    /// # use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+    /// # use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
     /// # let layer = RateLimitLayer::builder()
     /// #     .rule(Rule::new("a", KeyExtractor::everyone(), Quota::per_second(1))).build().unwrap();
     /// assert!(layer.breakers().is_empty(), "local rules have no breaker");
@@ -199,6 +199,7 @@ impl RateLimitLayer {
 
     /// Sweeps keys whose buckets are full again now, instead of waiting for
     /// the background sweep. Dropping them changes no decision.
+    #[doc(hidden)]
     pub fn cleanup(&self) {
         self.shared.chain.load().cleanup();
     }

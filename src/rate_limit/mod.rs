@@ -12,6 +12,7 @@ mod layer;
 mod service;
 mod shared;
 
+pub use crate::engine::ControlError;
 pub use builder::RateLimitBuilder;
 pub use control::Control;
 pub use future::ResponseFuture;

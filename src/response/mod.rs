@@ -41,6 +41,34 @@ pub struct Denied {
 }
 
 impl Denied {
+    /// A refusal by `rule` for its rate, as the layer hands it to a
+    /// [`deny_response`](crate::rate_limit::RateLimitBuilder::deny_response)
+    /// or `grpc_message` closure: a 429 that could pass after
+    /// `retry_after` (`None`: waiting would not help). For testing such a
+    /// closure on its own:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use keyed_rate_limit::response::Denied;
+    ///
+    /// fn message(d: &Denied) -> String {
+    ///     format!("{} says slow down; retry in {} s", d.rule(), d.retry_after_secs().unwrap_or(0))
+    /// }
+    /// let denied = Denied::new("per-key", Some(Duration::from_millis(1500)));
+    /// assert_eq!(message(&denied), "per-key says slow down; retry in 2 s");
+    /// assert_eq!(denied.status(), http::StatusCode::TOO_MANY_REQUESTS);
+    /// ```
+    pub fn new(rule: impl Into<Arc<str>>, retry_after: Option<Duration>) -> Self {
+        Self {
+            rule: rule.into(),
+            retry_after,
+            status: StatusCode::TOO_MANY_REQUESTS,
+            hidden: false,
+            misconfig: None,
+            violated: Vec::new(),
+        }
+    }
+
     /// A request `rule` rejects for its key (missing, or its source missing
     /// from the setup): waiting would not help.
     pub(crate) fn rejected(

@@ -8,7 +8,7 @@ use super::Rule;
 /// that admits it and refused only when every member refuses. The group
 /// stands in the chain as one rule: a rule before it that refuses skips
 /// it, and a rule after it that refuses gives the charged member its
-/// units back. For [`RateLimitBuilder::any_of`](crate::RateLimitBuilder::any_of)
+/// units back. For [`RateLimitBuilder::any_of`](crate::rate_limit::RateLimitBuilder::any_of)
 /// and [`RateLimitLayer::reload`](crate::RateLimitLayer::reload).
 ///
 /// - A refusal carries every member's `RateLimit` item, and the
@@ -33,7 +33,7 @@ use super::Rule;
 ///
 /// ```
 /// use std::time::Duration;
-/// use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor, rule};
+/// use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule, rule};
 ///
 /// let key = KeyExtractor::header("x-api-key");
 /// let steady = Rule::new("steady", key.clone(), Quota::per_second(5));
@@ -46,7 +46,7 @@ use super::Rule;
 ///     Rule::new("burst-pool", KeyExtractor::header("x-api-key"), Quota::new(100, Duration::from_secs(3600))),
 /// ]);
 /// layer.reload(again)?;
-/// # Ok::<(), keyed_rate_limit::error::BuildError>(())
+/// # Ok::<(), keyed_rate_limit::BuildError>(())
 /// ```
 pub fn any_of(name: impl Into<Arc<str>>, members: impl IntoIterator<Item = Rule>) -> Vec<Rule> {
     let name = name.into();

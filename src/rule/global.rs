@@ -14,7 +14,7 @@ impl Rule {
     /// Every algorithm is available; decisions use Redis server time.
     ///
     /// ```no_run
-    /// use keyed_rate_limit::{Algorithm, Quota, Rule, backend::redis::RedisBackend, key::KeyExtractor};
+    /// use keyed_rate_limit::{Algorithm, KeyExtractor, Quota, RedisBackend, Rule};
     /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
     /// let redis = RedisBackend::builder("redis://127.0.0.1:6379").build().await?;
     /// let rule = Rule::new("api", KeyExtractor::header("x-api-key"), Quota::per_minute(600))
@@ -42,14 +42,14 @@ impl Rule {
     /// decided exactly, per request. Beside leases, Redis decides in the
     /// leases' quota (the burst held back), so a request cost above that
     /// burst is refused without `Retry-After`. The
-    /// [`Control`](crate::Control) handle acts on Redis and drops this
+    /// [`Control`](crate::rate_limit::Control) handle acts on Redis and drops this
     /// gateway's lease of the key; other gateways spend what they hold
     /// until their leases end (at most `ttl`), and a blocked key gets no
     /// new lease.
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// use keyed_rate_limit::{Quota, Rule, backend::redis::RedisBackend, key::KeyExtractor, rule::LeasePolicy};
+    /// use keyed_rate_limit::{KeyExtractor, Quota, RedisBackend, Rule, rule::LeasePolicy};
     /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
     /// let redis = RedisBackend::builder("redis://127.0.0.1:6379").build().await?;
     /// let rule = Rule::new("api", KeyExtractor::header("x-api-key"), Quota::per_second(1000))
@@ -75,7 +75,7 @@ impl Rule {
     /// per request.
     ///
     /// ```
-    /// use keyed_rate_limit::{Quota, Rule, key::KeyExtractor};
+    /// use keyed_rate_limit::{KeyExtractor, Quota, Rule};
     /// let rule = Rule::new("api", KeyExtractor::header("x-api-key"), Quota::per_second(100));
     /// assert!(rule.get_coalesce());
     /// assert!(!rule.coalesce(false).get_coalesce());

@@ -93,11 +93,11 @@ impl Scope {
 /// One limit: a name, a key, a quota, a cost, an algorithm and a scope.
 ///
 /// Rules are checked when the layer is built
-/// ([`RateLimitBuilder::build`](crate::RateLimitBuilder::build)).
+/// ([`RateLimitBuilder::build`](crate::rate_limit::RateLimitBuilder::build)).
 ///
 /// ```
 /// use http::StatusCode;
-/// use keyed_rate_limit::{Quota, Rule, key::{KeyExtractor, OnMissingKey}};
+/// use keyed_rate_limit::{KeyExtractor, OnMissingKey, Quota, Rule};
 ///
 /// let rule = Rule::new("per-key", KeyExtractor::header("x-api-key"), Quota::per_minute(100))
 ///     .on_missing_key(OnMissingKey::Reject(StatusCode::UNAUTHORIZED))
@@ -237,7 +237,7 @@ impl Rule {
     /// without a static quota that would go unused.
     ///
     /// ```
-    /// use keyed_rate_limit::{Quota, Rule, key::KeyExtractor};
+    /// use keyed_rate_limit::{KeyExtractor, Quota, Rule};
     ///
     /// #[derive(Clone, Copy)]
     /// enum Plan { Free, Pro }
@@ -266,7 +266,7 @@ impl Rule {
     /// counters, so a key that changes plan starts afresh.
     ///
     /// ```
-    /// use keyed_rate_limit::{Quota, Rule, key::KeyExtractor};
+    /// use keyed_rate_limit::{KeyExtractor, Quota, Rule};
     ///
     /// #[derive(Clone, Copy)]
     /// enum Plan { Free, Pro }
@@ -290,7 +290,7 @@ impl Rule {
     /// it is skipped.
     ///
     /// ```
-    /// # use keyed_rate_limit::{Quota, Rule, key::KeyExtractor};
+    /// # use keyed_rate_limit::{KeyExtractor, Quota, Rule};
     /// let rule = Rule::new("uploads", KeyExtractor::everyone(), Quota::per_second(100)).cost(5);
     /// # let _ = rule;
     /// ```
@@ -303,7 +303,7 @@ impl Rule {
     /// once gives a 429 without `Retry-After`, since waiting would not help.
     ///
     /// ```
-    /// # use keyed_rate_limit::{Quota, Rule, key::KeyExtractor};
+    /// # use keyed_rate_limit::{KeyExtractor, Quota, Rule};
     /// let by_size = Rule::new("bytes", KeyExtractor::everyone(), Quota::per_second(1 << 20))
     ///     .cost_fn(|parts| {
     ///         parts.headers.get("content-length")
@@ -393,7 +393,7 @@ impl Rule {
     /// The counting algorithm (default [`Algorithm::Gcra`]).
     ///
     /// ```
-    /// # use keyed_rate_limit::{Algorithm, Quota, Rule, key::KeyExtractor};
+    /// # use keyed_rate_limit::{Algorithm, KeyExtractor, Quota, Rule};
     /// let r = Rule::new("r", KeyExtractor::everyone(), Quota::per_second(1)).algorithm(Algorithm::TokenBucket);
     /// # let _ = r;
     /// ```
@@ -431,7 +431,7 @@ impl Rule {
     /// a build error.
     ///
     /// ```
-    /// # use keyed_rate_limit::{Quota, Rule, key::KeyExtractor};
+    /// # use keyed_rate_limit::{KeyExtractor, Quota, Rule};
     /// let per_ip = Rule::new("per-ip", KeyExtractor::peer_ip(), Quota::per_second(5)).max_keys(50_000);
     /// # let _ = per_ip;
     /// ```
@@ -452,7 +452,7 @@ impl Rule {
     /// on. For dark-launching a new limit.
     ///
     /// ```
-    /// # use keyed_rate_limit::{Quota, Rule, key::KeyExtractor};
+    /// # use keyed_rate_limit::{KeyExtractor, Quota, Rule};
     /// let trial = Rule::new("new-limit", KeyExtractor::peer_ip(), Quota::per_second(1)).shadow(true);
     /// # let _ = trial;
     /// ```
@@ -469,7 +469,7 @@ impl Rule {
     /// the rules that allowed), and its problem body names the rule.
     ///
     /// ```
-    /// # use keyed_rate_limit::{Quota, Rule, key::KeyExtractor};
+    /// # use keyed_rate_limit::{KeyExtractor, Quota, Rule};
     /// let guard = Rule::new("login-abuse", KeyExtractor::peer_ip(), Quota::per_minute(20)).hidden(true);
     /// # let _ = guard;
     /// ```
@@ -487,7 +487,7 @@ impl Rule {
     /// stays the same for every key.
     ///
     /// ```
-    /// # use keyed_rate_limit::{Quota, Rule, key::KeyExtractor};
+    /// # use keyed_rate_limit::{KeyExtractor, Quota, Rule};
     /// let per_key = Rule::new("per-key", KeyExtractor::header("x-api-key"), Quota::per_minute(100))
     ///     .partition_key(true);
     /// # let _ = per_key;
@@ -499,11 +499,11 @@ impl Rule {
 
     /// For a local rule: enforce only this instance's share of the quota,
     /// the quota divided by
-    /// [`RateLimitBuilder::instances`](crate::RateLimitBuilder::instances),
+    /// [`RateLimitBuilder::instances`](crate::rate_limit::RateLimitBuilder::instances),
     /// so N gateways together admit about the whole quota.
     ///
     /// ```
-    /// # use keyed_rate_limit::{Quota, Rule, key::KeyExtractor};
+    /// # use keyed_rate_limit::{KeyExtractor, Quota, Rule};
     /// let r = Rule::new("r", KeyExtractor::everyone(), Quota::per_second(90)).split_across_instances(true);
     /// # let _ = r;
     /// ```

@@ -3,7 +3,7 @@
 //! A single-instance deploy keeps its limits in memory, so without a
 //! snapshot a restart hands every client a fresh quota. [`RateLimitLayer::snapshot`](crate::RateLimitLayer::snapshot)
 //! writes each local rule's counters, and
-//! [`RateLimitBuilder::restore`](crate::RateLimitBuilder::restore) loads
+//! [`RateLimitBuilder::restore`](crate::rate_limit::RateLimitBuilder::restore) loads
 //! them into the next process's rules:
 //!
 //! - rules are matched by name; a rule the snapshot doesn't name starts
@@ -68,7 +68,7 @@ use crate::key::Key;
 use crate::quota::Period;
 
 /// The format version this crate writes and reads.
-pub const VERSION: u32 = 1;
+pub(crate) const VERSION: u32 = 1;
 
 /// One rule's counters as saved.
 #[derive(Debug, Clone, PartialEq)]

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use crate::support::sf::{member, members};
 use crate::support::{get_with as get, header, ok_app, serve};
-use keyed_rate_limit::error::BuildError;
-use keyed_rate_limit::{OnDeny, Quota, RateLimitLayer, Rule, key::KeyExtractor, rule};
+use keyed_rate_limit::BuildError;
+use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule, rule, rule::OnDeny};
 
 fn key() -> KeyExtractor {
     KeyExtractor::header("x-api-key")
@@ -239,7 +239,7 @@ fn describe_shows_the_group() {
 #[cfg(feature = "config")]
 #[test]
 fn rule_files_group_consecutive_rules() {
-    use keyed_rate_limit::config::{Registry, RulesConfig};
+    use keyed_rate_limit::{Registry, RulesConfig};
     let config = RulesConfig::from_toml_str(
         r#"
         [[rules]]

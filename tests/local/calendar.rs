@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::support::{calendar_window_now, client, header, ok_app, serve, sf};
 
-use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
 
 #[tokio::test]
 async fn day_and_month_quotas_reset_at_their_boundaries() {

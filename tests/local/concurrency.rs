@@ -10,7 +10,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::routing::get;
 use bytes::Bytes;
-use keyed_rate_limit::{Key, concurrency::ConcurrencyLimitLayer, key::KeyExtractor};
+use keyed_rate_limit::{ConcurrencyLimitLayer, Key, KeyExtractor};
 use reqwest::StatusCode;
 use tokio::sync::{mpsc, oneshot};
 

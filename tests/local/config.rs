@@ -7,9 +7,9 @@ use std::time::Duration;
 use crate::support::Backend as _;
 use crate::support::{client, header, serve};
 use axum::{Router, routing::get};
-use keyed_rate_limit::backend::redis::RedisBackend;
-use keyed_rate_limit::config::{Registry, RulesConfig};
-use keyed_rate_limit::{Key, Quota, RateLimitLayer, key::KeyExtractor};
+use keyed_rate_limit::RedisBackend;
+use keyed_rate_limit::{Key, KeyExtractor, Quota, RateLimitLayer};
+use keyed_rate_limit::{Registry, RulesConfig};
 use keyed_rate_limit_testing::RedisServer;
 
 fn app(layer: RateLimitLayer) -> Router {

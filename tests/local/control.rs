@@ -8,9 +8,9 @@ use std::time::Duration;
 use crate::support::Backend as _;
 use crate::support::{client, header, serve};
 use axum::{Extension, Router, routing::get};
-use keyed_rate_limit::ControlError;
+use keyed_rate_limit::rate_limit::ControlError;
 use keyed_rate_limit::rule::Lockout;
-use keyed_rate_limit::{Quota, RateLimitDecision, RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule, decision::RateLimitDecision};
 
 /// `GET /` answers with the source of the first rule's decision.
 fn app(layer: RateLimitLayer) -> Router {
@@ -97,7 +97,7 @@ async fn a_local_lockout_blocks_past_the_window_and_the_handle_lifts_it() {
 
 #[test]
 fn settings_that_cannot_hold_are_build_errors() {
-    use keyed_rate_limit::OnDeny;
+    use keyed_rate_limit::rule::OnDeny;
     let waits = login(Quota::per_minute(2)).on_deny(OnDeny::Wait {
         max: Duration::from_secs(1),
         queue: 10,
@@ -229,7 +229,7 @@ mod redis {
             .collect()
     }
 
-    fn global(rule: Rule, redis: keyed_rate_limit::backend::redis::RedisBackend) -> Rule {
+    fn global(rule: Rule, redis: keyed_rate_limit::RedisBackend) -> Rule {
         rule.global(redis).redis_timeout(Duration::from_millis(500))
     }
 
@@ -350,7 +350,12 @@ mod redis {
 
     /// Polls `peek` until `want` units are left: refunds and charges in
     /// Redis go out after the response.
-    async fn until_left(control: &keyed_rate_limit::Control, rule: &str, key: &str, want: u32) {
+    async fn until_left(
+        control: &keyed_rate_limit::rate_limit::Control,
+        rule: &str,
+        key: &str,
+        want: u32,
+    ) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         loop {
             let left = control

@@ -6,9 +6,12 @@
 #[cfg(feature = "redis")]
 use crate::support::Backend as _;
 use crate::support::{client, header, ok_app, serve};
-use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
 #[cfg(feature = "redis")]
-use {keyed_rate_limit::FailureMode, keyed_rate_limit_testing::RedisServer, std::time::Duration};
+use {
+    keyed_rate_limit::failure::FailureMode, keyed_rate_limit_testing::RedisServer,
+    std::time::Duration,
+};
 
 const BURST: u32 = 10;
 

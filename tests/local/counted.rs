@@ -4,7 +4,7 @@
 use crate::support::load::spread;
 use crate::support::metrics::{counter, snapshotter};
 use crate::support::{ok_app, serve};
-use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
 
 const DECISIONS: &str = "rate_limit_decisions_total";
 

@@ -215,8 +215,8 @@ async fn a_global_concurrency_deny_has_t_equal_to_retry_after() {
 #[cfg(feature = "redis")]
 #[tokio::test]
 async fn a_fail_closed_deny_has_t_equal_to_retry_after_the_breakers_wait() {
-    use keyed_rate_limit::FailureMode;
     use keyed_rate_limit::failure::BreakerConfig;
+    use keyed_rate_limit::failure::FailureMode;
     let mut server = keyed_rate_limit_testing::RedisServer::start();
     let open_for = Duration::from_secs(30);
     let layer = RateLimitLayer::builder()

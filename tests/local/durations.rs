@@ -14,8 +14,9 @@ use axum::routing::get;
 use http::{Request, StatusCode};
 use keyed_rate_limit::rule::Lockout;
 use keyed_rate_limit::{
-    Algorithm, ConcurrencyLimitLayer, HeaderStyle, KeyExtractor, OnDeny, Quota, RateLimitLayer,
-    ResetFormat, Rule,
+    Algorithm, ConcurrencyLimitLayer, KeyExtractor, Quota, RateLimitLayer, Rule,
+    headers::{HeaderStyle, ResetFormat},
+    rule::OnDeny,
 };
 use tokio::sync::Notify;
 use tower::ServiceExt;
@@ -129,7 +130,11 @@ async fn run(rule: Rule, refused: bool, n: usize) -> Vec<u16> {
     .await
 }
 
-async fn run_with(b: keyed_rate_limit::RateLimitBuilder, refused: bool, n: usize) -> Vec<u16> {
+async fn run_with(
+    b: keyed_rate_limit::rate_limit::RateLimitBuilder,
+    refused: bool,
+    n: usize,
+) -> Vec<u16> {
     match b.build() {
         Err(e) => {
             assert!(refused, "refused: {e}");
@@ -332,7 +337,7 @@ mod redis {
     use super::*;
     use crate::support::ALGORITHMS;
     use crate::support::Backend as _;
-    use keyed_rate_limit::backend::redis::RedisBackend;
+    use keyed_rate_limit::RedisBackend;
     use keyed_rate_limit::failure::BreakerConfig;
     use keyed_rate_limit::rule::LeasePolicy;
     use keyed_rate_limit_testing::{RedisServer, free_port};

@@ -5,7 +5,7 @@
 
 use axum::Router;
 use axum::routing::get;
-use keyed_rate_limit::key::{KeyExtractor, TrustedProxies};
+use keyed_rate_limit::{KeyExtractor, key::TrustedProxies};
 use keyed_rate_limit::{Quota, RateLimitLayer, Rule};
 
 use crate::support::{client, events, header, metrics, ok_app, serve};
@@ -349,7 +349,7 @@ async fn a_quota_fn_rule_is_near_its_limit_by_the_decided_quota() {
 #[cfg(feature = "config")]
 #[tokio::test]
 async fn a_rules_file_sets_exemptions_and_the_near_limit_ratio() {
-    use keyed_rate_limit::config::{Registry, RulesConfig};
+    use keyed_rate_limit::{Registry, RulesConfig};
     metrics::snapshotter();
     let registry = Registry::new().exempt_fn("health", |p| p.uri.path() == "/healthz");
     let layer = RulesConfig::from_toml_str(

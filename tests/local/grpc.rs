@@ -4,8 +4,8 @@
 use std::net::SocketAddr;
 
 use http::StatusCode;
-use keyed_rate_limit::key::OnMissingKey;
-use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit::OnMissingKey;
+use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
 use tonic::Code;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Server};
@@ -257,7 +257,7 @@ async fn a_streaming_watch_holds_its_concurrency_slot_until_dropped() {
 /// `OnDeny::Wait` holds a gRPC call for its unit instead of refusing it.
 #[tokio::test]
 async fn grpc_calls_over_the_quota_wait_for_their_unit() {
-    use keyed_rate_limit::OnDeny;
+    use keyed_rate_limit::rule::OnDeny;
     let layer = RateLimitLayer::builder()
         .rule(
             Rule::new(

@@ -8,10 +8,12 @@ use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::{Extension, Router, routing::get};
 use http::StatusCode;
-use keyed_rate_limit::error::BuildError;
-use keyed_rate_limit::key::OnMissingKey;
-use keyed_rate_limit::key::{KeyExtractor, TrustedProxies};
-use keyed_rate_limit::{HeaderStyle, Key, Quota, RateLimitDecision, RateLimitLayer, Rule};
+use keyed_rate_limit::BuildError;
+use keyed_rate_limit::OnMissingKey;
+use keyed_rate_limit::{
+    Key, Quota, RateLimitLayer, Rule, decision::RateLimitDecision, headers::HeaderStyle,
+};
+use keyed_rate_limit::{KeyExtractor, key::TrustedProxies};
 
 fn app(layer: RateLimitLayer) -> Router {
     Router::new()

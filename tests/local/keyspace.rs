@@ -5,7 +5,7 @@
 use crate::support::metrics::{counter, snapshotter};
 use crate::support::{client, header, ok_app, serve};
 use keyed_rate_limit::rule::KeySpaceFull;
-use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
 
 async fn get(c: &reqwest::Client, url: &str, key: &str) -> reqwest::Response {
     c.get(url).header("x-key", key).send().await.unwrap()

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use http::Request;
-use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
 use tower::ServiceExt;
 
 use crate::support::{events, metrics};

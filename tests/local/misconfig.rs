@@ -8,8 +8,8 @@ use axum::extract::Request;
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::{Router, routing::get};
-use keyed_rate_limit::key::KeyExtractor;
-use keyed_rate_limit::key::OnMissingKey;
+use keyed_rate_limit::KeyExtractor;
+use keyed_rate_limit::OnMissingKey;
 use keyed_rate_limit::{Key, Quota, RateLimitLayer, Rule};
 
 use crate::support::{client, events, serve, statuses};
@@ -313,7 +313,7 @@ async fn matched_route_around_the_router_refuses_and_inside_it_limits() {
 
 #[tokio::test]
 async fn a_concurrency_limit_without_its_key_source_refuses_too() {
-    use keyed_rate_limit::concurrency::ConcurrencyLimitLayer;
+    use keyed_rate_limit::ConcurrencyLimitLayer;
     let (events, _guard) = events::capture();
     let limit = ConcurrencyLimitLayer::builder("slots", KeyExtractor::peer_ip(), 2)
         .build()

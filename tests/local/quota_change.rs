@@ -6,7 +6,7 @@
 use crate::support::sf::member;
 use crate::support::{get_with, ok_app, serve};
 use keyed_rate_limit::rule::QuotaChange;
-use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
 
 fn rule(q: Quota, how: QuotaChange) -> Rule {
     Rule::new("api", KeyExtractor::header("x-api-key"), q).on_quota_change(how)
@@ -90,7 +90,7 @@ async fn incomparable_quotas_start_afresh() {
 #[cfg(feature = "config")]
 #[tokio::test]
 async fn a_watched_file_converts_usage_too() {
-    use keyed_rate_limit::config::{Registry, RulesConfig};
+    use keyed_rate_limit::{Registry, RulesConfig};
     let dir = std::env::temp_dir().join(format!("krl-quota-change-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("limits.toml");
@@ -121,7 +121,7 @@ async fn a_watched_file_converts_usage_too() {
 #[cfg(feature = "config")]
 #[test]
 fn rule_files_set_it() {
-    use keyed_rate_limit::config::{Registry, RulesConfig};
+    use keyed_rate_limit::{Registry, RulesConfig};
     let config = RulesConfig::from_yaml_str(
         "rules:\n  - name: api\n    key: everyone\n    quota: 100/h\n    on_quota_change: as_is\n",
     )

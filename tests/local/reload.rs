@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use crate::support::events::{capture, with_message};
 use crate::support::metrics::{counter_with, snapshotter};
 use crate::support::{client, ok_app, serve, sf};
-use keyed_rate_limit::config::{ConfigWatcher, Registry, RulesConfig};
 use keyed_rate_limit::rule::QuotaChange;
-use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
+use keyed_rate_limit::{Registry, RulesConfig, config::ConfigWatcher};
 
 /// A fresh directory under the system's temp dir, removed on drop.
 struct TempDir(PathBuf);

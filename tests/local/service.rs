@@ -6,7 +6,9 @@ use std::convert::Infallible;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
-use keyed_rate_limit::{Key, Quota, RateLimitDecision, RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit::{
+    Key, KeyExtractor, Quota, RateLimitLayer, Rule, decision::RateLimitDecision,
+};
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 async fn echo_remaining(req: Request<Full<Bytes>>) -> Result<Response<Full<Bytes>>, Infallible> {

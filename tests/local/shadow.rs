@@ -4,7 +4,9 @@
 
 use axum::routing::get;
 use axum::{Extension, Router};
-use keyed_rate_limit::{Key, Quota, RateLimitDecision, RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit::{
+    Key, KeyExtractor, Quota, RateLimitLayer, Rule, decision::RateLimitDecision,
+};
 
 use crate::support::{events, metrics};
 

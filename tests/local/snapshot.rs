@@ -8,7 +8,7 @@ use crate::support::sf::member;
 use crate::support::{get_with, ok_app, serve};
 use keyed_rate_limit::rule::QuotaChange;
 use keyed_rate_limit::snapshot::SnapshotError;
-use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
 
 fn rules(hourly: Quota) -> Vec<Rule> {
     let key = || KeyExtractor::header("x-api-key");

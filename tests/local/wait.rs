@@ -12,7 +12,7 @@ use crate::support::{client, serve};
 use axum::{Router, routing::get};
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
-use keyed_rate_limit::{KeyExtractor, OnDeny, Quota, RateLimitLayer, Rule};
+use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule, rule::OnDeny};
 use tower::{ServiceExt, service_fn};
 
 type Body = Full<bytes::Bytes>;

@@ -9,7 +9,7 @@ use crate::support::Backend as _;
 use crate::support::gateway::HEALTHY_TIMEOUT;
 use crate::support::sf::{member, members};
 use crate::support::{get_with as get, header, ok_app, serve};
-use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor, rule};
+use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule, rule};
 use keyed_rate_limit_testing::RedisServer;
 
 fn key() -> KeyExtractor {

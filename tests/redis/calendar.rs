@@ -5,9 +5,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::support::Backend as _;
 use crate::support::{calendar_window_now, client, header, ok_app, serve, sf};
-use keyed_rate_limit::backend::redis::RedisBackend;
+use keyed_rate_limit::RedisBackend;
 use keyed_rate_limit::failure::FailureMode;
-use keyed_rate_limit::{Algorithm, Key, Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit::{Algorithm, Key, KeyExtractor, Quota, RateLimitLayer, Rule};
 use keyed_rate_limit_testing::RedisServer;
 use proptest::prelude::*;
 

@@ -5,9 +5,9 @@ use std::collections::{HashMap, HashSet};
 use crate::coalesce::{coalescing, crowd_over};
 use crate::support::{client, serve, statuses};
 use axum::{Router, routing::get};
-use keyed_rate_limit::backend::redis::RedisBackend;
+use keyed_rate_limit::RedisBackend;
 use keyed_rate_limit::rule::LeasePolicy;
-use keyed_rate_limit::{Algorithm, Key, Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit::{Algorithm, Key, KeyExtractor, Quota, RateLimitLayer, Rule};
 use keyed_rate_limit_testing::RedisCluster;
 
 const ALL: [Algorithm; 4] = [
@@ -23,6 +23,19 @@ async fn backend(cluster: &RedisCluster, prefix: &str) -> RedisBackend {
         .build()
         .await
         .unwrap()
+}
+
+/// A cluster keeps one multiplexed connection per node: a pool is a build
+/// error that says so, not a connection to nowhere.
+#[tokio::test]
+async fn a_cluster_backend_refuses_a_pool_at_build_time() {
+    let e = RedisBackend::cluster_builder(["redis://127.0.0.1:1"])
+        .connection(keyed_rate_limit::backend::redis::ConnectionMode::Pool { max_size: 4 })
+        .connect_lazily()
+        .build()
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("no pool"), "{e}");
 }
 
 /// The hash tag of a key: the bytes between the first `{` and the next `}`.

@@ -12,10 +12,11 @@ use crate::support::Backend as _;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Full;
-use keyed_rate_limit::backend::redis::RedisBackend;
+use keyed_rate_limit::RedisBackend;
 use keyed_rate_limit::failure::{BreakerConfig, BreakerState};
 use keyed_rate_limit::{
-    Algorithm, FailureMode, Quota, RateLimitDecision, RateLimitLayer, Rule, key::KeyExtractor,
+    Algorithm, KeyExtractor, Quota, RateLimitLayer, Rule, decision::RateLimitDecision,
+    failure::FailureMode,
 };
 use keyed_rate_limit_testing::RedisServer;
 use tower::{ServiceExt, service_fn};

@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use http::StatusCode;
-use keyed_rate_limit::backend::redis::RedisBackend;
+use keyed_rate_limit::OnMissingKey;
+use keyed_rate_limit::RedisBackend;
 use keyed_rate_limit::failure::FailureMode;
-use keyed_rate_limit::key::OnMissingKey;
-use keyed_rate_limit::{Algorithm, Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit::{Algorithm, KeyExtractor, Quota, RateLimitLayer, Rule};
 use keyed_rate_limit_testing::RedisServer;
 
 async fn layer(redis: RedisBackend) -> RateLimitLayer {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::gateway::{HEALTHY_TIMEOUT, app};
 use crate::support::{client, header, serve};
-use keyed_rate_limit::backend::redis::RedisBackend;
+use keyed_rate_limit::RedisBackend;
 use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
 use keyed_rate_limit_testing::RedisServer;
 

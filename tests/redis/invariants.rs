@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use crate::support::Backend as _;
 use crate::support::admits::{Admit, check, time_us};
-use keyed_rate_limit::backend::redis::RedisBackend;
+use keyed_rate_limit::RedisBackend;
 use keyed_rate_limit::{Algorithm, Key, Quota};
 use keyed_rate_limit_testing::RedisServer;
 use proptest::prelude::*;

@@ -7,9 +7,9 @@ use crate::support::Backend as _;
 use crate::support::gateway::{HEALTHY_TIMEOUT, app, hit, layer_with, until_global};
 use crate::support::metrics::{counter, counter_with, gauge, samples, snapshotter};
 use crate::support::{client, header, serve};
-use keyed_rate_limit::backend::redis::RedisBackend;
+use keyed_rate_limit::RedisBackend;
 use keyed_rate_limit::failure::{BreakerConfig, BreakerState, FailureMode};
-use keyed_rate_limit::{Algorithm, Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit::{Algorithm, KeyExtractor, Quota, RateLimitLayer, Rule};
 use keyed_rate_limit_testing::RedisServer;
 
 #[tokio::test]

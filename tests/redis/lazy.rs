@@ -5,8 +5,11 @@
 use crate::support::gateway::{app, hit, layer_with, until_global};
 use crate::support::{client, serve};
 use keyed_rate_limit::Quota;
-use keyed_rate_limit::backend::redis::{ConnectionMode, RedisBackend, RedisBackendBuilder};
 use keyed_rate_limit::failure::FailureMode;
+use keyed_rate_limit::{
+    RedisBackend,
+    backend::redis::{ConnectionMode, RedisBackendBuilder},
+};
 use keyed_rate_limit_testing::RedisServer;
 
 /// Builds `builder` lazily, serves a fail-closed rule on it, checks the 429

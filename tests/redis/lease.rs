@@ -11,11 +11,12 @@ use crate::support::admits::{Admit, check, time_us};
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Full;
-use keyed_rate_limit::backend::redis::RedisBackend;
+use keyed_rate_limit::RedisBackend;
 use keyed_rate_limit::rule::LeasePolicy;
 use keyed_rate_limit::{
-    Algorithm, FailureMode, Quota, RateLimitDecision, RateLimitLayer, Rule, Source,
-    key::KeyExtractor,
+    Algorithm, KeyExtractor, Quota, RateLimitLayer, Rule,
+    decision::{RateLimitDecision, Source},
+    failure::FailureMode,
 };
 use keyed_rate_limit_testing::RedisServer;
 use tower::{ServiceExt, service_fn};

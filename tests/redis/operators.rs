@@ -8,7 +8,7 @@ use crate::support::load::spread;
 use crate::support::metrics::{counter, snapshotter};
 use crate::support::{client, header, ok_app, serve};
 use keyed_rate_limit::failure::FailureMode;
-use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
 use keyed_rate_limit_testing::RedisServer;
 
 const DECISIONS: &str = "rate_limit_decisions_total";

@@ -9,9 +9,9 @@ use crate::support::Backend as _;
 use crate::support::gateway::HEALTHY_TIMEOUT;
 use crate::support::sf::member;
 use crate::support::{ALGORITHMS, get_with, ok_app, serve};
-use keyed_rate_limit::backend::redis::RedisBackend;
+use keyed_rate_limit::RedisBackend;
 use keyed_rate_limit::rule::{LeasePolicy, QuotaChange};
-use keyed_rate_limit::{Algorithm, Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit::{Algorithm, KeyExtractor, Quota, RateLimitLayer, Rule};
 use keyed_rate_limit_testing::RedisServer;
 
 fn rule(redis: &RedisBackend, algorithm: Algorithm, q: Quota, how: QuotaChange) -> Rule {

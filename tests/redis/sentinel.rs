@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::support::gateway::{app, hit, layer_with, until_global};
 use crate::support::{client, serve};
-use keyed_rate_limit::backend::redis::RedisBackend;
+use keyed_rate_limit::RedisBackend;
 use keyed_rate_limit::failure::FailureMode;
 use keyed_rate_limit::{Algorithm, Key, Quota};
 use keyed_rate_limit_testing::{MASTER_NAME, SentinelGroup, role};
@@ -118,7 +118,7 @@ async fn master_auth_and_a_builder_option_that_does_not_apply() {
         .build()
         .await
         .unwrap_err();
-    assert!(e.to_string().contains("no other connection mode"), "{e}");
+    assert!(e.to_string().contains("no pool"), "{e}");
 }
 
 /// SIGKILL of the master under traffic: the gateway follows the promotion,

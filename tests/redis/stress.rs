@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::routing::get;
-use keyed_rate_limit::backend::redis::RedisBackend;
+use keyed_rate_limit::RedisBackend;
 use keyed_rate_limit::{Algorithm, Quota};
-use keyed_rate_limit::{RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit::{KeyExtractor, RateLimitLayer, Rule};
 use keyed_rate_limit_testing::RedisServer;
 use keyed_rate_limit_testing::{runtime, serve_on};
 

@@ -1,8 +1,11 @@
 //! `rediss://` against a real TLS-only `redis-server`, with a certificate
 //! the test makes with `openssl`.
 
-use keyed_rate_limit::backend::redis::{ConnectionMode, RedisBackend, RedisBackendError};
 use keyed_rate_limit::{Algorithm, Key, Quota};
+use keyed_rate_limit::{
+    RedisBackend,
+    backend::redis::{ConnectionMode, RedisBackendError},
+};
 use keyed_rate_limit_testing::RedisServer;
 
 #[tokio::test]

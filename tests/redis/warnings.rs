@@ -6,10 +6,10 @@ use std::time::Duration;
 use crate::support::Backend as _;
 use crate::support::events::{capture, with_message};
 use crate::support::{client, ok_app, serve};
-use keyed_rate_limit::backend::redis::RedisBackend;
-use keyed_rate_limit::concurrency::ConcurrencyLimitLayer;
+use keyed_rate_limit::ConcurrencyLimitLayer;
+use keyed_rate_limit::RedisBackend;
 use keyed_rate_limit::failure::FailureMode;
-use keyed_rate_limit::{Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
 use keyed_rate_limit_testing::RedisServer;
 
 const UNSPLIT: &str = "local_fallback without instances(n)";

@@ -15,7 +15,8 @@ use http::{Request, Response};
 use http_body_util::Full;
 use keyed_rate_limit::rule::LeasePolicy;
 use keyed_rate_limit::{
-    Algorithm, FailureMode, Quota, RateLimitDecision, RateLimitLayer, Rule, key::KeyExtractor,
+    Algorithm, KeyExtractor, Quota, RateLimitLayer, Rule, decision::RateLimitDecision,
+    failure::FailureMode,
 };
 use keyed_rate_limit_testing::RedisServer;
 use tower::{ServiceExt, service_fn};

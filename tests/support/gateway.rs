@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use axum::{Extension, Router, routing::get};
-use keyed_rate_limit::backend::redis::RedisBackend;
+use keyed_rate_limit::RedisBackend;
 use keyed_rate_limit::failure::{BreakerConfig, FailureMode};
-use keyed_rate_limit::{Quota, RateLimitDecision, RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule, decision::RateLimitDecision};
 
 /// Generous: a loaded 2-core CI box must not turn a healthy Redis into a failure.
 pub const HEALTHY_TIMEOUT: Duration = Duration::from_millis(500);

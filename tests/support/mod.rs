@@ -102,14 +102,14 @@ pub fn state_keys(server: &keyed_rate_limit_testing::RedisServer, pattern: &str)
 /// A backend on a private server under its own key prefix.
 #[cfg(feature = "redis")]
 pub trait Backend {
-    /// Connects a [`RedisBackend`](keyed_rate_limit::backend::redis::RedisBackend) with this key prefix.
-    async fn backend(&self, prefix: &str) -> keyed_rate_limit::backend::redis::RedisBackend;
+    /// Connects a [`RedisBackend`](keyed_rate_limit::RedisBackend) with this key prefix.
+    async fn backend(&self, prefix: &str) -> keyed_rate_limit::RedisBackend;
 }
 
 #[cfg(feature = "redis")]
 impl Backend for keyed_rate_limit_testing::RedisServer {
-    async fn backend(&self, prefix: &str) -> keyed_rate_limit::backend::redis::RedisBackend {
-        keyed_rate_limit::backend::redis::RedisBackend::builder(self.url())
+    async fn backend(&self, prefix: &str) -> keyed_rate_limit::RedisBackend {
+        keyed_rate_limit::RedisBackend::builder(self.url())
             .prefix(prefix)
             .build()
             .await

@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::{Extension, Router, routing::get};
-use keyed_rate_limit::backend::redis::RedisBackend;
-use keyed_rate_limit::{Quota, RateLimitDecision, RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit::RedisBackend;
+use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule, decision::RateLimitDecision};
 
 #[cfg(feature = "redis-cluster")]
 use keyed_rate_limit_testing::RedisCluster;

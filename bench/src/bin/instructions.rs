@@ -40,7 +40,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::Router;
-use keyed_rate_limit::HeaderStyle;
+use keyed_rate_limit::headers::HeaderStyle;
 
 /// The last two drop everything but the limiter: no decision extension and
 /// no rate-limit headers, against `tower_governor` without its headers.
@@ -92,7 +92,7 @@ static REDIS_URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 /// `INSTR_REDIS_URL`.
 #[cfg(feature = "redis")]
 async fn global(leased: bool) -> Router {
-    use keyed_rate_limit::backend::redis::RedisBackend;
+    use keyed_rate_limit::RedisBackend;
     use keyed_rate_limit::rule::LeasePolicy;
     use std::time::Duration;
     let url = std::env::var("INSTR_REDIS_URL").expect("INSTR_REDIS_URL");

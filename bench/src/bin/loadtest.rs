@@ -7,7 +7,7 @@
 //! 1. `bare`: no rate limiting;
 //! 2. `layer-local`: this layer, one local rule keyed by `x-api-key` that never denies;
 //! 3. `local-noext`: the same without the decision in the request extensions
-//!    ([`decision_extension(false)`](keyed_rate_limit::RateLimitBuilder::decision_extension)),
+//!    ([`decision_extension(false)`](keyed_rate_limit::rate_limit::RateLimitBuilder::decision_extension)),
 //!    which `tower_governor` has no counterpart of;
 //! 4. `tower_governor`: `tower_governor` 0.8 with the same key, the same quota
 //!    and its rate-limit headers (`use_headers`), so both answer with headers;
@@ -51,9 +51,9 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use keyed_rate_limit::backend::redis::RedisBackend;
+use keyed_rate_limit::RedisBackend;
 use keyed_rate_limit::rule::LeasePolicy;
-use keyed_rate_limit::{HeaderStyle, RateLimitLayer};
+use keyed_rate_limit::{RateLimitLayer, headers::HeaderStyle};
 use support::{KEY, KEY_HEADER, app};
 
 async fn serve(router: Router) -> SocketAddr {

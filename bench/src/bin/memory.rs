@@ -25,7 +25,7 @@ use bytes::Bytes;
 use futures_util::FutureExt;
 use http::{HeaderValue, Request, Response};
 use http_body_util::Full;
-use keyed_rate_limit::{Key, Quota, RateLimitLayer, Rule, key::KeyExtractor};
+use keyed_rate_limit::{Key, KeyExtractor, Quota, RateLimitLayer, Rule};
 use tower::{Service, service_fn};
 
 /// The system allocator, counting live bytes.

@@ -5,8 +5,8 @@
 
 use keyed_rate_limit_testing as redis_server;
 
-use keyed_rate_limit::backend::redis::{ConnectionMode, RedisBackend};
 use keyed_rate_limit::{Algorithm, Key, Quota};
+use keyed_rate_limit::{RedisBackend, backend::redis::ConnectionMode};
 use keyed_rate_limit_bench::spread::per_second;
 use redis_server::RedisServer;
 

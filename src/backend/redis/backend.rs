@@ -92,8 +92,8 @@ impl RedisBackend {
     /// Counts `cost` units of `key` under `rule` and decides, atomically in Redis.
     ///
     /// A cost that can never pass (above the burst for GCRA and token bucket,
-    /// above the limit for the window algorithms) returns [`Decision::never`]
-    /// without calling Redis. A deny does not consume anything. Keys longer
+    /// above the limit for the window algorithms) is refused without
+    /// `Retry-After` and without calling Redis. A deny does not consume anything. Keys longer
     /// than [`DEFAULT_MAX_KEY_LEN`] count
     /// as their SHA-256, as in the layer with its default bound.
     pub async fn check(

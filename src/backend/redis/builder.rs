@@ -24,7 +24,7 @@ pub const DEFAULT_LIVE_TTL: Duration = Duration::from_secs(3);
 /// Its `Debug` output shows URLs without their passwords.
 ///
 /// ```
-/// use keyed_rate_limit::backend::redis::RedisBackend;
+/// use keyed_rate_limit::RedisBackend;
 /// let b = RedisBackend::builder("redis://app:s3cret@redis.internal:6379");
 /// let shown = format!("{b:?}");
 /// assert!(shown.contains("redis://app:***@redis.internal:6379") && !shown.contains("s3cret"));
@@ -76,7 +76,7 @@ impl RedisBackendBuilder {
     /// load on first use.
     ///
     /// ```
-    /// # use keyed_rate_limit::backend::redis::RedisBackend;
+    /// # use keyed_rate_limit::RedisBackend;
     /// let builder = RedisBackend::builder("redis://redis.internal:6379").connect_lazily();
     /// ```
     pub fn connect_lazily(mut self) -> Self {
@@ -99,7 +99,7 @@ impl RedisBackendBuilder {
     /// follows gateways joining and leaving (within `ttl`; a backend
     /// dropped while its runtime still runs leaves at once), and never by
     /// less than
-    /// [`RateLimitBuilder::instances`](crate::RateLimitBuilder::instances),
+    /// [`RateLimitBuilder::instances`](crate::rate_limit::RateLimitBuilder::instances),
     /// which is also the divisor until a count is read. A count that falls
     /// takes effect a TTL later (a rise at once), so a Redis restarted
     /// empty or a flapping gateway never widens every share at once. While
@@ -111,7 +111,7 @@ impl RedisBackendBuilder {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// # use keyed_rate_limit::backend::redis::RedisBackend;
+    /// # use keyed_rate_limit::RedisBackend;
     /// let builder = RedisBackend::builder("redis://redis.internal:6379")
     ///     .live_instances(Duration::from_secs(3));
     /// ```
@@ -122,13 +122,13 @@ impl RedisBackendBuilder {
 
     /// Keeps no live count (see [`live_instances`](Self::live_instances)):
     /// no announcements, no key in Redis for them, and `LocalFallback`
-    /// divides by [`RateLimitBuilder::instances`](crate::RateLimitBuilder::instances)
+    /// divides by [`RateLimitBuilder::instances`](crate::rate_limit::RateLimitBuilder::instances)
     /// alone, which a rule then warns about at build time when it was never
     /// set. For a Redis whose ACL forbids the count's sorted set, or a
     /// gateway that knows its fleet's size.
     ///
     /// ```
-    /// # use keyed_rate_limit::backend::redis::RedisBackend;
+    /// # use keyed_rate_limit::RedisBackend;
     /// let builder = RedisBackend::builder("redis://redis.internal:6379").without_live_instances();
     /// ```
     pub fn without_live_instances(mut self) -> Self {
@@ -207,7 +207,7 @@ impl RedisBackend {
     /// Starts configuring a backend for the Redis at `url`.
     ///
     /// ```
-    /// use keyed_rate_limit::backend::redis::{ConnectionMode, RedisBackend};
+    /// use keyed_rate_limit::{RedisBackend, backend::redis::ConnectionMode};
     /// let builder = RedisBackend::builder("rediss://user:pw@redis.internal:6380")
     ///     .prefix("gateway-rl")
     ///     .connection(ConnectionMode::Pool { max_size: 16 });
@@ -216,6 +216,7 @@ impl RedisBackend {
         RedisBackendBuilder {
             endpoint: Endpoint {
                 urls: vec![url.into()],
+                topology: super::endpoint::Topology::Single,
                 mode: ConnectionMode::default(),
                 #[cfg(feature = "redis-tls")]
                 tls: Tls::default(),
@@ -234,7 +235,7 @@ impl RedisBackend {
     /// touches shares a hash tag, so scripts never cross slots.
     ///
     /// ```
-    /// use keyed_rate_limit::backend::redis::RedisBackend;
+    /// use keyed_rate_limit::RedisBackend;
     /// let builder = RedisBackend::cluster_builder(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])
     ///     .prefix("gateway-rl");
     /// ```
@@ -246,7 +247,7 @@ impl RedisBackend {
     {
         let mut b = Self::builder(String::new());
         b.endpoint.urls = nodes.into_iter().map(Into::into).collect();
-        b.endpoint.mode = ConnectionMode::Cluster;
+        b.endpoint.topology = super::endpoint::Topology::Cluster;
         b
     }
 }
@@ -257,7 +258,7 @@ impl RedisBackendBuilder {
     /// system's store, e.g. a private CA. Multiplexed and cluster modes.
     ///
     /// ```
-    /// # use keyed_rate_limit::backend::redis::RedisBackend;
+    /// # use keyed_rate_limit::RedisBackend;
     /// let ca = b"-----BEGIN CERTIFICATE-----\n...".to_vec();
     /// let builder = RedisBackend::builder("rediss://redis.internal:6380").tls_root_cert(ca);
     /// ```
@@ -270,7 +271,7 @@ impl RedisBackendBuilder {
     /// Multiplexed and cluster modes.
     ///
     /// ```
-    /// # use keyed_rate_limit::backend::redis::RedisBackend;
+    /// # use keyed_rate_limit::RedisBackend;
     /// let (cert, key) = (b"-----BEGIN CERTIFICATE-----".to_vec(), b"-----BEGIN PRIVATE KEY-----".to_vec());
     /// let builder = RedisBackend::builder("rediss://redis.internal:6380").tls_client_cert(cert, key);
     /// ```

@@ -14,7 +14,11 @@ use super::error::RedisBackendError;
 #[cfg(feature = "redis-tls")]
 use super::tls::Tls;
 
-/// How the backend talks to Redis.
+/// How the backend talks to one Redis server: the transport. Where the
+/// servers are (one server, a Redis Cluster, a master behind Sentinel) is
+/// the builder's: [`RedisBackend::builder`](super::RedisBackend::builder),
+/// `cluster_builder` or `sentinel_builder`, which keep one multiplexed
+/// connection per node and refuse a pool.
 ///
 /// ```
 /// use keyed_rate_limit::backend::redis::ConnectionMode;
@@ -33,19 +37,26 @@ pub enum ConnectionMode {
         /// The most connections the pool opens.
         max_size: u32,
     },
-    /// A Redis Cluster: one multiplexed connection per node, commands routed
-    /// by key slot, `MOVED`/`ASK` redirections and failovers followed by the
-    /// client. Set by [`RedisBackend::cluster_builder`](super::RedisBackend::cluster_builder).
+}
+
+/// Where the servers are, set by the builder a backend starts from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) enum Topology {
+    /// One server (or a proxy in front of several).
+    #[default]
+    Single,
+    /// A Redis Cluster: one multiplexed connection per node, commands
+    /// routed by key slot, `MOVED`/`ASK` redirections and failovers
+    /// followed by the client.
     #[cfg(feature = "redis-cluster")]
     Cluster,
     /// The master Redis Sentinel monitors, followed through failovers: one
-    /// multiplexed connection to it, remade when it moves. Set by
-    /// [`RedisBackend::sentinel_builder`](super::RedisBackend::sentinel_builder).
+    /// multiplexed connection to it, remade when it moves.
     #[cfg(feature = "redis-sentinel")]
     Sentinel,
 }
 
-impl ConnectionMode {
+impl Topology {
     pub(super) fn is_cluster(self) -> bool {
         #[cfg(feature = "redis-cluster")]
         if self == Self::Cluster {
@@ -71,6 +82,7 @@ fn tls_available(urls: &[String], tls: bool) -> Result<(), RedisBackendError> {
 #[derive(Clone)]
 pub(super) struct Endpoint {
     pub(super) urls: Vec<String>,
+    pub(super) topology: Topology,
     pub(super) mode: ConnectionMode,
     #[cfg(feature = "redis-tls")]
     pub(super) tls: Tls,
@@ -88,21 +100,20 @@ impl Endpoint {
         let url = self.urls.first().map_or("", String::as_str);
         tls_available(&self.urls, cfg!(feature = "redis-tls"))?;
         #[cfg(feature = "redis-sentinel")]
-        if let Some(target) = &self.sentinel
-            && mode != ConnectionMode::Sentinel
-        {
+        if self.sentinel.is_some() && self.topology != Topology::Sentinel {
             return Err(RedisBackendError::Unsupported(
-                if target.master_name.is_empty() {
-                    "sentinel_master_auth needs RedisBackend::sentinel_builder"
-                } else {
-                    "a sentinel backend keeps one multiplexed connection to the master: no other connection mode"
-                },
+                "sentinel_master_auth needs RedisBackend::sentinel_builder",
+            ));
+        }
+        if self.topology != Topology::Single && mode != ConnectionMode::Multiplexed {
+            return Err(RedisBackendError::Unsupported(
+                "a cluster or sentinel backend keeps one multiplexed connection per node: no pool",
             ));
         }
         #[cfg(feature = "redis-tls")]
         let certs = self.tls.certificates();
-        Ok(match mode {
-            ConnectionMode::Multiplexed => {
+        Ok(match (self.topology, mode) {
+            (Topology::Single, ConnectionMode::Multiplexed) => {
                 #[cfg(feature = "redis-tls")]
                 let client = match certs {
                     Some(c) => redis::Client::build_with_tls(url, c)?,
@@ -133,12 +144,12 @@ impl Endpoint {
                 })
             }
             #[cfg(feature = "redis-tls")]
-            ConnectionMode::Pool { .. } if certs.is_some() => {
+            (_, ConnectionMode::Pool { .. }) if certs.is_some() => {
                 return Err(RedisBackendError::Unsupported(
                     "custom TLS certificates need the multiplexed or cluster connection",
                 ));
             }
-            ConnectionMode::Pool { max_size } => {
+            (_, ConnectionMode::Pool { max_size }) => {
                 let manager = RedisConnectionManager::new(url)?;
                 let pool = bb8::Pool::builder()
                     .max_size(max_size.max(1))
@@ -154,7 +165,7 @@ impl Endpoint {
                 })
             }
             #[cfg(feature = "redis-cluster")]
-            ConnectionMode::Cluster => {
+            (Topology::Cluster, _) => {
                 // redis-rs retries a failed node 16 times, waiting 1.28 s
                 // and up between tries: a call to a dead master's slots hung
                 // past a second. Its retries also count redirects (MOVED,
@@ -182,7 +193,7 @@ impl Endpoint {
                 Conn::Cluster(cluster)
             }
             #[cfg(feature = "redis-sentinel")]
-            ConnectionMode::Sentinel => Conn::Sentinel(
+            (Topology::Sentinel, _) => Conn::Sentinel(
                 super::sentinel::connect(
                     &self.urls,
                     self.sentinel.as_ref(),

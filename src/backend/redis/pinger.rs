@@ -45,7 +45,7 @@ pub(super) fn start(endpoint: Endpoint, heard: Heard) -> std::io::Result<Thread>
                 // A cluster PING reaches the primaries the connection knows;
                 // a failover since it connected may have made others. So a
                 // cluster pinger starts each spell of pinging on a fresh view.
-                if std::mem::take(&mut idle) && mode.is_cluster() {
+                if std::mem::take(&mut idle) && endpoint.topology.is_cluster() {
                     conn = None;
                 }
                 let pause = rt.block_on(async {

@@ -2,7 +2,7 @@
 
 use super::backend::RedisBackend;
 use super::builder::RedisBackendBuilder;
-use super::endpoint::ConnectionMode;
+use super::endpoint::Topology;
 use super::sentinel::Target;
 
 impl RedisBackend {
@@ -17,7 +17,7 @@ impl RedisBackend {
     /// Sentinel".
     ///
     /// ```
-    /// use keyed_rate_limit::backend::redis::RedisBackend;
+    /// use keyed_rate_limit::RedisBackend;
     /// let builder = RedisBackend::sentinel_builder(
     ///     ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
     ///     "mymaster",
@@ -35,7 +35,7 @@ impl RedisBackend {
     {
         let mut b = Self::builder(String::new());
         b.endpoint.urls = sentinels.into_iter().map(Into::into).collect();
-        b.endpoint.mode = ConnectionMode::Sentinel;
+        b.endpoint.topology = Topology::Sentinel;
         b.endpoint.sentinel = Some(Target {
             master_name: master_name.into(),
             ..Target::default()
