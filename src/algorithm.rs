@@ -1,4 +1,6 @@
 //! The counting algorithms a rule can use.
+//!
+#![doc = include_str!("../docs/algorithm.md")]
 
 use std::fmt;
 

@@ -1,4 +1,33 @@
 //! Quotas: how many units a key may spend per window, and how many at once.
+//!
+//! A [`Quota`] is a limit per window with a burst (which defaults to the
+//! limit). Two kinds exist:
+//!
+//! - **Rolling** ([`Quota::new`], [`per_second`](Quota::per_second),
+//!   [`per_minute`](Quota::per_minute), [`per_hour`](Quota::per_hour)):
+//!   units come back through the window, one every `window / limit` under
+//!   GCRA; [`with_burst`](Quota::with_burst) bounds how many go at once.
+//! - **Calendar** ([`per_day`](Quota::per_day),
+//!   [`per_month`](Quota::per_month), and [`Period`] for the rest): the
+//!   count starts again at each boundary (midnight UTC, or
+//!   [`with_utc_offset`](Quota::with_utc_offset), and the first of each
+//!   month with month lengths and leap years right), as API plans are
+//!   sold. A key may spend the whole limit just before a boundary and
+//!   again just after.
+//!
+//! Nothing is checked at construction: the layer's `build` checks every
+//! static quota ([`QuotaError`] inside its `BuildError`), and a quota
+//! computed per request that admits nothing answers 429 without
+//! `Retry-After`.
+//!
+//! ```
+//! use std::time::Duration;
+//! use keyed_rate_limit::Quota;
+//!
+//! let steady = Quota::per_minute(100).with_burst(10);
+//! assert_eq!((steady.limit(), steady.burst()), (100, 10));
+//! assert_eq!(Quota::new(5, Duration::from_secs(1)), Quota::per_second(5));
+//! ```
 
 use std::fmt;
 use std::time::{Duration, SystemTime};

@@ -84,15 +84,4 @@ impl Rule {
         self.global.coalesce = on;
         self
     }
-
-    /// Whether the rule commits its concurrent requests together (see
-    /// [`coalesce`](Self::coalesce)).
-    pub fn get_coalesce(&self) -> bool {
-        self.global.coalesce
-    }
-
-    /// The rule's lease policy, if it leases (see [`lease`](Self::lease)).
-    pub fn get_lease(&self) -> Option<LeasePolicy> {
-        self.global.lease
-    }
 }
