@@ -39,6 +39,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             )
             .on_missing_key(OnMissingKey::Fallback(KeyExtractor::peer_ip())),
         )
+        // `hello` reads the decision; the extension is opt-in.
+        .decision_extension(true)
         .build()?;
     // The limits, as the layer enforces them.
     println!("{}", limit.describe().markdown());

@@ -56,9 +56,11 @@
 //!    given back ([refunds](crate::rate_limit::RateLimitBuilder::refunds)).
 //! 3. **Answer.** A refusal is a 429 with `Retry-After` and an RFC 9457
 //!    problem body (gRPC: a trailers-only `RESOURCE_EXHAUSTED`); the inner
-//!    service is not called. An allowed request goes on with its
-//!    [`RateLimitDecision`](decision::RateLimitDecision) in the request extensions, and its response gets
-//!    the rate-limit headers of the rules that applied, except shadow and
+//!    service is not called. An allowed request goes on (with its
+//!    [`RateLimitDecision`](decision::RateLimitDecision) in the request
+//!    extensions, if the handler asks for it with
+//!    [`decision_extension`](rate_limit::RateLimitBuilder::decision_extension)),
+//!    and its response gets the rate-limit headers of the rules that applied, except shadow and
 //!    hidden ones ([`headers`]).
 //!
 //! A rule in shadow mode only records what it would have refused; a rule

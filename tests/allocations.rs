@@ -84,18 +84,25 @@ fn added(build: impl FnOnce(Rule) -> RateLimitLayer, key_len: usize) -> u64 {
 #[test]
 fn an_allowed_local_request_allocates_only_what_it_hands_out() {
     let defaults = |rule| RateLimitLayer::builder().rule(rule).build().unwrap();
-    // The decision in the extensions (its box, and the extension map this
-    // bare request did not have: 3), the `RateLimit` value (1) and the
-    // response header map the bare response did not have (2). The key and
-    // the decisions list are inline.
-    assert_eq!(added(defaults, 16), 6);
+    // The `RateLimit` value (1) and the response header map the bare
+    // response did not have (2). The key is inline.
+    assert_eq!(added(defaults, 16), 3);
     // A key longer than fits inline is copied to the heap once.
-    assert_eq!(added(defaults, 64), 7);
+    assert_eq!(added(defaults, 64), 4);
+    // The decision extension, opt-in: its box, and the extension map this
+    // bare request did not have (3 more); the decisions list is inline.
+    let extension = |rule| {
+        RateLimitLayer::builder()
+            .rule(rule)
+            .decision_extension(true)
+            .build()
+            .unwrap()
+    };
+    assert_eq!(added(extension, 16), 6);
 
     let lean = |rule| {
         RateLimitLayer::builder()
             .rule(rule)
-            .decision_extension(false)
             .headers(HeaderStyle::None)
             .build()
             .unwrap()
@@ -103,8 +110,9 @@ fn an_allowed_local_request_allocates_only_what_it_hands_out() {
     assert_eq!(added(lean, 16), 0);
 }
 
-#[test]
-fn a_local_429_allocates_no_more_than_an_allowed_request() {
+/// Allocations per call of an allowed request and of a local 429, each
+/// with the default headers.
+fn allowed_and_denied() -> (u64, u64) {
     let inner = service_fn(|_req: Request<Full<Bytes>>| async {
         Ok::<_, Infallible>(Response::new(Full::<Bytes>::default()))
     });
@@ -131,10 +139,34 @@ fn a_local_429_allocates_no_more_than_an_allowed_request() {
         let res = closed.call(request()).now_or_never().unwrap().unwrap();
         assert_eq!(res.status().as_u16(), 429);
     });
+    (allowed, denied)
+}
+
+#[test]
+fn a_local_429_allocates_no_more_than_an_allowed_request() {
+    let (allowed, denied) = allowed_and_denied();
     println!("allocations per request: a 429 {denied}, an allowed request {allowed}");
     assert!(
         denied <= allowed,
         "a 429 allocates {denied}, an allowed request {allowed}"
+    );
+}
+
+/// Counting a refusal (`outcome="deny"`) into a real recorder allocates
+/// nothing either: its counter was resolved at build, as the allow's.
+#[cfg(feature = "metrics")]
+#[test]
+fn counting_a_429_allocates_nothing() {
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let with = metrics::with_local_recorder(&recorder, allowed_and_denied);
+    assert_eq!(with, allowed_and_denied(), "as without a recorder");
+    assert!(
+        handle
+            .render()
+            .contains(r#"rate_limit_decisions_total{rule="a",outcome="deny"} 101"#),
+        "every 429 counted (100 with the warm-up):\n{}",
+        handle.render()
     );
 }
 
@@ -146,11 +178,10 @@ fn counting_an_allowed_request_allocates_nothing() {
     let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
     let handle = recorder.handle();
     // This thread's recorder: the requests run on it, without a runtime.
-    let (lean, with_extension) = metrics::with_local_recorder(&recorder, || {
+    let (lean, defaults) = metrics::with_local_recorder(&recorder, || {
         let lean = |rule| {
             RateLimitLayer::builder()
                 .rule(rule)
-                .decision_extension(false)
                 .headers(HeaderStyle::None)
                 .build()
                 .unwrap()
@@ -158,7 +189,7 @@ fn counting_an_allowed_request_allocates_nothing() {
         let defaults = |rule| RateLimitLayer::builder().rule(rule).build().unwrap();
         (added(lean, 16), added(defaults, 16))
     });
-    assert_eq!((lean, with_extension), (0, 6), "as without a recorder");
+    assert_eq!((lean, defaults), (0, 3), "as without a recorder");
     assert!(
         handle
             .render()

@@ -131,7 +131,7 @@ impl ConcurrencyLimitBuilder {
                     .flatten(),
                 watch: KeyWatch::new(self.name.clone(), &self.key),
                 deny_log: Default::default(),
-                allowed: crate::observe::Allowed::new(&self.name),
+                counted: crate::observe::Counted::new(&self.name),
                 name: self.name,
                 key: self.key,
                 limit: self.limit,

@@ -30,7 +30,7 @@ pub(crate) struct Shared {
     pub(super) watch: Arc<KeyWatch>,
     pub(super) deny_log: observe::Sampled,
     /// Its admitted requests' counter, resolved at build.
-    pub(super) allowed: observe::Allowed,
+    pub(super) counted: observe::Counted,
     pub(super) retry_after: Duration,
     pub(super) max_key_len: usize,
     pub(super) headers: crate::headers::Headers,
@@ -120,7 +120,8 @@ impl Shared {
     }
 
     /// Builds the admission from a slot or a refusal; an admitted request's
-    /// decision joins the rate limiter's in the extensions.
+    /// decision joins the rate limiter's in the extensions when that layer
+    /// put one there (its `decision_extension`, off by default).
     fn admit(&self, parts: &mut Parts, taken: Ready) -> Admission<Option<Permit>> {
         let (key, outcome) = match taken {
             Ready::Key(key, outcome) => (key, outcome),
@@ -139,7 +140,7 @@ impl Shared {
         let source = outcome.source;
         match outcome.verdict {
             Ok((permit, held)) => {
-                self.allowed.count();
+                self.counted.allow();
                 // When a slot frees is unknown: `t` is the hint a refusal gets.
                 let decision = Decision::allowed(
                     self.limit,
@@ -151,13 +152,8 @@ impl Shared {
                 let mut rule = self.rule_decision(decision, source);
                 self.headers
                     .render(std::slice::from_mut(&mut rule), &mut headers);
-                match parts.extensions.get_mut::<RateLimitDecision>() {
-                    Some(d) => d.rules.push(rule),
-                    None => {
-                        parts.extensions.insert(RateLimitDecision {
-                            rules: smallvec::smallvec![rule],
-                        });
-                    }
+                if let Some(d) = parts.extensions.get_mut::<RateLimitDecision>() {
+                    d.rules.push(rule);
                 }
                 Admission::Go(headers, Some(permit))
             }
@@ -165,6 +161,7 @@ impl Shared {
                 let wait = refused.retry_after.max(Duration::from_millis(1));
                 let decision = Decision::denied(self.limit, self.retry_after, wait, wait);
                 observe::deny(
+                    &self.counted,
                     &self.name,
                     || key.fingerprint(),
                     decision.retry_after(),

@@ -132,7 +132,7 @@ impl Chain {
                 records,
                 near_below,
                 near_log: Default::default(),
-                allowed: crate::observe::Allowed::new(&rule.name),
+                counted: crate::observe::Counted::new(&rule.name),
                 key_space_warned: Throttle::default(),
                 deny_log: Default::default(),
                 misuse_log: Default::default(),

@@ -390,6 +390,7 @@ impl CompiledRule {
         } else if !decision.is_allowed() {
             let retry = decision.retry_after();
             observe::deny(
+                &self.counted,
                 &self.rule.name,
                 || key.fingerprint(),
                 retry,
@@ -397,7 +398,7 @@ impl CompiledRule {
                 &self.deny_log,
             );
         } else {
-            self.allowed.count();
+            self.counted.allow();
             if decision.remaining() < self.near_below {
                 self.near_limit(key, &decision);
             }

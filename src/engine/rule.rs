@@ -55,7 +55,7 @@ pub(crate) struct CompiledRule {
     /// At most one near-limit event a second.
     pub(super) near_log: observe::Sampled,
     /// Its allowed decisions' counter, resolved at build.
-    pub(super) allowed: observe::Allowed,
+    pub(super) counted: observe::Counted,
 }
 
 /// The smallest count of units that is not below `ratio` of `limit`: a

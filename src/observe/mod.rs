@@ -250,14 +250,14 @@ pub(crate) const DENY_EVERY: Duration = Duration::from_secs(1);
 /// `key` makes the fingerprint, a SHA-256, only for a line written.
 /// `retry_after` is `None` when waiting would not help.
 pub(crate) fn deny(
+    counted: &Counted,
     rule: &Arc<str>,
     key: impl FnOnce() -> String,
     retry_after: Option<Duration>,
     shadow: bool,
     log: &Sampled,
 ) {
-    let outcome = if shadow { "shadow_deny" } else { "deny" };
-    count(DECISIONS_TOTAL, rule, &[("outcome", outcome)]);
+    counted.deny(shadow);
     // The fingerprint (a SHA-256) only for the lines written.
     let Some(suppressed) = log.take(DENY_EVERY) else {
         return;
@@ -356,36 +356,65 @@ pub(crate) fn describe_metrics() {
     }
 }
 
-/// A rule's allowed decisions, `outcome="allow"`: the counter is resolved
-/// once, when the layer is built, so counting one is an atomic add (no
-/// label hashing, no allocation) on the hot path. A layer built before the
-/// `metrics` recorder is installed keeps a handle that counts nowhere.
+/// A rule's allowed and refused decisions (`outcome="allow"`, `"deny"`,
+/// `"shadow_deny"`): the counters are resolved once, when the layer is
+/// built, so counting one is an atomic add (no label hashing, no
+/// allocation) on the hot path of an allow and of a 429. A layer built
+/// before the `metrics` recorder is installed keeps handles that count
+/// nowhere.
 #[derive(Clone, Debug)]
-pub(crate) struct Allowed(#[cfg(feature = "metrics")] metrics::Counter);
+pub(crate) struct Counted {
+    #[cfg(feature = "metrics")]
+    allow: metrics::Counter,
+    #[cfg(feature = "metrics")]
+    deny: metrics::Counter,
+    #[cfg(feature = "metrics")]
+    shadow_deny: metrics::Counter,
+}
 
-impl Allowed {
+impl Counted {
     pub(crate) fn new(rule: &Arc<str>) -> Self {
         describe_metrics();
         #[cfg(feature = "metrics")]
         {
-            let labels = vec![
-                metrics::Label::new("rule", rule.clone()),
-                metrics::Label::from_static_parts("outcome", "allow"),
-            ];
-            Self(metrics::counter!(DECISIONS_TOTAL, labels))
+            let resolve = |outcome: &'static str| {
+                let labels = vec![
+                    metrics::Label::new("rule", rule.clone()),
+                    metrics::Label::from_static_parts("outcome", outcome),
+                ];
+                metrics::counter!(DECISIONS_TOTAL, labels)
+            };
+            Self {
+                allow: resolve("allow"),
+                deny: resolve("deny"),
+                shadow_deny: resolve("shadow_deny"),
+            }
         }
         #[cfg(not(feature = "metrics"))]
         {
             let _ = rule;
-            Self()
+            Self {}
         }
     }
 
     /// One allowed decision.
     #[inline]
-    pub(crate) fn count(&self) {
+    pub(crate) fn allow(&self) {
         #[cfg(feature = "metrics")]
-        self.0.increment(1);
+        self.allow.increment(1);
+    }
+
+    /// One refusal, or one a shadow rule would have made.
+    #[inline]
+    fn deny(&self, shadow: bool) {
+        #[cfg(feature = "metrics")]
+        if shadow {
+            self.shadow_deny.increment(1);
+        } else {
+            self.deny.increment(1);
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = shadow;
     }
 }
 

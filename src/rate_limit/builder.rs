@@ -40,7 +40,7 @@ impl Default for RateLimitBuilder {
         Self {
             rules: Vec::new(),
             settings: Settings::default(),
-            extension: true,
+            extension: false,
             cleanup_every: Duration::from_secs(60),
             refunds: true,
             restore: Vec::new(),
@@ -83,16 +83,19 @@ impl RateLimitBuilder {
     }
 
     /// Whether allowed requests carry their [`RateLimitDecision`](crate::decision::RateLimitDecision) in the
-    /// request extensions for the handler (default `true`). Turning it off
-    /// saves an allocation and an extension-map insert per request when no
-    /// handler reads it; the response headers are the same either way.
+    /// request extensions for the handler (default `false`). A handler that
+    /// reads it turns it on; a layer whose handlers don't pays nothing for
+    /// it (it was an allocation and an extension-map insert per request).
+    /// The response headers are the same either way. A
+    /// [`ConcurrencyLimitLayer`](crate::ConcurrencyLimitLayer) inside this
+    /// layer adds its own decision to the same extension.
     ///
     /// ```
     /// use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
     ///
     /// let layer = RateLimitLayer::builder()
     ///     .rule(Rule::new("api", KeyExtractor::everyone(), Quota::per_second(5)))
-    ///     .decision_extension(false)
+    ///     .decision_extension(true)
     ///     .build()
     ///     .unwrap();
     /// # let _ = layer;

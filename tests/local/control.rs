@@ -47,6 +47,7 @@ async fn a_local_lockout_blocks_past_the_window_and_the_handle_lifts_it() {
     crate::support::metrics::snapshotter();
     let (events, _guard) = crate::support::events::capture();
     let layer = RateLimitLayer::builder()
+        .decision_extension(true)
         .rule(login(Quota::per_minute(2)))
         .build()
         .unwrap();
@@ -102,15 +103,24 @@ fn settings_that_cannot_hold_are_build_errors() {
         max: Duration::from_secs(1),
         queue: 10,
     });
-    let err = RateLimitLayer::builder().rule(waits).build().unwrap_err();
+    let err = RateLimitLayer::builder()
+        .decision_extension(true)
+        .rule(waits)
+        .build()
+        .unwrap_err();
     assert!(err.to_string().contains("OnDeny::Wait"), "{err}");
     let free = Rule::new("free", KeyExtractor::everyone(), Quota::per_minute(2))
         .cost(0)
         .count_if(|_| true);
-    let err = RateLimitLayer::builder().rule(free).build().unwrap_err();
+    let err = RateLimitLayer::builder()
+        .decision_extension(true)
+        .rule(free)
+        .build()
+        .unwrap_err();
     assert!(err.to_string().contains("reservation"), "{err}");
     let never = Lockout::new(0, Duration::from_secs(1), Duration::from_secs(1));
     let err = RateLimitLayer::builder()
+        .decision_extension(true)
         .rule(Rule::new("l", KeyExtractor::everyone(), Quota::per_minute(2)).lockout(never))
         .build()
         .unwrap_err();
@@ -123,6 +133,7 @@ fn settings_that_cannot_hold_are_build_errors() {
 async fn a_request_dropped_in_the_handler_keeps_its_reservation() {
     use std::sync::Arc;
     let layer = RateLimitLayer::builder()
+        .decision_extension(true)
         .rule(Rule::new("login", KeyExtractor::everyone(), Quota::per_hour(3)).count_if(|_| true))
         .build()
         .unwrap();
@@ -162,6 +173,7 @@ async fn a_request_dropped_in_the_handler_keeps_its_reservation() {
 #[tokio::test]
 async fn the_handle_moves_a_local_bucket_within_empty_and_whole() {
     let layer = RateLimitLayer::builder()
+        .decision_extension(true)
         .rule(Rule::new(
             "api",
             KeyExtractor::header("x-user"),
@@ -241,6 +253,7 @@ mod redis {
         for (algorithm, quota, what) in every_algorithm(Quota::per_minute(5)) {
             let rule = Rule::new("api", KeyExtractor::header("x-user"), quota).algorithm(algorithm);
             let layer = RateLimitLayer::builder()
+                .decision_extension(true)
                 .rule(global(rule, server.backend(&what).await))
                 .build()
                 .unwrap();
@@ -291,6 +304,7 @@ mod redis {
         let mut controls = Vec::new();
         for _ in 0..2 {
             let layer = RateLimitLayer::builder()
+                .decision_extension(true)
                 .rule(global(
                     login(Quota::per_minute(2)),
                     server.backend("lockout").await,
@@ -383,6 +397,7 @@ mod redis {
         for (algorithm, quota, what) in every_algorithm(Quota::per_hour(5)) {
             let redis = server.backend(&what).await;
             let layer = RateLimitLayer::builder()
+                .decision_extension(true)
                 .rule(
                     global(
                         Rule::new("login", KeyExtractor::header("x-user"), quota),
@@ -422,6 +437,7 @@ mod redis {
                 .algorithm(algorithm)
                 .cost_from_response(tokens_used);
             let layer = RateLimitLayer::builder()
+                .decision_extension(true)
                 .rule(global(rule, server.backend(&what).await))
                 .build()
                 .unwrap();
@@ -448,6 +464,7 @@ mod redis {
         crate::support::metrics::snapshotter();
         let mut server = RedisServer::start();
         let layer = RateLimitLayer::builder()
+            .decision_extension(true)
             .rule(global(
                 Rule::new("settle-down", KeyExtractor::everyone(), Quota::per_hour(5))
                     .count_if(|_| false),
@@ -497,6 +514,7 @@ mod redis {
     async fn a_learned_lock_holds_while_redis_is_stopped() {
         let server = RedisServer::start();
         let layer = RateLimitLayer::builder()
+            .decision_extension(true)
             .rule(
                 login(Quota::per_minute(2))
                     .global(server.backend("held").await)
@@ -526,6 +544,7 @@ mod redis {
     async fn a_redis_failure_is_a_typed_error() {
         let mut server = RedisServer::start();
         let layer = RateLimitLayer::builder()
+            .decision_extension(true)
             .rule(global(
                 Rule::new("api", KeyExtractor::everyone(), Quota::per_second(5)),
                 server.backend("down").await,
@@ -604,6 +623,7 @@ async fn login_as(c: &reqwest::Client, url: &str, pass: &str) -> u16 {
 #[tokio::test]
 async fn count_if_counts_failed_logins_only_and_a_burst_cannot_overshoot() {
     let layer = RateLimitLayer::builder()
+        .decision_extension(true)
         .rule(
             Rule::new("login", KeyExtractor::header("x-user"), Quota::per_hour(3))
                 .count_if(|res| res.status == http::StatusCode::UNAUTHORIZED),
@@ -637,6 +657,7 @@ async fn count_if_counts_failed_logins_only_and_a_burst_cannot_overshoot() {
 #[tokio::test]
 async fn cost_from_response_charges_what_the_handler_reports() {
     let layer = RateLimitLayer::builder()
+        .decision_extension(true)
         .rule(
             Rule::new(
                 "tokens",
@@ -670,6 +691,7 @@ async fn cost_from_response_charges_what_the_handler_reports() {
 #[tokio::test]
 async fn a_panicking_closure_keeps_the_reservation_and_the_layer_works() {
     let layer = RateLimitLayer::builder()
+        .decision_extension(true)
         .rule(
             Rule::new("login", KeyExtractor::header("x-user"), Quota::per_hour(3)).count_if(
                 |res| {
@@ -697,6 +719,7 @@ async fn a_panicking_closure_keeps_the_reservation_and_the_layer_works() {
 async fn a_later_deny_gives_back_what_earlier_rules_spent() {
     for refunds in [true, false] {
         let layer = RateLimitLayer::builder()
+            .decision_extension(true)
             .rule(Rule::new(
                 "per-user",
                 KeyExtractor::header("x-user"),

@@ -23,7 +23,11 @@ fn app(layer: RateLimitLayer) -> Router {
 }
 
 fn one_rule(rule: Rule) -> RateLimitLayer {
-    RateLimitLayer::builder().rule(rule).build().unwrap()
+    RateLimitLayer::builder()
+        .decision_extension(true)
+        .rule(rule)
+        .build()
+        .unwrap()
 }
 
 #[tokio::test]
@@ -113,6 +117,7 @@ async fn retry_after_rounds_up_and_is_never_zero() {
 async fn legacy_and_no_headers() {
     let rule = || Rule::new("r", KeyExtractor::everyone(), Quota::per_minute(3));
     let legacy = RateLimitLayer::builder()
+        .decision_extension(true)
         .rule(rule())
         .headers(HeaderStyle::Legacy)
         .build()
@@ -126,6 +131,7 @@ async fn legacy_and_no_headers() {
     assert!(res.headers().get("ratelimit").is_none());
 
     let none = RateLimitLayer::builder()
+        .decision_extension(true)
         .rule(rule())
         .headers(HeaderStyle::None)
         .build()
@@ -146,6 +152,7 @@ async fn legacy_and_no_headers() {
 #[tokio::test]
 async fn rules_run_in_order_and_the_first_deny_short_circuits() {
     let layer = RateLimitLayer::builder()
+        .decision_extension(true)
         .rule(Rule::new(
             "per-key",
             KeyExtractor::header("x-api-key"),
@@ -394,6 +401,7 @@ async fn forwarded_for_spoofing_does_not_buy_a_new_budget() {
 #[tokio::test]
 async fn non_utf8_and_overlong_keys_never_fail() {
     let layer = RateLimitLayer::builder()
+        .decision_extension(true)
         .rule(Rule::new(
             "k",
             KeyExtractor::header("x-api-key"),
@@ -423,6 +431,7 @@ async fn non_utf8_and_overlong_keys_never_fail() {
 #[tokio::test]
 async fn request_time_costs_and_quotas_that_can_never_pass() {
     let layer = RateLimitLayer::builder()
+        .decision_extension(true)
         .rule(
             Rule::new("bytes", KeyExtractor::everyone(), Quota::per_minute(10)).cost_fn(|p| {
                 p.headers
@@ -484,7 +493,13 @@ async fn request_time_costs_and_quotas_that_can_never_pass() {
 
 #[test]
 fn invalid_static_configuration_is_a_build_error() {
-    let build = |rule: Rule| RateLimitLayer::builder().rule(rule).build().unwrap_err();
+    let build = |rule: Rule| {
+        RateLimitLayer::builder()
+            .decision_extension(true)
+            .rule(rule)
+            .build()
+            .unwrap_err()
+    };
     let k = KeyExtractor::everyone;
     assert!(matches!(
         build(Rule::new("r", k(), Quota::per_second(0))),
@@ -514,16 +529,21 @@ fn invalid_static_configuration_is_a_build_error() {
         BuildError::InvalidRuleName(String::new())
     );
     assert_eq!(
-        RateLimitLayer::builder().build().unwrap_err(),
+        RateLimitLayer::builder()
+            .decision_extension(true)
+            .build()
+            .unwrap_err(),
         BuildError::NoRules
     );
     let dup = RateLimitLayer::builder()
+        .decision_extension(true)
         .rule(Rule::new("a", k(), Quota::per_second(1)))
         .rule(Rule::new("a", k(), Quota::per_second(1)))
         .build()
         .unwrap_err();
     assert_eq!(dup, BuildError::DuplicateRule("a".into()));
     let zero = RateLimitLayer::builder()
+        .decision_extension(true)
         .rule(Rule::new("a", k(), Quota::per_second(1)))
         .instances(0)
         .build();
@@ -556,6 +576,7 @@ async fn route_layer_with_matched_route_keys() {
 #[tokio::test]
 async fn split_across_instances_enforces_a_share() {
     let layer = RateLimitLayer::builder()
+        .decision_extension(true)
         .rule(
             Rule::new("g", KeyExtractor::everyone(), Quota::per_minute(9))
                 .split_across_instances(true),
@@ -570,6 +591,7 @@ async fn split_across_instances_enforces_a_share() {
 #[tokio::test]
 async fn stale_keys_are_swept_in_the_background() {
     let layer = RateLimitLayer::builder()
+        .decision_extension(true)
         // 1 ms per unit: a bucket is whole again moments after its request.
         .rule(Rule::new(
             "ip",
@@ -611,6 +633,7 @@ async fn proxy_misconfigurations_are_reported_once_a_minute() {
     let (events, _guard) = capture();
     let layer = |key| {
         RateLimitLayer::builder()
+            .decision_extension(true)
             .rule(Rule::new("ip", key, Quota::per_minute(100)))
             .build()
             .unwrap()
@@ -660,7 +683,11 @@ async fn an_invalid_ipv6_prefix_is_a_build_error() {
             KeyExtractor::peer_ip_prefix(bad),
             Quota::per_minute(1),
         );
-        let err = RateLimitLayer::builder().rule(rule).build().unwrap_err();
+        let err = RateLimitLayer::builder()
+            .decision_extension(true)
+            .rule(rule)
+            .build()
+            .unwrap_err();
         assert!(matches!(err, BuildError::InvalidKey { .. }), "{err}");
     }
 }

@@ -31,6 +31,7 @@ fn layer(async_key: bool) -> RateLimitLayer {
         KeyExtractor::everyone()
     };
     RateLimitLayer::builder()
+        .decision_extension(true)
         .rule(Rule::new("r", key, Quota::per_minute(3)))
         .build()
         .unwrap()
@@ -95,6 +96,7 @@ async fn a_deny_never_reaches_the_inner_service() {
 async fn decision_extension_can_be_turned_off_and_headers_stay() {
     for on in [true, false] {
         let layer = RateLimitLayer::builder()
+            .decision_extension(true)
             .rule(Rule::new(
                 "r",
                 KeyExtractor::everyone(),
@@ -121,6 +123,7 @@ async fn decision_extension_can_be_turned_off_and_headers_stay() {
 async fn stacked_layers_report_every_rule_in_order() {
     let rule = |name: &str| {
         RateLimitLayer::builder()
+            .decision_extension(true)
             .rule(Rule::new(
                 name,
                 KeyExtractor::everyone(),

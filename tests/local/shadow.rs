@@ -28,6 +28,7 @@ async fn shadow_rules_let_everything_through_and_are_recorded() {
     let (events, _guard) = events::capture();
 
     let layer = RateLimitLayer::builder()
+        .decision_extension(true)
         .rule(Rule::new(
             "visible",
             KeyExtractor::header("x-api-key"),
@@ -111,6 +112,7 @@ async fn shadow_rules_let_everything_through_and_are_recorded() {
 
     // An enforced deny is logged the same way, and counted as a deny.
     let enforced = RateLimitLayer::builder()
+        .decision_extension(true)
         .rule(Rule::new(
             "enforced",
             KeyExtractor::header("x-api-key"),

@@ -27,7 +27,7 @@ async fn global_members_are_asked_in_turn_and_refunded() {
     };
     // A global rule first: the group is reached after an await.
     for first in [false, true] {
-        let mut b = RateLimitLayer::builder();
+        let mut b = RateLimitLayer::builder().decision_extension(true);
         if first {
             b = b.rule(global(
                 "first",

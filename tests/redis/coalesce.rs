@@ -23,6 +23,7 @@ use tower::{ServiceExt, service_fn};
 
 pub(crate) fn coalescing(redis: RedisBackend, algorithm: Algorithm, q: Quota) -> RateLimitLayer {
     RateLimitLayer::builder()
+        .decision_extension(true)
         .rule(
             Rule::new("r", KeyExtractor::header("x-key"), q)
                 .global(redis)
@@ -205,6 +206,7 @@ async fn a_crowd_of_distinct_keys_takes_a_few_script_calls() {
 async fn a_failed_call_fails_its_batch_once() {
     let server = RedisServer::start();
     let layer = RateLimitLayer::builder()
+        .decision_extension(true)
         .rule(
             Rule::new("r", KeyExtractor::header("x-key"), Quota::per_hour(10))
                 .global(server.backend("fail-once").await)

@@ -20,6 +20,7 @@ async fn exempt_requests_leave_redis_alone_and_near_limit_counts_global_decision
     snapshotter();
     let server = RedisServer::start();
     let layer = RateLimitLayer::builder()
+        .decision_extension(true)
         .rule(
             Rule::new(
                 "g-exempt",
@@ -66,6 +67,7 @@ async fn near_limit_on_the_local_fallback_is_by_the_share() {
     let mut server = RedisServer::start();
     // 100 an hour over 4 instances: the fallback share is 25, near below 5.
     let layer = RateLimitLayer::builder()
+        .decision_extension(true)
         .rule(
             Rule::new(
                 "g-near-share",

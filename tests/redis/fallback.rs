@@ -51,7 +51,11 @@ async fn gateway(server: &RedisServer, id: &str) -> (String, RedisBackend) {
     )
     .global(backend.clone())
     .redis_timeout(HEALTHY_TIMEOUT);
-    let layer = RateLimitLayer::builder().rule(rule).build().unwrap();
+    let layer = RateLimitLayer::builder()
+        .decision_extension(true)
+        .rule(rule)
+        .build()
+        .unwrap();
     (serve(app(layer)).await, backend)
 }
 

@@ -20,6 +20,7 @@ async fn separate_gateways_sharing_redis_admit_the_quota_exactly() {
         let mut urls = Vec::new();
         for _ in 0..3 {
             let layer = RateLimitLayer::builder()
+                .decision_extension(true)
                 .rule(
                     Rule::new("shared", KeyExtractor::everyone(), Quota::per_hour(20))
                         .global(server.backend(&prefix).await)
@@ -57,6 +58,7 @@ async fn separate_gateways_sharing_redis_admit_the_quota_exactly() {
 async fn headers_come_from_the_script() {
     let server = RedisServer::start();
     let layer = RateLimitLayer::builder()
+        .decision_extension(true)
         .rule(
             Rule::new(
                 "api",
@@ -204,6 +206,7 @@ async fn a_stalled_redis_times_out_and_the_breaker_opens_then_closes() {
     snapshotter();
     let server = RedisServer::start();
     let layer = RateLimitLayer::builder()
+        .decision_extension(true)
         .rule(
             Rule::new("stall", KeyExtractor::everyone(), Quota::per_hour(1000))
                 .global(server.backend("stall").await)
@@ -270,6 +273,7 @@ async fn an_abusive_key_is_answered_from_the_deny_cache() {
     let c = client();
     for algo in crate::support::ALGORITHMS {
         let layer = RateLimitLayer::builder()
+            .decision_extension(true)
             .rule(
                 Rule::new("abuse", KeyExtractor::everyone(), Quota::per_hour(5))
                     .global(server.backend(&format!("abuse-{algo}")).await)
@@ -319,6 +323,7 @@ async fn rules_whose_name_and_key_concatenate_alike_keep_their_own_counters() {
     let redis = server.backend("collide").await;
     let layer = |name: &str| {
         RateLimitLayer::builder()
+            .decision_extension(true)
             .rule(
                 Rule::new(
                     name,
@@ -356,6 +361,7 @@ async fn a_killed_redis_opens_the_breaker_on_the_first_lost_connection() {
     let mut server = RedisServer::start();
     let open_for = Duration::from_secs(30);
     let layer = RateLimitLayer::builder()
+        .decision_extension(true)
         .rule(
             Rule::new("killed", KeyExtractor::everyone(), Quota::per_minute(100))
                 .global(server.backend("killed").await)
@@ -418,6 +424,7 @@ async fn a_reload_keeps_the_breaker_of_an_unchanged_global_rule() {
             .circuit_breaker(BreakerConfig::default().open_for(Duration::from_secs(30)))
     };
     let layer = RateLimitLayer::builder()
+        .decision_extension(true)
         .rule(rule(HEALTHY_TIMEOUT))
         .build()
         .unwrap();
@@ -461,6 +468,7 @@ async fn the_local_fallback_divides_by_the_live_gateway_count() {
     }
     // Gateway 0 serves; the others only announce themselves.
     let layer = RateLimitLayer::builder()
+        .decision_extension(true)
         .rule(
             Rule::new("split", KeyExtractor::header("x-key"), Quota::per_hour(30))
                 .global(backends[0].clone())

@@ -36,6 +36,7 @@ fn leased(
     mode: FailureMode,
 ) -> RateLimitLayer {
     RateLimitLayer::builder()
+        .decision_extension(true)
         .rule(
             Rule::new("r", KeyExtractor::header("x-key"), q)
                 .global(redis)
@@ -358,7 +359,13 @@ async fn lease_settings_are_checked_at_build() {
     let server = RedisServer::start();
     let redis = server.backend("checks").await;
     let ttl = Duration::from_millis(100);
-    let build = |rule: Rule| RateLimitLayer::builder().rule(rule).build().err();
+    let build = |rule: Rule| {
+        RateLimitLayer::builder()
+            .decision_extension(true)
+            .rule(rule)
+            .build()
+            .err()
+    };
     let rule = || Rule::new("r", KeyExtractor::header("x-key"), Quota::per_second(100));
     let cases = [
         (

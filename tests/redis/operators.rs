@@ -18,6 +18,7 @@ async fn global_rules_count_every_decision_under_concurrent_load() {
     snapshotter(); // installed before the layer resolves its counters
     let server = RedisServer::start();
     let layer = RateLimitLayer::builder()
+        .decision_extension(true)
         .rule(
             Rule::new(
                 "counted-redis-wide",

@@ -58,6 +58,7 @@ async fn spend_then_reload(
 ) -> (u16, Option<i64>) {
     let redis = server.backend(prefix).await;
     let layer = RateLimitLayer::builder()
+        .decision_extension(true)
         .rule(rule(&redis, algorithm, from, how))
         .build()
         .unwrap();
@@ -112,6 +113,7 @@ async fn a_lease_grant_converts_too() {
             rule(&redis, Algorithm::Gcra, q, how).lease(LeasePolicy::new(Duration::from_millis(50)))
         };
         let layer = RateLimitLayer::builder()
+            .decision_extension(true)
             .rule(leased(Quota::per_hour(100)))
             .build()
             .unwrap();
@@ -132,6 +134,7 @@ async fn a_converted_key_is_charged_once() {
     let redis = server.backend("qc-once").await;
     let q = |n| Quota::new(n, Duration::from_secs(2));
     let layer = RateLimitLayer::builder()
+        .decision_extension(true)
         .rule(rule(&redis, Algorithm::Gcra, q(10), QuotaChange::AsIs))
         .build()
         .unwrap();
@@ -160,6 +163,7 @@ async fn a_quota_of_ages_reloads() {
     let redis = server.backend("qc-ages").await;
     let ages = |n| Quota::new(n, Duration::MAX);
     let layer = RateLimitLayer::builder()
+        .decision_extension(true)
         .rule(rule(
             &redis,
             Algorithm::Gcra,

@@ -61,6 +61,7 @@ async fn admitted(server: &RedisServer, algorithm: Algorithm, order: &[usize], t
         // Each gateway its own connection, as in a fleet.
         let redis = server.backend(&prefix).await;
         let layer = RateLimitLayer::builder()
+            .decision_extension(true)
             .rule(rule(&redis, algorithm, 10))
             .build()
             .unwrap();
@@ -125,6 +126,7 @@ async fn fleet(
     for _ in 0..3 {
         let redis = server.backend(prefix).await;
         let layer = RateLimitLayer::builder()
+            .decision_extension(true)
             .rule(rule(&redis, algorithm, 10))
             .build()
             .unwrap();

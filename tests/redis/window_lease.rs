@@ -95,7 +95,13 @@ async fn quiet_gateways_strand_no_units_of_a_leased_window() {
             .lease(LeasePolicy::new(Duration::from_millis(50)))
             .redis_timeout(Duration::from_secs(1))
             .on_redis_failure(FailureMode::FailClosed);
-        layers.push(RateLimitLayer::builder().rule(rule).build().unwrap());
+        layers.push(
+            RateLimitLayer::builder()
+                .decision_extension(true)
+                .rule(rule)
+                .build()
+                .unwrap(),
+        );
     }
     let ends: Ends = Arc::default();
     let start = Instant::now();

@@ -56,6 +56,7 @@ pub fn layer_with(
     quota: Quota,
 ) -> RateLimitLayer {
     RateLimitLayer::builder()
+        .decision_extension(true)
         .rule(
             Rule::new(rule, KeyExtractor::everyone(), quota)
                 .global(backend)

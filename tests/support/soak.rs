@@ -336,6 +336,7 @@ fn rss_kb() -> u64 {
 /// split local fallback; its handler names the decision's source.
 async fn gateway(redis: RedisBackend) -> String {
     let layer = RateLimitLayer::builder()
+        .decision_extension(true)
         .instances(GATEWAYS as u32)
         .rule(
             Rule::new(

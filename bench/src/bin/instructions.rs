@@ -52,7 +52,7 @@ use keyed_rate_limit::headers::HeaderStyle;
 const VARIANTS: [&str; 14] = [
     "bare",
     "layer-local",
-    "layer-local-noext",
+    "layer-local-ext",
     "tower_governor",
     "local-minimal",
     "tg-no-headers",
@@ -69,8 +69,8 @@ const VARIANTS: [&str; 14] = [
 fn router(variant: &str) -> Router {
     match variant {
         "bare" => support::app(),
-        "layer-local" => support::layer_local(true, HeaderStyle::Draft),
-        "layer-local-noext" => support::layer_local(false, HeaderStyle::Draft),
+        "layer-local" => support::layer_local(false, HeaderStyle::Draft),
+        "layer-local-ext" => support::layer_local(true, HeaderStyle::Draft),
         "local-minimal" => support::layer_local(false, HeaderStyle::None),
         "tg-no-headers" => support::tower_governor_no_headers(),
         "tower_governor" => support::tower_governor(),

@@ -5,9 +5,10 @@
 //! ```
 //!
 //! 1. `bare`: no rate limiting;
-//! 2. `layer-local`: this layer, one local rule keyed by `x-api-key` that never denies;
-//! 3. `local-noext`: the same without the decision in the request extensions
-//!    ([`decision_extension(false)`](keyed_rate_limit::rate_limit::RateLimitBuilder::decision_extension)),
+//! 2. `layer-local`: this layer with its defaults, one local rule keyed by
+//!    `x-api-key` that never denies;
+//! 3. `local-ext`: the same with the decision in the request extensions
+//!    ([`decision_extension(true)`](keyed_rate_limit::rate_limit::RateLimitBuilder::decision_extension)),
 //!    which `tower_governor` has no counterpart of;
 //! 4. `tower_governor`: `tower_governor` 0.8 with the same key, the same quota
 //!    and its rate-limit headers (`use_headers`), so both answer with headers;
@@ -293,11 +294,11 @@ async fn main() {
         ("bare", one(serve(app()).await)),
         (
             "layer-local",
-            one(serve(support::layer_local(true, HeaderStyle::Draft)).await),
+            one(serve(support::layer_local(false, HeaderStyle::Draft)).await),
         ),
         (
-            "local-noext",
-            one(serve(support::layer_local(false, HeaderStyle::Draft)).await),
+            "local-ext",
+            one(serve(support::layer_local(true, HeaderStyle::Draft)).await),
         ),
         (
             "tower_governor",
