@@ -1,128 +1,13 @@
-//! Rules from TOML and YAML files, driven over real HTTP, and the errors
-//! bad files give.
+//! Rules from TOML and YAML files with local rules, driven over real HTTP,
+//! and the errors bad files give (their global rules: tests/redis/config.rs).
 
 use std::time::Duration;
 
-#[cfg(feature = "redis")]
-use crate::support::Backend as _;
-use crate::support::{client, header, serve};
-use axum::{Router, routing::get};
-use keyed_rate_limit::RedisBackend;
-use keyed_rate_limit::{Key, KeyExtractor, Quota, RateLimitLayer};
+use crate::support::{
+    CONFIG_TOML as TOML, get_with, guide_block, header, ok_app, serve, statuses_with,
+};
+
 use keyed_rate_limit::{Registry, RulesConfig};
-use keyed_rate_limit_testing::RedisServer;
-
-fn app(layer: RateLimitLayer) -> Router {
-    Router::new()
-        .route("/", get(|| async { "ok" }))
-        .layer(layer)
-}
-
-async fn get_with(c: &reqwest::Client, url: &str, headers: &[(&str, &str)]) -> reqwest::Response {
-    let mut req = c.get(url);
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    req.send().await.unwrap()
-}
-
-async fn statuses(c: &reqwest::Client, url: &str, headers: &[(&str, &str)], n: usize) -> Vec<u16> {
-    let mut out = Vec::new();
-    for _ in 0..n {
-        out.push(get_with(c, url, headers).await.status().as_u16());
-    }
-    out
-}
-
-const TOML: &str = r#"
-headers = "both"
-instances = 1
-max_key_len = 64
-
-[[rules]]
-name = "dark-launch"
-key = "everyone"
-quota = "1/min"
-shadow = true
-
-[[rules]]
-name = "per-key"
-key = "header:x-api-key|peer_ip"
-quota = "3/min"
-burst = 3
-algorithm = "gcra"
-
-[[rules]]
-name = "per-tenant"
-key = "extension:tenant"
-quota_fn = "plan"
-cost_fn = "weight"
-algorithm = "fixed_window"
-scope = "global"
-failure_mode = "fail_closed"
-timeout = "500ms"
-breaker = { failure_threshold = 3, open_for = "2s" }
-on_missing_key = "reject:401"
-"#;
-
-#[tokio::test]
-async fn toml_file_makes_a_working_layer() {
-    let server = RedisServer::start();
-    let redis = RedisBackend::builder(server.url())
-        .prefix("cfg-toml")
-        .build()
-        .await
-        .unwrap();
-    let registry = Registry::new()
-        .redis(redis)
-        .key(
-            "tenant",
-            KeyExtractor::new("tenant", |p| {
-                p.headers
-                    .get("x-tenant")
-                    .map(|v| Key::new(v.as_bytes().to_vec()))
-            }),
-        )
-        .quota_fn("plan", |_| Quota::per_minute(5))
-        .cost_fn("weight", |_| 1);
-    let layer = RulesConfig::from_toml_str(TOML)
-        .unwrap()
-        .into_layer(&registry)
-        .unwrap();
-    assert_eq!(
-        layer
-            .rules()
-            .iter()
-            .map(|r| r.key().name())
-            .collect::<Vec<_>>(),
-        ["everyone", "header:x-api-key|peer_ip", "tenant"]
-    );
-    let url = serve(app(layer)).await;
-    let c = client();
-
-    // No tenant: the global rule rejects with the configured status.
-    let res = get_with(&c, &url, &[("x-api-key", "z")]).await;
-    assert_eq!(res.status().as_u16(), 401);
-
-    // Key "a": three allowed by per-key, then per-key denies (the shadow rule never does).
-    let a = [("x-api-key", "a"), ("x-tenant", "t")];
-    let res = get_with(&c, &url, &a).await;
-    assert_eq!(res.status().as_u16(), 200);
-    assert_eq!(header(&res, "x-ratelimit-limit").as_deref(), Some("3"));
-    assert!(
-        header(&res, "ratelimit-policy")
-            .unwrap()
-            .contains("\"per-tenant\";q=5;w=60")
-    );
-    assert_eq!(statuses(&c, &url, &a, 3).await, [200, 200, 429]);
-
-    // Key "b", same tenant: the tenant's 5 per minute (3 spent) run out in Redis.
-    let b = [("x-api-key", "b"), ("x-tenant", "t")];
-    assert_eq!(statuses(&c, &url, &b, 3).await, [200, 200, 429]);
-    let res = get_with(&c, &url, &b).await;
-    assert_eq!(res.status().as_u16(), 429);
-    assert!(res.headers().contains_key("retry-after"));
-}
 
 const YAML: &str = r#"
 headers: legacy
@@ -145,22 +30,21 @@ async fn yaml_file_makes_a_working_layer() {
         .unwrap()
         .into_layer(&Registry::new())
         .unwrap();
-    let url = serve(app(layer)).await;
-    let c = client();
+    let url = serve(ok_app(layer)).await;
 
     // Clients behind the trusted proxy (the test's own 127.0.0.1) count apart.
     let one = [("x-forwarded-for", "198.51.100.1")];
-    let res = get_with(&c, &url, &one).await;
+    let res = get_with(&url, &one).await;
     assert_eq!(header(&res, "x-ratelimit-limit").as_deref(), Some("2"));
     assert!(
         !res.headers().contains_key("ratelimit-policy"),
         "legacy only"
     );
-    assert_eq!(statuses(&c, &url, &one, 2).await, [200, 429]);
+    assert_eq!(statuses_with(&url, &one, 2).await, [200, 429]);
 
     // A second client has its own 2, but "everyone" (6 units at cost 2) has 1 request left.
     let two = [("x-forwarded-for", "198.51.100.2")];
-    assert_eq!(statuses(&c, &url, &two, 2).await, [200, 429]);
+    assert_eq!(statuses_with(&url, &two, 2).await, [200, 429]);
 }
 
 /// Each bad file: the message, and where it points.
@@ -182,42 +66,10 @@ fn a_lockout_from_the_file_reaches_the_rule_and_describe() {
     );
 }
 
-#[tokio::test]
-async fn lease_and_coalesce_from_the_file_reach_the_rules_and_describe() {
-    let server = RedisServer::start();
-    let redis = server.backend("cfg-lease").await;
-    let config = RulesConfig::from_toml_str(
-        "[[rules]]\nname = \"tenant\"\nkey = \"header:x-tenant\"\nquota = \"5000/s\"\nscope = \"global\"\nlease = { ttl = \"50ms\", max_units = 500 }\n\n\
-         [[rules]]\nname = \"ip\"\nkey = \"header:x-ip\"\nquota = \"50/s\"\nscope = \"global\"\ncoalesce = false\n\n\
-         [[rules]]\nname = \"window\"\nkey = \"header:x-ip\"\nquota = \"50/s\"\nalgorithm = \"fixed_window\"\nscope = \"global\"\nlease = { ttl = \"1s\" }\n",
-    )
-    .unwrap();
-    let layer = config.into_layer(&Registry::new().redis(redis)).unwrap();
-    let lease = layer.rules()[0].get_lease().unwrap();
-    assert_eq!(
-        (lease.ttl(), lease.max_units()),
-        (Duration::from_millis(50), 500)
-    );
-    assert!(!layer.rules()[1].get_coalesce() && layer.rules()[1].get_lease().is_none());
-    let scopes: Vec<String> = layer
-        .describe()
-        .rules()
-        .iter()
-        .map(|r| r.scope.clone())
-        .collect();
-    assert_eq!(
-        scopes,
-        [
-            "global, leased 50ms: Redis burst 4750",
-            "global, exact",
-            "global, leased 1s: ends with its window"
-        ]
-    );
-}
-
 #[test]
 fn invalid_configs_point_at_the_field() {
-    let toml_cases = [
+    #[allow(unused_mut)] // extended with the `redis` feature
+    let mut toml_cases = vec![
         (
             "[[rules]]\nname = \"a\"\nkey = \"everyone\"\nquota = \"100/fortnight\"\n",
             "invalid quota \"100/fortnight\"",
@@ -272,6 +124,11 @@ fn invalid_configs_point_at_the_field() {
             1,
             1,
         ),
+        ("bogus = 1\n", "unknown field `bogus`", 1, 1),
+    ];
+    // Leases are checked where they run: with the `redis` feature.
+    #[cfg(feature = "redis")]
+    toml_cases.extend([
         (
             "[[rules]]\nname = \"a\"\nkey = \"everyone\"\nquota = \"1/s\"\nscope = \"global\"\nlease = { ttl = \"2m\" }\n",
             "`lease`: invalid setting: a lease's ttl must be between 1 ms and 60 s",
@@ -284,8 +141,7 @@ fn invalid_configs_point_at_the_field() {
             1,
             1,
         ),
-        ("bogus = 1\n", "unknown field `bogus`", 1, 1),
-    ];
+    ]);
     for (src, want, line, column) in toml_cases {
         let err = RulesConfig::from_toml_str(src).unwrap_err();
         let text = err.to_string();
@@ -366,54 +222,6 @@ fn files_by_extension() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// The code block after `heading` in docs/config.md, as the guide shows it.
-fn guide_block(heading: &str, fence: &str) -> String {
-    const GUIDE: &str = include_str!("../../docs/config.md");
-    let after = &GUIDE[GUIDE.find(heading).expect(heading)..];
-    let start = after.find(fence).expect(fence) + fence.len();
-    let body = &after[start..];
-    body[..body.find("\n```").unwrap()]
-        .trim_start_matches('\n')
-        .to_owned()
-}
-
-/// The guide's full example loads as written, given what it says it needs:
-/// the registry's `tenant`, `plan` and `weight`, and a Redis backend.
-#[tokio::test]
-async fn the_guides_full_examples_load() {
-    #[derive(Clone)]
-    struct Tenant(u64);
-    let server = RedisServer::start();
-    let redis = RedisBackend::builder(server.url())
-        .prefix("guide")
-        .build()
-        .await
-        .unwrap();
-    let registry = || {
-        Registry::new()
-            .key(
-                "tenant",
-                KeyExtractor::extension::<Tenant>(|t| Key::from(t.0)),
-            )
-            .quota_fn("plan", |_| Quota::per_minute(60))
-            .cost_fn("weight", |_| 1)
-            .redis(redis.clone())
-    };
-    let toml = guide_block("# Full example (TOML)", "```toml\n");
-    let layer = RulesConfig::from_toml_str(&toml)
-        .unwrap()
-        .into_layer(&registry())
-        .unwrap();
-    let names: Vec<_> = layer.rules().iter().map(|r| r.name().to_owned()).collect();
-    assert_eq!(names, ["per-key", "per-client", "per-tenant", "new-limit"]);
-    let yaml = guide_block("The same in YAML:", "```yaml\n");
-    let layer = RulesConfig::from_yaml_str(&yaml)
-        .unwrap()
-        .into_layer(&registry())
-        .unwrap();
-    assert_eq!(layer.rules().len(), 2);
-}
-
 /// The errors the guide shows are what the crate prints.
 #[test]
 fn the_guides_errors_are_real_output() {
@@ -444,52 +252,4 @@ fn the_guides_errors_are_real_output() {
     assert_eq!(guide_block("# Errors", "```text\n"), shown);
     assert_eq!(guide_block(&shown, "```text\n"), yaml);
     assert_eq!(guide_block(&yaml, "```text\n"), duplicate);
-}
-
-#[tokio::test]
-async fn a_partial_failure_mode_comes_from_toml_and_yaml() {
-    let server = RedisServer::start();
-    let redis = RedisBackend::builder(server.url())
-        .prefix("cfg-partial")
-        .build()
-        .await
-        .unwrap();
-    let registry = Registry::new().redis(redis);
-    let toml = |p: u32| {
-        format!(
-            "instances = 2\n[[rules]]\nname = \"shed\"\nkey = \"everyone\"\nquota = \"10/s\"\n\
-             scope = \"global\"\nfailure_mode = {{ refuse_percent = {p} }}\n"
-        )
-    };
-    let yaml = "instances: 2\nrules:\n  - name: shed\n    key: everyone\n    quota: 10/s\n    \
-                scope: global\n    failure_mode: { refuse_percent: 25 }\n";
-    for layer in [
-        RulesConfig::from_toml_str(&toml(25))
-            .unwrap()
-            .into_layer(&registry),
-        RulesConfig::from_yaml_str(yaml)
-            .unwrap()
-            .into_layer(&registry),
-    ] {
-        let rules = layer.unwrap().describe().rules().to_vec();
-        assert_eq!(
-            rules[0].failure_mode.as_deref(),
-            Some("refuse_percent 25, 20ms timeout")
-        );
-    }
-    let err = RulesConfig::from_toml_str(&toml(101))
-        .unwrap()
-        .into_layer(&registry)
-        .unwrap_err();
-    assert!(
-        err.to_string()
-            .contains("refuse_percent must be at most 100"),
-        "{err}"
-    );
-    let typo = toml(25).replace("{ refuse_percent = 25 }", "\"fail_opn\"");
-    let err = RulesConfig::from_toml_str(&typo).unwrap_err().to_string();
-    assert!(
-        err.contains("unknown variant `fail_opn`, expected one of `fail_open`"),
-        "{err}"
-    );
 }

@@ -12,7 +12,7 @@ mod auth;
 mod bandwidth;
 mod calendar;
 mod concurrency;
-#[cfg(all(feature = "config", feature = "redis"))]
+#[cfg(feature = "config")]
 mod config;
 mod control;
 mod cost;

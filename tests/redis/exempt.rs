@@ -2,8 +2,9 @@
 //! request never reaches Redis, and near-limit counts Redis's decisions
 //! and, by its share, the local fallback's.
 
-use crate::support::gateway::{HEALTHY_TIMEOUT, app, hit};
+use crate::support::gateway::{HEALTHY_TIMEOUT, hit};
 use crate::support::metrics::{counter, snapshotter};
+use crate::support::source_app as app;
 use crate::support::{Backend as _, client, ok_app, serve};
 use keyed_rate_limit::failure::FailureMode;
 use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};

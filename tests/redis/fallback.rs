@@ -6,7 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::gateway::{HEALTHY_TIMEOUT, app};
+use crate::support::gateway::HEALTHY_TIMEOUT;
+use crate::support::source_app as app;
 use crate::support::{client, header, serve};
 use keyed_rate_limit::RedisBackend;
 use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};

@@ -4,8 +4,9 @@
 use std::time::Duration;
 
 use crate::support::Backend as _;
-use crate::support::gateway::{HEALTHY_TIMEOUT, app, hit, layer_with, until_global};
+use crate::support::gateway::{HEALTHY_TIMEOUT, hit, layer_with, until_global};
 use crate::support::metrics::{counter, counter_with, gauge, samples, snapshotter};
+use crate::support::source_app as app;
 use crate::support::{client, header, serve};
 use keyed_rate_limit::RedisBackend;
 use keyed_rate_limit::failure::{BreakerConfig, BreakerState, FailureMode};

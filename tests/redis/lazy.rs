@@ -2,7 +2,8 @@
 //! Redis is down, its rules follow their failure mode, and exact limiting
 //! begins once Redis answers.
 
-use crate::support::gateway::{app, hit, layer_with, until_global};
+use crate::support::gateway::{hit, layer_with, until_global};
+use crate::support::source_app as app;
 use crate::support::{client, serve};
 use keyed_rate_limit::Quota;
 use keyed_rate_limit::failure::FailureMode;

@@ -13,6 +13,9 @@ mod calendar;
 mod cluster;
 mod coalesce;
 mod concurrency;
+#[cfg(feature = "config")]
+mod config;
+mod control;
 mod describe;
 #[cfg(feature = "metrics")]
 mod exempt;

@@ -3,9 +3,10 @@
 //! mode's exact share during an outage, over HTTP.
 
 use crate::support::Backend as _;
-use crate::support::gateway::{HEALTHY_TIMEOUT, app, hit, layer_with};
+use crate::support::gateway::{HEALTHY_TIMEOUT, hit, layer_with};
 use crate::support::load::spread;
 use crate::support::metrics::{counter, snapshotter};
+use crate::support::source_app as app;
 use crate::support::{client, header, ok_app, serve};
 use keyed_rate_limit::failure::FailureMode;
 use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};

@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use crate::support::Backend as _;
-use crate::support::gateway::{app, hit, layer_with};
+use crate::support::gateway::{hit, layer_with};
+use crate::support::source_app as app;
 use crate::support::{client, serve};
 use keyed_rate_limit::Quota;
 use keyed_rate_limit::failure::{BreakerState, FailureMode};

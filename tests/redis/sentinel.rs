@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use crate::support::gateway::{app, hit, layer_with, until_global};
+use crate::support::gateway::{hit, layer_with, until_global};
+use crate::support::source_app as app;
 use crate::support::{client, serve};
 use keyed_rate_limit::RedisBackend;
 use keyed_rate_limit::failure::FailureMode;

@@ -3,28 +3,12 @@
 
 use std::time::Duration;
 
-use axum::{Extension, Router, routing::get};
 use keyed_rate_limit::RedisBackend;
 use keyed_rate_limit::failure::{BreakerConfig, FailureMode};
-use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule, decision::RateLimitDecision};
+use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
 
 /// Generous: a loaded 2-core CI box must not turn a healthy Redis into a failure.
 pub const HEALTHY_TIMEOUT: Duration = Duration::from_millis(500);
-
-/// `GET /` answers with the source of the first rule's decision.
-pub fn app(layer: RateLimitLayer) -> Router {
-    Router::new()
-        .route(
-            "/",
-            get(|Extension(d): Extension<RateLimitDecision>| async move {
-                d.rules()
-                    .first()
-                    .map_or("none", |r| r.source.as_str())
-                    .to_owned()
-            }),
-        )
-        .layer(layer)
-}
 
 /// Sends one request: (status, body).
 pub async fn hit(c: &reqwest::Client, url: &str) -> (u16, String) {

@@ -4,6 +4,7 @@
 //! `keyed-rate-limit-testing` workspace crate.
 #![allow(dead_code)]
 
+pub mod accounting;
 #[cfg(feature = "redis")]
 pub mod admits;
 pub mod bandwidth;
@@ -19,9 +20,9 @@ pub mod soak;
 
 use std::net::SocketAddr;
 
-use axum::Router;
 use axum::routing::get;
-use keyed_rate_limit::{Algorithm, RateLimitLayer};
+use axum::{Extension, Router};
+use keyed_rate_limit::{Algorithm, RateLimitLayer, decision::RateLimitDecision};
 
 /// Every algorithm, for tests that run each on Redis.
 pub const ALGORITHMS: [Algorithm; 4] = [
@@ -35,6 +36,21 @@ pub const ALGORITHMS: [Algorithm; 4] = [
 pub fn ok_app(layer: RateLimitLayer) -> Router {
     Router::new()
         .route("/", get(|| async { "ok" }))
+        .layer(layer)
+}
+
+/// `GET /` answers with the source of the first rule's decision.
+pub fn source_app(layer: RateLimitLayer) -> Router {
+    Router::new()
+        .route(
+            "/",
+            get(|Extension(d): Extension<RateLimitDecision>| async move {
+                d.rules()
+                    .first()
+                    .map_or("none", |r| r.source.as_str())
+                    .to_owned()
+            }),
+        )
         .layer(layer)
 }
 
@@ -70,6 +86,60 @@ pub fn header(res: &reqwest::Response, name: &str) -> Option<String> {
     res.headers()
         .get(name)
         .map(|v| v.to_str().unwrap().to_owned())
+}
+
+/// Sends `n` GETs with `headers`, each from a fresh client, and returns
+/// their status codes.
+pub async fn statuses_with(url: &str, headers: &[(&str, &str)], n: usize) -> Vec<u16> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push(get_with(url, headers).await.status().as_u16());
+    }
+    out
+}
+
+/// A rules file with a shadow rule, a local rule and a global one: the
+/// config tests read it, and the Redis ones serve it.
+pub const CONFIG_TOML: &str = r#"
+headers = "both"
+instances = 1
+max_key_len = 64
+
+[[rules]]
+name = "dark-launch"
+key = "everyone"
+quota = "1/min"
+shadow = true
+
+[[rules]]
+name = "per-key"
+key = "header:x-api-key|peer_ip"
+quota = "3/min"
+burst = 3
+algorithm = "gcra"
+
+[[rules]]
+name = "per-tenant"
+key = "extension:tenant"
+quota_fn = "plan"
+cost_fn = "weight"
+algorithm = "fixed_window"
+scope = "global"
+failure_mode = "fail_closed"
+timeout = "500ms"
+breaker = { failure_threshold = 3, open_for = "2s" }
+on_missing_key = "reject:401"
+"#;
+
+/// The code block after `heading` in docs/config.md, as the guide shows it.
+pub fn guide_block(heading: &str, fence: &str) -> String {
+    const GUIDE: &str = include_str!("../../docs/config.md");
+    let after = &GUIDE[GUIDE.find(heading).expect(heading)..];
+    let start = after.find(fence).expect(fence) + fence.len();
+    let body = &after[start..];
+    body[..body.find("\n```").unwrap()]
+        .trim_start_matches('\n')
+        .to_owned()
 }
 
 /// Sends `n` GETs and returns their status codes.
