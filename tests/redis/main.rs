@@ -16,7 +16,10 @@ mod concurrency;
 #[cfg(feature = "config")]
 mod config;
 mod control;
+mod cost;
 mod describe;
+mod draft;
+mod durations;
 #[cfg(feature = "metrics")]
 mod exempt;
 #[cfg(feature = "metrics")]
@@ -38,5 +41,6 @@ mod soak;
 mod stress;
 #[cfg(all(feature = "redis-tls", feature = "redis-cluster"))]
 mod tls;
+mod wait;
 mod warnings;
 mod window_lease;

@@ -8,6 +8,9 @@ pub mod accounting;
 #[cfg(feature = "redis")]
 pub mod admits;
 pub mod bandwidth;
+pub mod cost;
+pub mod draft;
+pub mod durations;
 pub mod events;
 #[cfg(feature = "redis")]
 pub mod gateway;
@@ -17,6 +20,7 @@ pub mod promtool;
 pub mod sf;
 #[cfg(feature = "redis")]
 pub mod soak;
+pub mod wait;
 
 use std::net::SocketAddr;
 
