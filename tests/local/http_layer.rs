@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::support::{client, header, serve, statuses};
+use crate::support::{client, header, ok_app, serve, statuses};
 use axum::extract::Request;
 use axum::middleware::{self, Next};
 use axum::response::Response;
@@ -222,10 +222,7 @@ async fn per_plan_quotas_from_an_auth_layer() {
         }),
     );
     // Layers added later run first: auth sees the request before the limiter.
-    let app = Router::new()
-        .route("/", get(|| async { "ok" }))
-        .layer(layer)
-        .layer(middleware::from_fn(auth));
+    let app = ok_app(layer).layer(middleware::from_fn(auth));
     let url = serve(app).await;
     let c = client();
     let run = |key: &'static str| {

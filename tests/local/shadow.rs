@@ -8,7 +8,7 @@ use keyed_rate_limit::{
     Key, KeyExtractor, Quota, RateLimitLayer, Rule, decision::RateLimitDecision,
 };
 
-use crate::support::{events, metrics};
+use crate::support::{events, metrics, ok_app};
 
 const API_KEY: &str = "secret-key-123";
 
@@ -120,9 +120,7 @@ async fn shadow_rules_let_everything_through_and_are_recorded() {
         ))
         .build()
         .unwrap();
-    let app = Router::new()
-        .route("/", get(|| async { "ok" }))
-        .layer(enforced);
+    let app = ok_app(enforced);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });

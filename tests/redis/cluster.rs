@@ -3,8 +3,7 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::coalesce::{coalescing, crowd_over};
-use crate::support::{client, serve, statuses};
-use axum::{Router, routing::get};
+use crate::support::{client, ok_app, serve, statuses};
 use keyed_rate_limit::RedisBackend;
 use keyed_rate_limit::rule::LeasePolicy;
 use keyed_rate_limit::{Algorithm, Key, KeyExtractor, Quota, RateLimitLayer, Rule};
@@ -170,12 +169,7 @@ async fn the_layer_runs_global_rules_on_the_cluster() {
         .rule(rule(Quota::per_hour(4)))
         .build()
         .unwrap();
-    let url = serve(
-        Router::new()
-            .route("/", get(|| async { "ok" }))
-            .layer(layer.clone()),
-    )
-    .await;
+    let url = serve(ok_app(layer.clone())).await;
     let c = client();
     for key in ["a", "b", "c"] {
         let mut got = Vec::new();
@@ -225,14 +219,7 @@ async fn the_layer_runs_global_rules_on_the_cluster() {
                 rule
             };
             let layer = RateLimitLayer::builder().rule(rule).build().unwrap();
-            urls.push(
-                serve(
-                    Router::new()
-                        .route("/", get(|| async { "ok" }))
-                        .layer(layer),
-                )
-                .await,
-            );
+            urls.push(serve(ok_app(layer)).await);
         }
         let sends = (0..200).map(|i| {
             let (c, url) = (c.clone(), urls[i % 4].clone());

@@ -3,10 +3,9 @@
 //! key must never admit more than the quota, whether the gateways share one
 //! busy 2-worker runtime or run on their own.
 
+use crate::support::ok_app;
 use std::time::{Duration, Instant};
 
-use axum::Router;
-use axum::routing::get;
 use keyed_rate_limit::RedisBackend;
 use keyed_rate_limit::{Algorithm, Quota};
 use keyed_rate_limit::{KeyExtractor, RateLimitLayer, Rule};
@@ -85,9 +84,7 @@ async fn gateway(
             .rule(rule.global(redis.unwrap()).algorithm(algo))
             .instances(instances)
             .build();
-        Router::new()
-            .route("/", get(|| async { "ok" }))
-            .layer(layer.unwrap())
+        ok_app(layer.unwrap())
     })
     .await
 }
