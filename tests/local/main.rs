@@ -1,7 +1,7 @@
 //! The layers in process and over real HTTP and gRPC clients: headers,
-//! control, costs, calendars, waits, concurrency, rule files and reload
-//! (their Redis cases where `redis` is on), every duration setting at its
-//! extremes, and the module graph.
+//! control, costs, calendars, waits, concurrency, rule files and reload,
+//! every duration setting at its extremes, and the module graph. No test
+//! here starts a `redis-server`: their Redis cases are in tests/redis.
 
 #[path = "../support/mod.rs"]
 mod support;
