@@ -14,7 +14,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 
 use super::permit::{Acquire, LocalSlots, Outcome, Permit, Refused, local_only};
-use crate::backend::redis::{LeaseOp, RedisBackend};
+use crate::backend::redis::{RedisBackend, SlotOp};
 use crate::failure::{Admit, FailureMode, Guard};
 use crate::policy::Cause;
 use crate::util::instant::after;
@@ -151,7 +151,7 @@ impl Global {
         retry_hint: Duration,
     ) -> Outcome {
         let id: Arc<str> = slot_id().into();
-        let op = LeaseOp::Acquire {
+        let op = SlotOp::Acquire {
             id: &id,
             max_in_flight: limit,
             ttl: self.ttl,
@@ -222,7 +222,7 @@ impl Global {
         Outcome { source, verdict }
     }
 
-    async fn call(&self, name: &str, key: &Key, op: LeaseOp<'_>) -> Result<bool, Cause> {
+    async fn call(&self, name: &str, key: &Key, op: SlotOp<'_>) -> Result<bool, Cause> {
         let reply = self
             .guard
             .call(self.redis.reachability(), self.redis.slot(name, key, op))
@@ -315,7 +315,7 @@ fn release_later(g: &Arc<Global>, name: &Arc<str>, key: &Key, id: &Arc<str>) {
     };
     let (g, name, key, id) = (g.clone(), name.clone(), key.clone(), id.clone());
     rt.spawn(async move {
-        if let Err(cause) = g.call(&name, &key, LeaseOp::Release { id: &id }).await
+        if let Err(cause) = g.call(&name, &key, SlotOp::Release { id: &id }).await
             && let Some(suppressed) = g.warn_log.take(crate::observe::DENY_EVERY)
         {
             tracing::warn!(target: crate::observe::TARGET, rule = %name, key = %key.fingerprint(),

@@ -11,7 +11,7 @@ use super::conn::Conn;
 use super::error::RedisBackendError;
 use super::keys;
 use super::membership::Membership;
-use super::script::{self, ControlScriptOp, Decided, Grant, LeaseOp, LeaseReply};
+use super::script::{self, ControlScriptOp, Decided, Grant, SlotOp, SlotReply};
 use crate::failure::{LiveCount, Reachability};
 use crate::key::DEFAULT_MAX_KEY_LEN;
 use crate::policy::Lockout;
@@ -298,18 +298,18 @@ impl RedisBackend {
         Ok(script::control_decision(quota, reply))
     }
 
-    /// Runs `lease.lua` on the slot set of `key` under the concurrency
+    /// Runs `slot.lua` on the slot set of `key` under the concurrency
     /// limit `limit`; see [`ConcurrencyLimitBuilder::global`](crate::concurrency::ConcurrencyLimitBuilder::global).
     pub(crate) async fn slot(
         &self,
         limit: &str,
         key: &Key,
-        op: LeaseOp<'_>,
-    ) -> Result<LeaseReply, RedisBackendError> {
+        op: SlotOp<'_>,
+    ) -> Result<SlotReply, RedisBackendError> {
         let inner = &*self.inner;
-        let redis_key = keys::tagged_key(&inner.prefix, limit, key, keys::LEASE);
-        let reply = self.invoke(&script::lease(redis_key, op)).await?;
-        Ok(script::lease_reply(reply))
+        let redis_key = keys::tagged_key(&inner.prefix, limit, key, keys::SLOTS);
+        let reply = self.invoke(&script::slot(redis_key, op)).await?;
+        Ok(script::slot_reply(reply))
     }
 
     /// Renews every slot in `ids` on `key`'s slot set in one call: which
@@ -322,7 +322,7 @@ impl RedisBackend {
         ttl: Duration,
     ) -> Result<Vec<bool>, RedisBackendError> {
         let inner = &*self.inner;
-        let redis_key = keys::tagged_key(&inner.prefix, limit, key, keys::LEASE);
+        let redis_key = keys::tagged_key(&inner.prefix, limit, key, keys::SLOTS);
         let held: Vec<i64> = self.invoke(&script::renew(redis_key, ids, ttl)).await?;
         Ok(held.into_iter().map(|h| h == 1).collect())
     }

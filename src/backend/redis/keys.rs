@@ -55,9 +55,10 @@ pub(crate) const CALENDAR: &[u8] = b"cal";
 /// lockout), whatever its algorithm: the scripts' `…}:lock`.
 pub(crate) const LOCK: &[u8] = b"lock";
 
-/// The suffix of a concurrency limit's lease set: a sorted set, kept apart
-/// from a rate rule's state when both share a name.
-pub(crate) const LEASE: &[u8] = b"lease";
+/// The suffix of a concurrency limit's slot set, a sorted set kept apart
+/// from a rate rule's state when both share a name. `lease` is the name it
+/// had before slots were called slots, kept so an upgrade shares counts.
+pub(crate) const SLOTS: &[u8] = b"lease";
 
 /// The key bytes for one rule and key under a rolling `quota`, already
 /// bounded by the caller; its bytes need not be UTF-8. A `}` inside `key`
@@ -128,7 +129,7 @@ mod tests {
         assert_eq!(k, b"rl:{3:api:\xff\x00x}:gcra:100/60000000/20");
         let k = redis_key("", "api", &Key::from("a"), Algorithm::SlidingWindow, &Q);
         assert_eq!(k, b"{3:api:a}:sw:100/60000000/100");
-        let k = tagged_key("rl", "exports", &Key::from("acct"), LEASE);
+        let k = tagged_key("rl", "exports", &Key::from("acct"), SLOTS);
         assert_eq!(k, b"rl:{7:exports:acct}:lease");
     }
 
@@ -157,7 +158,7 @@ mod tests {
             b"tb2:1/2/3",
             b"fw:1/2/3",
             b"sw:1/2/3",
-            LEASE,
+            SLOTS,
             CALENDAR,
             LOCK,
         ];

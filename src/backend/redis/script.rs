@@ -75,7 +75,7 @@ const SLIDING_WINDOW_LUA: &str = batched!(
     wide = "false",
     moves = ["lua/sliding_window_moves.lua"]
 );
-const LEASE_LUA: &str = include_str!("lua/lease.lua");
+const SLOT_LUA: &str = include_str!("lua/slot.lua");
 /// The calendar sums, then the window that uses them: one script.
 const CALENDAR_WINDOW_LUA: &str = batched!(
     "lua/calendar_window.lua",
@@ -117,7 +117,7 @@ pub(crate) const SOURCES: [&str; 12] = [
     TOKEN_BUCKET_LUA,
     FIXED_WINDOW_LUA,
     SLIDING_WINDOW_LUA,
-    LEASE_LUA,
+    SLOT_LUA,
     CALENDAR_WINDOW_LUA,
     CONTROL_LUA,
     INSTANCES_LUA,
@@ -127,7 +127,7 @@ static GCRA: LazyLock<Script> = LazyLock::new(|| Script::new(GCRA_LUA));
 static TOKEN_BUCKET: LazyLock<Script> = LazyLock::new(|| Script::new(TOKEN_BUCKET_LUA));
 static FIXED_WINDOW: LazyLock<Script> = LazyLock::new(|| Script::new(FIXED_WINDOW_LUA));
 static SLIDING_WINDOW: LazyLock<Script> = LazyLock::new(|| Script::new(SLIDING_WINDOW_LUA));
-static LEASE: LazyLock<Script> = LazyLock::new(|| Script::new(LEASE_LUA));
+static SLOT: LazyLock<Script> = LazyLock::new(|| Script::new(SLOT_LUA));
 static CALENDAR_WINDOW: LazyLock<Script> = LazyLock::new(|| Script::new(CALENDAR_WINDOW_LUA));
 static CONTROL: LazyLock<Script> = LazyLock::new(|| Script::new(CONTROL_LUA));
 static INSTANCES: LazyLock<Script> = LazyLock::new(|| Script::new(INSTANCES_LUA));
@@ -536,9 +536,9 @@ pub(crate) fn decision(quota: &Quota, reply: Reply) -> Decided {
     }
 }
 
-/// One call of `lease.lua`; durations are sent in whole milliseconds (at least 1).
+/// One call of `slot.lua`; durations are sent in whole milliseconds (at least 1).
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum LeaseOp<'a> {
+pub(crate) enum SlotOp<'a> {
     Acquire {
         id: &'a str,
         max_in_flight: u32,
@@ -550,9 +550,9 @@ pub(crate) enum LeaseOp<'a> {
     },
 }
 
-/// `lease.lua` returns `{ok, in_flight, retry_after_ms}` to an acquire or a release.
+/// `slot.lua` returns `{ok, in_flight, retry_after_ms}` to an acquire or a release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct LeaseReply {
+pub(crate) struct SlotReply {
     /// Acquired, released or renewed: the lease is (or was) held.
     pub(crate) ok: bool,
     pub(crate) in_flight: u32,
@@ -569,11 +569,11 @@ fn ms(d: Duration) -> u64 {
         .clamp(1, CENTURY_MS)
 }
 
-/// The invocation of `lease.lua` for `op` on the lease set `key`.
-pub(crate) fn lease(key: Vec<u8>, op: LeaseOp<'_>) -> redis::ScriptInvocation<'static> {
-    let mut invocation = LEASE.key(key);
+/// The invocation of `slot.lua` for `op` on the slot set `key`.
+pub(crate) fn slot(key: Vec<u8>, op: SlotOp<'_>) -> redis::ScriptInvocation<'static> {
+    let mut invocation = SLOT.key(key);
     match op {
-        LeaseOp::Acquire {
+        SlotOp::Acquire {
             id,
             max_in_flight,
             ttl,
@@ -584,19 +584,19 @@ pub(crate) fn lease(key: Vec<u8>, op: LeaseOp<'_>) -> redis::ScriptInvocation<'s
             .arg(max_in_flight)
             .arg(ms(ttl))
             .arg(ms(retry_hint)),
-        LeaseOp::Release { id } => invocation.arg("release").arg(id),
+        SlotOp::Release { id } => invocation.arg("release").arg(id),
     };
     invocation
 }
 
-/// The invocation of `lease.lua` renewing `ids` on the lease set `key`;
+/// The invocation of `slot.lua` renewing `ids` on the slot set `key`;
 /// it replies with one flag per id, 1 while the lease is held.
 pub(crate) fn renew<S: AsRef<str>>(
     key: Vec<u8>,
     ids: &[S],
     ttl: Duration,
 ) -> redis::ScriptInvocation<'static> {
-    let mut invocation = LEASE.key(key);
+    let mut invocation = SLOT.key(key);
     invocation.arg("renew").arg(ms(ttl));
     for id in ids {
         invocation.arg(id.as_ref());
@@ -604,8 +604,8 @@ pub(crate) fn renew<S: AsRef<str>>(
     invocation
 }
 
-pub(crate) fn lease_reply((ok, in_flight, retry_ms): (i64, i64, i64)) -> LeaseReply {
-    LeaseReply {
+pub(crate) fn slot_reply((ok, in_flight, retry_ms): (i64, i64, i64)) -> SlotReply {
+    SlotReply {
         ok: ok == 1,
         in_flight: u32::try_from(in_flight.max(0)).unwrap_or(u32::MAX),
         retry_after: Duration::from_millis(u64::try_from(retry_ms).unwrap_or(0)),
@@ -649,10 +649,10 @@ mod tests {
 
     #[test]
     fn lease_replies_and_args() {
-        let r = lease_reply((0, 2, 250));
+        let r = slot_reply((0, 2, 250));
         assert_eq!((r.ok, r.in_flight), (false, 2));
         assert_eq!(r.retry_after, Duration::from_millis(250));
-        assert!(lease_reply((1, 1, 0)).ok);
+        assert!(slot_reply((1, 1, 0)).ok);
         assert_eq!(ms(Duration::from_micros(10)), 1, "never a zero TTL");
         assert_eq!(ms(Duration::MAX), 100 * 365 * 86_400 * 1000, "for ever");
     }

@@ -1,30 +1,30 @@
--- Concurrency leases for one key, for ConcurrencyLimitLayer's Redis backend.
+-- Concurrency slots for one key, for ConcurrencyLimitLayer's Redis backend.
 --
--- KEYS[1]  sorted set of the key's leases: member = lease id, score = expiry (ms)
+-- KEYS[1]  sorted set of the key's slots: member = slot id, score = expiry (ms)
 -- ARGV[1]  "acquire" | "release" | "renew"
 -- acquire, release:
---   ARGV[2]  lease id (unique per request, a 128-bit hex string)
+--   ARGV[2]  slot id (unique per request, a 128-bit hex string)
 --   ARGV[3]  max in flight (acquire), integer >= 1
---   ARGV[4]  lease TTL in ms (acquire), integer >= 1
+--   ARGV[4]  slot TTL in ms (acquire), integer >= 1
 --   ARGV[5]  retry hint in ms (acquire), integer >= 1
--- renew (every lease one gateway holds on this key, in one call):
---   ARGV[2]  lease TTL in ms, integer >= 1
---   ARGV[3..] lease ids
+-- renew (every slot one gateway holds on this key, in one call):
+--   ARGV[2]  slot TTL in ms, integer >= 1
+--   ARGV[3..] slot ids
 --
 -- The clock is Redis TIME, never the caller's, so gateways with skewed clocks
--- agree on expiry. A lease a crashed gateway never released stops counting
+-- agree on expiry. A slot a crashed gateway never released stops counting
 -- once its TTL passes: expired members are removed before every count. A
 -- request that outlives its TTL must renew (the layer does every TTL/3 while
 -- the permit lives), or its slot may be given away.
 --
 -- Returns {ok, in_flight, retry_after_ms}:
---   acquire: {1, in_flight_after, 0}       admitted, the lease is held
+--   acquire: {1, in_flight_after, 0}       admitted, the slot is held
 --            {0, in_flight, retry_after_ms} refused; retry_after_ms is the hint,
---                                           or sooner if the earliest lease
+--                                           or sooner if the earliest slot
 --                                           expires sooner (a slot frees then
 --                                           at the latest)
---   release: {1 if the lease was held else 0, in_flight_after, 0}
---   renew:   one flag per id: 1 if the lease was held (and is extended) else 0
+--   release: {1 if the slot was held else 0, in_flight_after, 0}
+--   renew:   one flag per id: 1 if the slot was held (and is extended) else 0
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -32,8 +32,8 @@ local key, op, id = KEYS[1], ARGV[1], ARGV[2]
 
 redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
 
--- The set lives as long as its longest lease: idle keys vanish on their own.
-local function expire_with_last_lease()
+-- The set lives as long as its longest slot: idle keys vanish on their own.
+local function expire_with_last_slot()
   local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
   if last[2] then redis.call('PEXPIREAT', key, math.floor(tonumber(last[2]))) end
 end
@@ -48,7 +48,7 @@ if op == 'acquire' then
     return {0, held, math.max(1, wait)}
   end
   redis.call('ZADD', key, now + ttl, id)
-  expire_with_last_lease()
+  expire_with_last_slot()
   return {1, held + 1, 0}
 elseif op == 'release' then
   local removed = redis.call('ZREM', key, id)
@@ -57,13 +57,13 @@ elseif op == 'renew' then
   local ttl = tonumber(ARGV[2])
   local held = {}
   for i = 3, #ARGV do
-    -- XX: only an existing lease is extended; an expired one stays gone.
+    -- XX: only an existing slot is extended; an expired one stays gone.
     redis.call('ZADD', key, 'XX', now + ttl, ARGV[i])
     -- ZSCORE, not ZADD CH: a renew in the same millisecond changes nothing
-    -- yet the lease is held.
+    -- yet the slot is held.
     held[#held + 1] = redis.call('ZSCORE', key, ARGV[i]) and 1 or 0
   end
-  expire_with_last_lease()
+  expire_with_last_slot()
   return held
 end
 return redis.error_reply('unknown op ' .. tostring(op))
