@@ -79,6 +79,7 @@
 //! | `redis-tls` | | `rediss://` URLs with rustls (ring), `tls_root_cert`, `tls_client_cert` (implies `redis`) |
 //! | `tonic` | | the layers on a tonic `Server` (refusals in tonic's body type), and `peer_ip()` from tonic's `TcpConnectInfo` |
 //! | `config` | | rules from TOML or YAML files (`config::RulesConfig`), reloaded on change with `notify` (`RulesConfig::watch`) |
+//! | `rls` | | Envoy's rate-limit service (RLS v3) over the same rules, with envoyproxy/ratelimit's YAML (`rls::RateLimitServer`; implies `config` and `tonic`) |
 //!
 //! Only `metrics` is on by default. A tonic `Server` needs the `tonic`
 //! feature: its responses have tonic's body type, in which the layer writes
@@ -146,6 +147,8 @@ mod macros;
 // entry
 #[cfg(feature = "config")]
 pub mod config;
+#[cfg(feature = "rls")]
+pub mod rls;
 // middleware
 pub mod bandwidth;
 pub mod concurrency;

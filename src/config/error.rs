@@ -47,7 +47,7 @@ impl ConfigError {
         self.column
     }
 
-    pub(super) fn new(message: impl Into<String>) -> Self {
+    pub(crate) fn new(message: impl Into<String>) -> Self {
         Self {
             message: message.into(),
             path: None,
@@ -56,7 +56,7 @@ impl ConfigError {
         }
     }
 
-    pub(super) fn at(message: impl Into<String>, src: &str, line: usize, column: usize) -> Self {
+    pub(crate) fn at(message: impl Into<String>, src: &str, line: usize, column: usize) -> Self {
         let mut message = message.into();
         // Quote the line, so the field is named whatever the message says.
         if let Some(text) = src.lines().nth(line.wrapping_sub(1)) {
@@ -71,7 +71,7 @@ impl ConfigError {
     }
 
     /// The error, in the file at `path`.
-    pub(super) fn in_file(mut self, path: &Path) -> Self {
+    pub(crate) fn in_file(mut self, path: &Path) -> Self {
         self.path = Some(path.to_owned());
         self
     }

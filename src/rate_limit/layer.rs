@@ -34,6 +34,18 @@ pub struct RateLimitLayer {
     pub(super) shared: Arc<Shared>,
 }
 
+#[cfg(feature = "rls")]
+impl RateLimitLayer {
+    /// Decides a request head with no service behind it; see
+    /// [`Shared::decide_detached`].
+    pub(crate) async fn decide_detached(
+        &self,
+        parts: http::request::Parts,
+    ) -> super::shared::Detached {
+        self.shared.decide_detached(parts).await
+    }
+}
+
 /// A handle that does not keep the layer alive: the rules file's watcher
 /// holds one, so it stops once every clone and service of the layer is gone.
 #[cfg(feature = "config")]

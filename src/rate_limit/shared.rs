@@ -89,6 +89,38 @@ impl Shared {
         })
     }
 
+    /// One decision with no service behind it (the rate-limit service's
+    /// `ShouldRateLimit`): each rule's decision, and the headers an allow
+    /// carries or the refusal a deny answers with.
+    #[cfg(feature = "rls")]
+    pub(crate) async fn decide_detached(&self, mut parts: Parts) -> Detached {
+        let mut decisions = Decisions::new();
+        let evaluated = self
+            .chain
+            .with(|chain| chain.evaluate(&parts, &mut decisions));
+        let verdict = match evaluated {
+            Ok(verdict) => verdict,
+            Err(suspended) => {
+                let verdict;
+                (parts, decisions, verdict) = suspended.resume(parts).await;
+                verdict
+            }
+        };
+        let rules = decisions.to_vec();
+        match self.conclude(verdict, decisions, &mut parts) {
+            Admission::Go(headers, _settle) => Detached {
+                rules,
+                headers: headers.into_vec(),
+                refusal: None,
+            },
+            Admission::Stop(res) => Detached {
+                rules,
+                headers: Vec::new(),
+                refusal: Some(res),
+            },
+        }
+    }
+
     /// Turns the chain's verdict into headers and, when allowed, puts the
     /// decision in the extensions for the handler.
     pub(crate) fn conclude(
@@ -130,6 +162,17 @@ impl Shared {
             }
         }
     }
+}
+
+/// What [`Shared::decide_detached`] found.
+#[cfg(feature = "rls")]
+pub(crate) struct Detached {
+    /// Each rule that applied, in order (on a deny, the refusing one last).
+    pub(crate) rules: Vec<RuleDecision>,
+    /// An allow's rate-limit headers.
+    pub(crate) headers: Vec<(http::HeaderName, http::HeaderValue)>,
+    /// A deny's whole answer: status, `Retry-After`, headers and body.
+    pub(crate) refusal: Option<http::Response<bytes::Bytes>>,
 }
 
 /// The refusal of a rule, or of an any-of group's members (in the group's

@@ -1,0 +1,9 @@
+#![doc = include_str!("../../docs/rls.md")]
+
+// envoyproxy/ratelimit's YAML into a descriptor tree of the crate's rules.
+mod config;
+// `ShouldRateLimit` over a layer of those rules.
+mod server;
+
+pub use config::RlsConfig;
+pub use server::{RateLimitServer, RateLimitServerBuilder};

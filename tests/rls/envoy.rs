@@ -1,0 +1,1 @@
+//! Envoy 1.40 in front of an axum upstream.

@@ -1,0 +1,402 @@
+//! The rate-limit service over real gRPC: a tonic server on 127.0.0.1 and
+//! Envoy's generated client (envoy-types), a private `redis-server` for
+//! global limits; the clients this project did not write (grpcio's stubs
+//! from `xds-protos`, Envoy itself) are in `protocol.rs` and `envoy.rs`.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod envoy;
+mod protocol;
+
+use std::net::SocketAddr;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+    Entry, RateLimitOverride,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::UInt64Value;
+use keyed_rate_limit::rls::{RateLimitServer, RlsConfig};
+use keyed_rate_limit_testing::RedisServer;
+use tonic::transport::Channel;
+
+use crate::support::Backend as _;
+
+const CONFIG: &str = "domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: { unit: minute, requests_per_unit: 3 }
+  - key: path
+    value: /login
+    rate_limit: { unit: minute, requests_per_unit: 2, name: login }
+  - key: path
+    value: /export*
+    rate_limit: { unit: hour, requests_per_unit: 1 }
+  - key: path
+    value: /health
+    rate_limit: { unit: second, requests_per_unit: 1, unlimited: true }
+  - key: path
+    value: /closed
+    rate_limit: { unit: second, requests_per_unit: 0 }
+  - key: tenant
+    descriptors:
+      - key: plan
+        value: free
+        rate_limit: { unit: minute, requests_per_unit: 2 }
+      - key: plan
+        rate_limit: { unit: minute, requests_per_unit: 4 }
+  - key: trial
+    shadow_mode: true
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+  - key: generic_key
+    value: strict
+    rate_limit: { unit: minute, requests_per_unit: 5, name: strict, replaces: [{ name: login }] }
+  - key: no_limit_here
+";
+
+/// Serves `server` on an ephemeral port of 127.0.0.1.
+async fn serve(server: RateLimitServer) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(server.into_service())
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    );
+    addr
+}
+
+async fn client(addr: SocketAddr) -> RateLimitServiceClient<Channel> {
+    RateLimitServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap()
+}
+
+fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(k, v)| Entry {
+                key: (*k).to_owned(),
+                value: (*v).to_owned(),
+            })
+            .collect(),
+        ..RateLimitDescriptor::default()
+    }
+}
+
+fn request(descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "edge".into(),
+        descriptors,
+        hits_addend: 0,
+    }
+}
+
+async fn ask(
+    c: &mut RateLimitServiceClient<Channel>,
+    descriptors: Vec<RateLimitDescriptor>,
+) -> RateLimitResponse {
+    c.should_rate_limit(request(descriptors))
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+fn codes(r: &RateLimitResponse) -> Vec<i32> {
+    r.statuses.iter().map(|s| s.code).collect()
+}
+
+const OK: i32 = Code::Ok as i32;
+const OVER: i32 = Code::OverLimit as i32;
+
+fn header<'a>(r: &'a RateLimitResponse, name: &str) -> Option<&'a str> {
+    r.response_headers_to_add
+        .iter()
+        .find(|h| h.key == name)
+        .map(|h| h.value.as_str())
+}
+
+async fn local_server() -> RateLimitServiceClient<Channel> {
+    let config = RlsConfig::from_yaml_str(CONFIG).unwrap();
+    let server = RateLimitServer::builder(config).build().unwrap();
+    client(serve(server).await).await
+}
+
+#[tokio::test]
+async fn each_descriptor_admits_exactly_its_quota_with_the_draft_headers() {
+    let mut c = local_server().await;
+    let ip = || vec![descriptor(&[("remote_address", "192.0.2.1")])];
+    for left in [2, 1, 0] {
+        let r = ask(&mut c, ip()).await;
+        assert_eq!(r.overall_code, OK);
+        assert_eq!(r.statuses[0].limit_remaining, left);
+        let limit = r.statuses[0].current_limit.as_ref().unwrap();
+        assert_eq!((limit.requests_per_unit, limit.unit), (3, 2), "3 a minute");
+        assert_eq!(
+            header(&r, "ratelimit-policy"),
+            Some(r#""edge.remote_address";q=3;w=60"#)
+        );
+        assert!(
+            header(&r, "ratelimit")
+                .unwrap()
+                .contains(&format!(";r={left};"))
+        );
+        assert!(r.raw_body.is_empty());
+    }
+    let r = ask(&mut c, ip()).await;
+    assert_eq!((r.overall_code, codes(&r)), (OVER, vec![OVER]));
+    let retry: u64 = header(&r, "retry-after").unwrap().parse().unwrap();
+    assert!((1..=20).contains(&retry), "{retry}");
+    assert_eq!(header(&r, "content-type"), Some("application/problem+json"));
+    let body = String::from_utf8(r.raw_body.clone()).unwrap();
+    assert!(body.contains(r#""status":429"#), "{body}");
+    // Another address has its own counter.
+    let r = ask(&mut c, vec![descriptor(&[("remote_address", "192.0.2.2")])]).await;
+    assert_eq!(r.overall_code, OK);
+}
+
+#[tokio::test]
+async fn statuses_follow_the_request_and_each_descriptor_counts_on_its_own() {
+    let mut c = local_server().await;
+    let both = || {
+        vec![
+            descriptor(&[("path", "/login")]),
+            descriptor(&[("no_limit_here", "x")]),
+            descriptor(&[("remote_address", "198.51.100.7")]),
+        ]
+    };
+    assert_eq!(codes(&ask(&mut c, both()).await), [OK, OK, OK]);
+    assert_eq!(codes(&ask(&mut c, both()).await), [OK, OK, OK]);
+    let r = ask(&mut c, both()).await;
+    assert_eq!(codes(&r), [OVER, OK, OK], "login is 2 a minute");
+    assert_eq!(r.overall_code, OVER);
+    assert!(r.statuses[1].current_limit.is_none(), "no limit matched");
+    assert_eq!(r.statuses[0].current_limit.as_ref().unwrap().name, "login");
+    // The address was counted on the refused request too: 3 of 3.
+    let r = ask(
+        &mut c,
+        vec![descriptor(&[("remote_address", "198.51.100.7")])],
+    )
+    .await;
+    assert_eq!(codes(&r), [OVER]);
+}
+
+#[tokio::test]
+async fn hits_addend_zero_checks_and_above_one_spends_that_many() {
+    let mut c = local_server().await;
+    let with_hits = |n: Option<u64>| {
+        let mut d = descriptor(&[("remote_address", "203.0.113.9")]);
+        d.hits_addend = n.map(|value| UInt64Value { value });
+        vec![d]
+    };
+    let r = ask(&mut c, with_hits(Some(0))).await;
+    assert_eq!((codes(&r), r.statuses[0].limit_remaining), (vec![OK], 3));
+    let r = ask(&mut c, with_hits(Some(2))).await;
+    assert_eq!((codes(&r), r.statuses[0].limit_remaining), (vec![OK], 1));
+    let r = ask(&mut c, with_hits(Some(0))).await;
+    assert_eq!(r.statuses[0].limit_remaining, 1, "a check spends nothing");
+    let r = ask(&mut c, with_hits(Some(2))).await;
+    assert_eq!(codes(&r), [OVER], "2 more of 1 left");
+    // The request's own hits_addend, when the descriptor has none.
+    let mut req = request(vec![descriptor(&[("remote_address", "203.0.113.10")])]);
+    req.hits_addend = 3;
+    let r = c.should_rate_limit(req).await.unwrap().into_inner();
+    assert_eq!((codes(&r), r.statuses[0].limit_remaining), (vec![OK], 0));
+}
+
+#[tokio::test]
+async fn a_descriptors_limit_overrides_its_quota_with_counters_of_its_own() {
+    let mut c = local_server().await;
+    let overridden = || {
+        let mut d = descriptor(&[("remote_address", "192.0.2.50")]);
+        d.limit = Some(RateLimitOverride {
+            requests_per_unit: 1,
+            unit: 3, // HOUR
+        });
+        vec![d]
+    };
+    let r = ask(&mut c, overridden()).await;
+    let limit = r.statuses[0].current_limit.as_ref().unwrap();
+    assert_eq!((limit.requests_per_unit, limit.unit), (1, 3));
+    assert_eq!(codes(&r), [OK]);
+    assert_eq!(codes(&ask(&mut c, overridden()).await), [OVER]);
+    // The configured quota's counter is untouched.
+    let r = ask(
+        &mut c,
+        vec![descriptor(&[("remote_address", "192.0.2.50")])],
+    )
+    .await;
+    assert_eq!((codes(&r), r.statuses[0].limit_remaining), (vec![OK], 2));
+}
+
+#[tokio::test]
+async fn nested_wildcard_shadow_unlimited_blocked_and_replaced_limits() {
+    let mut c = local_server().await;
+    // Nested: the exact value first, then the key alone (one counter per value).
+    let free = || vec![descriptor(&[("tenant", "acme"), ("plan", "free")])];
+    let pro = |t: &str| vec![descriptor(&[("tenant", t), ("plan", "pro")])];
+    assert_eq!(codes(&ask(&mut c, free()).await), [OK]);
+    assert_eq!(codes(&ask(&mut c, free()).await), [OK]);
+    assert_eq!(codes(&ask(&mut c, free()).await), [OVER], "free: 2");
+    for _ in 0..4 {
+        assert_eq!(codes(&ask(&mut c, pro("acme")).await), [OK]);
+    }
+    assert_eq!(
+        codes(&ask(&mut c, pro("acme")).await),
+        [OVER],
+        "other plans: 4"
+    );
+    assert_eq!(codes(&ask(&mut c, pro("globex")).await), [OK], "per tenant");
+    // A tenant alone matches a node without a limit: let through.
+    let r = ask(&mut c, vec![descriptor(&[("tenant", "acme")])]).await;
+    assert_eq!(
+        (codes(&r), r.statuses[0].current_limit.is_none()),
+        (vec![OK], true)
+    );
+    // Wildcard: every /export… path, one counter each.
+    let export = |p: &str| vec![descriptor(&[("path", p)])];
+    assert_eq!(codes(&ask(&mut c, export("/export/a")).await), [OK]);
+    assert_eq!(codes(&ask(&mut c, export("/export/a")).await), [OVER]);
+    assert_eq!(codes(&ask(&mut c, export("/export/b")).await), [OK]);
+    // Shadow: counted, never over.
+    for _ in 0..3 {
+        assert_eq!(
+            codes(&ask(&mut c, vec![descriptor(&[("trial", "t")])]).await),
+            [OK]
+        );
+    }
+    // Unlimited and blocked.
+    for _ in 0..3 {
+        assert_eq!(codes(&ask(&mut c, export("/health")).await), [OK]);
+    }
+    let r = ask(&mut c, export("/closed")).await;
+    assert_eq!((codes(&r), r.overall_code), (vec![OVER], OVER));
+    // `strict` replaces `login`: together, login does not apply.
+    for _ in 0..4 {
+        let r = ask(
+            &mut c,
+            vec![
+                descriptor(&[("path", "/login")]),
+                descriptor(&[("generic_key", "strict")]),
+            ],
+        )
+        .await;
+        assert_eq!(codes(&r), [OK, OK]);
+    }
+}
+
+#[tokio::test]
+async fn malformed_requests_get_a_clear_status() {
+    let mut c = local_server().await;
+    let mut empty_domain = request(vec![descriptor(&[("remote_address", "a")])]);
+    empty_domain.domain.clear();
+    let e = c.should_rate_limit(empty_domain).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(e.message().contains("domain"), "{e}");
+    let e = c.should_rate_limit(request(vec![])).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(e.message().contains("no descriptors"), "{e}");
+    let e = c
+        .should_rate_limit(request(vec![descriptor(&[])]))
+        .await
+        .unwrap_err();
+    assert!(e.message().contains("no entries"), "{e}");
+    let huge = "x".repeat(100_000);
+    let e = c
+        .should_rate_limit(request(vec![descriptor(&[("remote_address", &huge)])]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(e.message().contains("at most 4096"), "{e}");
+    // An unknown domain has no limits: let through.
+    let mut other = request(vec![descriptor(&[("remote_address", "a")])]);
+    other.domain = "nowhere".into();
+    let r = c.should_rate_limit(other).await.unwrap().into_inner();
+    assert_eq!(codes(&r), [OK]);
+}
+
+#[test]
+fn configuration_errors_name_the_line_and_column() {
+    let e = RlsConfig::from_yaml_str("domain: edge\ndescriptors:\n  - key: a\n    rate_limit: { unit: fortnight, requests_per_unit: 1 }\n")
+        .unwrap_err();
+    assert_eq!(e.line(), Some(4), "{e}");
+    assert!(e.to_string().contains("fortnight"), "{e}");
+    let e = RlsConfig::from_yaml_str("domain: edge\ndescriptors:\n  - key: a\n    bogus: 1\n")
+        .unwrap_err();
+    assert!(e.to_string().contains("unknown field `bogus`"), "{e}");
+    assert_eq!(e.line(), Some(4), "{e}");
+    let e = RlsConfig::from_yaml_str("domain: edge\ndescriptors:\n  - key: a\n  - key: b\n    calendar: true\n    rate_limit: { unit: hour, requests_per_unit: 1 }\n")
+        .unwrap_err();
+    assert_eq!((e.line(), e.column()), (Some(4), Some(5)), "{e}");
+    assert!(e.to_string().contains("calendar"), "{e}");
+    let e = RlsConfig::from_yaml_str("descriptors: []\n").unwrap_err();
+    assert!(e.to_string().contains("domain"), "{e}");
+    // A limit the layer refuses names its rule, the descriptor's path.
+    let config = RlsConfig::from_yaml_str(
+        "domain: edge\ndescriptors:\n  - key: a\n    burst: 0\n    rate_limit: { unit: second, requests_per_unit: 1 }\n",
+    )
+    .unwrap();
+    let e = RateLimitServer::builder(config).build().unwrap_err();
+    assert!(e.to_string().contains("edge.a"), "{e}");
+}
+
+#[tokio::test]
+async fn a_reload_keeps_what_was_spent() {
+    let config = RlsConfig::from_yaml_str(CONFIG).unwrap();
+    let server = RateLimitServer::builder(config).build().unwrap();
+    let mut c = client(serve(server.clone()).await).await;
+    let ip = || vec![descriptor(&[("remote_address", "192.0.2.77")])];
+    ask(&mut c, ip()).await;
+    ask(&mut c, ip()).await;
+    server
+        .reload(RlsConfig::from_yaml_str(CONFIG).unwrap())
+        .unwrap();
+    let r = ask(&mut c, ip()).await;
+    assert_eq!((codes(&r), r.statuses[0].limit_remaining), (vec![OK], 0));
+    assert_eq!(codes(&ask(&mut c, ip()).await), [OVER]);
+    let described = server.layer().describe().markdown();
+    assert!(described.contains("edge.remote_address"), "{described}");
+}
+
+#[tokio::test]
+async fn two_servers_on_one_redis_admit_exactly_the_quota() {
+    let redis = RedisServer::start();
+    let config = "domain: edge
+descriptors:
+  - key: user
+    scope: global
+    algorithm: fixed_window
+    rate_limit: { unit: hour, requests_per_unit: 25 }
+";
+    let mut clients = Vec::new();
+    for _ in 0..2 {
+        let server = RateLimitServer::builder(RlsConfig::from_yaml_str(config).unwrap())
+            .redis(redis.backend("rls").await)
+            .build()
+            .unwrap();
+        clients.push(client(serve(server).await).await);
+    }
+    let mut tasks = Vec::new();
+    for (i, c) in clients.into_iter().enumerate() {
+        for _ in 0..4 {
+            let mut c = c.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut ok = 0;
+                for _ in 0..10 {
+                    let r = ask(&mut c, vec![descriptor(&[("user", "alice")])]).await;
+                    ok += usize::from(r.overall_code == OK);
+                }
+                (i, ok)
+            }));
+        }
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.unwrap().1;
+    }
+    assert_eq!(total, 25, "80 requests over 2 servers and 8 callers");
+}

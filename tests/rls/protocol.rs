@@ -1,0 +1,1 @@
+//! grpcio stubs from `xds-protos`: a client this project did not write.
