@@ -100,6 +100,7 @@
 //! | limit requests in flight per key | [`concurrency`] |
 //! | shape body bytes per key: downloads, uploads, streams | [`bandwidth`] |
 //! | load rules from a TOML or YAML file, and reload them on change | [`config`][config] (feature `config`) |
+//! | serve the same rules to Envoy or any gateway as Envoy's rate-limit service (RLS v3) | `rls` (feature `rls`; the workspace's `keyed-rls` binary) |
 //! | render the rules as a Markdown table or a Mermaid flowchart | [`describe`] |
 //! | keep local counters across a restart | [`snapshot`] |
 //!

@@ -20,7 +20,11 @@ fn healthy(venv: &std::path::Path, rls: &Rls) -> String {
         .args(["-c", &script])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
@@ -51,12 +55,23 @@ fn a_changed_file_is_reloaded_a_bad_one_is_not_and_sigterm_stops_it() {
     let mut rls = Rls::start(&config, free_port());
     // Past the file system's timestamp resolution.
     std::thread::sleep(std::time::Duration::from_millis(1100));
-    std::fs::write(&config, CONFIG.replace("requests_per_unit: 3", "requests_per_unit: 5")).unwrap();
+    std::fs::write(
+        &config,
+        CONFIG.replace("requests_per_unit: 3", "requests_per_unit: 5"),
+    )
+    .unwrap();
     rls.log_until("rules reloaded");
     std::thread::sleep(std::time::Duration::from_millis(1100));
-    std::fs::write(&config, "domain: edge\ndescriptors:\n  - key: user\n    bogus: 1\n").unwrap();
+    std::fs::write(
+        &config,
+        "domain: edge\ndescriptors:\n  - key: user\n    bogus: 1\n",
+    )
+    .unwrap();
     let log = rls.log_until("rules not reloaded");
-    assert!(log.contains("unknown field `bogus`") || log.contains("bogus"), "{log}");
+    assert!(
+        log.contains("unknown field `bogus`") || log.contains("bogus"),
+        "{log}"
+    );
     let status = rls.terminate();
     assert!(status.success(), "{status:?}");
 }

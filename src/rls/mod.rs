@@ -6,6 +6,6 @@ mod config;
 mod server;
 
 pub use config::RlsConfig;
-pub use server::{RateLimitServer, RateLimitServerBuilder};
 /// The tonic service [`RateLimitServer::into_service`] returns (envoy-types).
 pub use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+pub use server::{RateLimitServer, RateLimitServerBuilder};

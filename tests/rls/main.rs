@@ -1,13 +1,11 @@
 //! The rate-limit service over real gRPC: a tonic server on 127.0.0.1 and
 //! Envoy's generated client (envoy-types), a private `redis-server` for
-//! global limits; the clients this project did not write (grpcio's stubs
-//! from `xds-protos`, Envoy itself) are in `protocol.rs` and `envoy.rs`.
+//! global limits. The clients this project did not write (grpcio's stubs
+//! from `xds-protos`, Envoy 1.40 itself) drive the `keyed-rls` binary in
+//! rls/tests.
 
 #[path = "../support/mod.rs"]
 mod support;
-
-mod envoy;
-mod protocol;
 
 use std::net::SocketAddr;
 

