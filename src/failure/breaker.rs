@@ -36,6 +36,8 @@ pub(crate) struct CircuitBreaker {
     state: Mutex<State>,
 }
 
+// The rate-limit client uses part of it without the `redis` feature.
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
 impl CircuitBreaker {
     pub(crate) fn new(cfg: BreakerConfig, probe_deadline: Duration) -> Self {
         Self {

@@ -4,7 +4,7 @@
     doc = "What a global (Redis) rule does when Redis fails: failure modes, the timeout and the circuit breaker. Needs feature `redis`."
 )]
 
-#[cfg(feature = "redis")]
+#[cfg(any(feature = "redis", feature = "rls"))]
 mod breaker;
 #[cfg(feature = "redis")]
 mod guard;
@@ -16,9 +16,10 @@ mod partial;
 mod reachability;
 mod status;
 
+#[cfg(any(feature = "redis", feature = "rls"))]
+pub(crate) use self::breaker::{Admit, CircuitBreaker};
 #[cfg(feature = "redis")]
 pub(crate) use self::{
-    breaker::Admit,
     guard::{CallError, Guard, PATIENCE},
     live_count::LiveCount,
     reachability::{Heard, Reachability},

@@ -4,6 +4,8 @@
 mod config;
 // `ShouldRateLimit` over a layer of those rules.
 mod server;
+// A layer that asks a remote rate-limit service.
+pub mod client;
 
 pub use config::RlsConfig;
 /// The tonic service [`RateLimitServer::into_service`] returns (envoy-types).

@@ -398,3 +398,179 @@ descriptors:
     }
     assert_eq!(total, 25, "80 requests over 2 servers and 8 callers");
 }
+
+mod client {
+    //! The client layer against this crate's server, over real HTTP and gRPC.
+
+    use std::time::Duration;
+
+    use keyed_rate_limit::KeyExtractor;
+    use keyed_rate_limit::failure::{BreakerConfig, FailureMode};
+    use keyed_rate_limit::rls::client::RemoteRateLimitLayer;
+    use keyed_rate_limit::rls::{RateLimitServer, RlsConfig};
+
+    use super::CONFIG;
+    use crate::support::{client, header, ok_app, serve as serve_http};
+
+    /// The server on a fixed address, on a runtime of its own: dropping the
+    /// handle drops the runtime, its listener and every connection, as a
+    /// crash would.
+    struct Rls(
+        Option<std::sync::mpsc::Sender<()>>,
+        Option<std::thread::JoinHandle<()>>,
+    );
+
+    impl Drop for Rls {
+        fn drop(&mut self) {
+            drop(self.0.take());
+            if let Some(t) = self.1.take() {
+                t.join().unwrap();
+            }
+        }
+    }
+
+    fn rls_on(addr: std::net::SocketAddr) -> Rls {
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let (ready, listening) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            rt.spawn(async move {
+                let server = RateLimitServer::builder(RlsConfig::from_yaml_str(CONFIG).unwrap())
+                    .build()
+                    .unwrap();
+                let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+                ready.send(()).unwrap();
+                tonic::transport::Server::builder()
+                    .add_service(server.into_service())
+                    .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
+                    .await
+                    .unwrap();
+            });
+            let _ = stopped.recv();
+            rt.shutdown_background();
+        });
+        listening.recv().unwrap();
+        Rls(Some(stop), Some(thread))
+    }
+
+    fn free_addr() -> std::net::SocketAddr {
+        ([127, 0, 0, 1], keyed_rate_limit_testing::free_port()).into()
+    }
+
+    fn remote(addr: std::net::SocketAddr, mode: FailureMode) -> RemoteRateLimitLayer {
+        RemoteRateLimitLayer::builder(format!("http://{addr}"), "edge")
+            .descriptor([("remote_address", KeyExtractor::header("x-user"))])
+            .timeout(Duration::from_millis(500))
+            .on_failure(mode)
+            .circuit_breaker(
+                BreakerConfig::default()
+                    .failure_threshold(2)
+                    .open_for(Duration::from_secs(30)),
+            )
+            .build()
+            .unwrap()
+    }
+
+    async fn get(url: &str, user: Option<&str>) -> reqwest::Response {
+        let mut req = client().get(url);
+        if let Some(u) = user {
+            req = req.header("x-user", u);
+        }
+        req.send().await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_services_decisions_and_headers_reach_the_client() {
+        let addr = free_addr();
+        let _server = rls_on(addr);
+        let url = serve_http(ok_app_remote(remote(addr, FailureMode::FailOpen))).await;
+        for left in [2, 1, 0] {
+            let res = get(&url, Some("ivan")).await;
+            assert_eq!(res.status(), 200);
+            let state = header(&res, "ratelimit").unwrap();
+            assert!(state.contains(&format!(";r={left};")), "{state}");
+            assert!(
+                header(&res, "ratelimit-policy")
+                    .unwrap()
+                    .contains("edge.remote_address")
+            );
+        }
+        let res = get(&url, Some("ivan")).await;
+        assert_eq!(res.status(), 429);
+        let retry: u64 = header(&res, "retry-after").unwrap().parse().unwrap();
+        assert!((1..=20).contains(&retry), "{retry}");
+        assert!(res.text().await.unwrap().contains(r#""status":429"#));
+        // No key, no descriptor: no call, no limit.
+        for _ in 0..5 {
+            assert_eq!(get(&url, None).await.status(), 200);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_killed_service_is_the_layers_failure_mode() {
+        let addr = free_addr();
+        let server = rls_on(addr);
+        let open = serve_http(ok_app_remote(remote(addr, FailureMode::FailOpen))).await;
+        let closed = serve_http(ok_app_remote(remote(addr, FailureMode::FailClosed))).await;
+        assert_eq!(get(&open, Some("judy")).await.status(), 200);
+        assert_eq!(get(&closed, Some("judy")).await.status(), 200);
+        drop(server);
+        for _ in 0..5 {
+            assert_eq!(get(&open, Some("judy")).await.status(), 200, "fail open");
+        }
+        for _ in 0..3 {
+            let res = get(&closed, Some("judy")).await;
+            assert_eq!(res.status(), 429, "fail closed");
+            assert!(header(&res, "retry-after").is_some());
+        }
+        // The breaker opened after two failures: it waits out its 30 s,
+        // so a restarted service is not asked yet.
+        let _back = rls_on(addr);
+        let res = get(&closed, Some("judy")).await;
+        assert_eq!(res.status(), 429, "the breaker is open");
+        let retry: u64 = header(&res, "retry-after").unwrap().parse().unwrap();
+        assert!(retry > 20, "the breaker's wait, {retry} s");
+        // A layer without a broken past asks the restarted service.
+        let fresh = serve_http(ok_app_remote(remote(addr, FailureMode::FailClosed))).await;
+        assert_eq!(get(&fresh, Some("kate")).await.status(), 200);
+    }
+
+    fn ok_app_remote(layer: RemoteRateLimitLayer) -> axum::Router {
+        axum::Router::new()
+            .route("/", axum::routing::get(|| async { "ok" }))
+            .layer(layer)
+    }
+
+    #[test]
+    fn bad_settings_are_build_errors() {
+        let b = || RemoteRateLimitLayer::builder("http://127.0.0.1:1", "edge");
+        assert!(b().build().is_err(), "no descriptor");
+        let d = [("a", KeyExtractor::everyone())];
+        assert!(
+            b().descriptor(d.clone())
+                .timeout(Duration::ZERO)
+                .build()
+                .is_err()
+        );
+        assert!(
+            b().descriptor(d.clone())
+                .on_failure(FailureMode::LocalFallback)
+                .build()
+                .is_err()
+        );
+        assert!(
+            RemoteRateLimitLayer::builder("not a url", "edge")
+                .descriptor(d.clone())
+                .build()
+                .is_err()
+        );
+        assert!(
+            RemoteRateLimitLayer::builder("http://127.0.0.1:1", "")
+                .descriptor(d.clone())
+                .build()
+                .is_err()
+        );
+        let _ = ok_app;
+        assert!(b().descriptor(d).build().is_ok());
+    }
+}
