@@ -17,7 +17,9 @@ mod reachability;
 mod status;
 
 #[cfg(any(feature = "redis", feature = "rls"))]
-pub(crate) use self::breaker::{Admit, CircuitBreaker};
+pub(crate) use self::breaker::Admit;
+#[cfg(feature = "rls")]
+pub(crate) use self::breaker::CircuitBreaker;
 #[cfg(feature = "redis")]
 pub(crate) use self::{
     guard::{CallError, Guard, PATIENCE},

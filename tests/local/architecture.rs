@@ -245,6 +245,8 @@ impl Crate {
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
         let mut files = Vec::new();
         rust_files(&src, &mut files);
+        // Binaries (`src/bin`) are crates of their own, on the library.
+        files.retain(|f| !f.starts_with(src.join("bin")));
         files.sort();
         let mut sources = Vec::new();
         let mut owner = BTreeMap::new();

@@ -1,11 +1,15 @@
 //! The rate-limit service over real gRPC: a tonic server on 127.0.0.1 and
 //! Envoy's generated client (envoy-types), a private `redis-server` for
-//! global limits. The clients this project did not write (grpcio's stubs
-//! from `xds-protos`, Envoy 1.40 itself) drive the `keyed-rls` binary in
-//! rls/tests.
+//! global limits; the `keyed-rls` binary as a process, driven by clients
+//! this project did not write: grpcio's stubs from `xds-protos`
+//! (`binary.rs`) and Envoy 1.40 (`envoy.rs`).
 
 #[path = "../support/mod.rs"]
 mod support;
+
+mod binary;
+mod envoy;
+mod process;
 
 use std::net::SocketAddr;
 

@@ -32,6 +32,7 @@
 //! ```
 
 mod builder;
+mod remote;
 mod service;
 
 pub use builder::RemoteRateLimitBuilder;

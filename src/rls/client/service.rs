@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower::{Layer, Service};
 
-use super::builder::{Remote, RemoteRateLimitBuilder};
+use super::remote::Remote;
 use crate::gate::{Admission, Gate};
 use crate::headers::Rendered;
 use crate::response::RefusalBody;
@@ -24,14 +24,6 @@ impl std::fmt::Debug for RemoteRateLimitLayer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RemoteRateLimitLayer")
             .finish_non_exhaustive()
-    }
-}
-
-impl RemoteRateLimitLayer {
-    /// A builder for the service at `url` (`http://host:port`), asking
-    /// about `domain`.
-    pub fn builder(url: impl Into<String>, domain: impl Into<String>) -> RemoteRateLimitBuilder {
-        RemoteRateLimitBuilder::new(url.into(), domain.into())
     }
 }
 

@@ -4,14 +4,12 @@
 //! the service killed and restarted under `failure_mode_deny` true and
 //! false, and the filter's timeout against a service that never answers.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{CONFIG, Rls, free_port, temp_file, venv, wait_listening};
+use crate::process::{CONFIG, Rls, free_port, temp_file, venv, wait_listening};
 
 /// An axum upstream answering `upstream` on every path, on its own thread.
 fn upstream() -> SocketAddr {

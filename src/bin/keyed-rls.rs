@@ -1,4 +1,6 @@
-//! `keyed-rls`: Envoy's rate-limit service over keyed-rate-limit's rules.
+//! `keyed-rls`: Envoy's rate-limit service over keyed-rate-limit's rules
+//! (feature `rls-server`: `cargo install keyed-rate-limit --features
+//! rls-server`, or `cargo run --features rls-server --bin keyed-rls -- …`).
 //!
 //! ```text
 //! keyed-rls --listen 127.0.0.1:8081 --config edge.yaml [--config more.yaml] [--redis redis://127.0.0.1:6379]

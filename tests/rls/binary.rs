@@ -1,11 +1,9 @@
 //! `keyed-rls` as a process: health, Envoy's grpcio stubs (xds-protos)
 //! against it, a reload on file change, and a graceful SIGTERM.
 
-mod support;
-
 use std::process::Command;
 
-use support::{CONFIG, Rls, free_port, temp_file, venv};
+use crate::process::{CONFIG, Rls, free_port, temp_file, venv};
 
 /// `grpc.health.v1` through grpcio's own health stubs, when the
 /// environment has them, else a raw connect.
@@ -35,7 +33,10 @@ fn envoys_own_stubs_get_the_protocol_to_the_letter() {
     let rls = Rls::start(&config, free_port());
     assert_eq!(healthy(&venv, &rls), "SERVING");
     let out = Command::new(venv.join("bin/python"))
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/xds_client.py"))
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/rls/xds_client.py"
+        ))
         .arg(rls.addr.to_string())
         .output()
         .unwrap();

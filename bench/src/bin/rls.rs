@@ -1,0 +1,279 @@
+//! The rate-limit service's figures (BENCHMARKS.md §8):
+//!
+//! ```text
+//! cargo run -p keyed-rate-limit-bench --bin rls --release --features rls
+//! ```
+//!
+//! 1. Server instructions per `ShouldRateLimit` (callgrind, the server in a
+//!    child process on a current-thread runtime, `(I(3N) - I(N)) / 2N`),
+//!    against a bare tonic unary call of the same messages: the same
+//!    service answering a fixed response of the shape a decision has.
+//! 2. Decisions a second with p50 and p99 latency, at concurrency 1 and 64,
+//!    on a local limit and on a global one (a private `redis-server`),
+//!    server and clients in one process on this machine.
+//!
+//! `RLS_REQUESTS` (default 2000) is N for the counts, and
+//! `RLS_CALLS` (default 20000) the calls of each load run.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::Duration as PbDuration;
+use keyed_rate_limit::RedisBackend;
+use keyed_rate_limit::rls::{RateLimitServer, RlsConfig};
+use keyed_rate_limit_bench::app::env_u64;
+use keyed_rate_limit_testing::RedisServer;
+use tonic::transport::Channel;
+use tonic::{Request, Response, Status};
+
+const CONFIG: &str = "domain: bench
+descriptors:
+  - key: user
+    rate_limit: { unit: second, requests_per_unit: 1000000000 }
+";
+
+const GLOBAL: &str = "domain: bench
+descriptors:
+  - key: user
+    scope: global
+    rate_limit: { unit: second, requests_per_unit: 1000000000 }
+";
+
+static SERVED: AtomicU64 = AtomicU64::new(0);
+
+/// A service that answers what a decision answers, deciding nothing.
+struct Bare;
+
+#[tonic::async_trait]
+impl RateLimitService for Bare {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        let _ = request.into_inner();
+        Ok(Response::new(RateLimitResponse {
+            overall_code: Code::Ok as i32,
+            statuses: vec![DescriptorStatus {
+                code: Code::Ok as i32,
+                current_limit: Some(RateLimit {
+                    name: String::new(),
+                    requests_per_unit: 1_000_000_000,
+                    unit: 1,
+                }),
+                limit_remaining: 999_999_999,
+                duration_until_reset: Some(PbDuration {
+                    seconds: 0,
+                    nanos: 1,
+                }),
+                ..DescriptorStatus::default()
+            }],
+            response_headers_to_add: vec![
+                HeaderValue {
+                    key: "ratelimit-policy".into(),
+                    value: "\"bench.user\";q=1000000000;w=1".into(),
+                    ..HeaderValue::default()
+                },
+                HeaderValue {
+                    key: "ratelimit".into(),
+                    value: "\"bench.user\";r=999999999;t=0".into(),
+                    ..HeaderValue::default()
+                },
+            ],
+            ..RateLimitResponse::default()
+        }))
+    }
+}
+
+/// Exits at the first call past `n`, so that the count is of `n` calls.
+struct Counting<T> {
+    inner: T,
+    n: u64,
+}
+
+#[tonic::async_trait]
+impl<T: RateLimitService> RateLimitService for Counting<T> {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        if SERVED.fetch_add(1, Ordering::Relaxed) == self.n {
+            std::process::exit(0);
+        }
+        self.inner.should_rate_limit(request).await
+    }
+}
+
+fn request(user: &str) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "bench".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "user".into(),
+                value: user.into(),
+            }],
+            ..RateLimitDescriptor::default()
+        }],
+        hits_addend: 0,
+    }
+}
+
+fn serve_child(variant: &str, n: u64) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        println!("{}", listener.local_addr().unwrap());
+        let incoming = tonic::transport::server::TcpIncoming::from(listener);
+        let mut server = tonic::transport::Server::builder();
+        let router = match variant {
+            "bare" => server.add_service(RateLimitServiceServer::new(Counting { inner: Bare, n })),
+            _ => {
+                let rls = RateLimitServer::builder(RlsConfig::from_yaml_str(CONFIG).unwrap())
+                    .build()
+                    .unwrap();
+                server.add_service(RateLimitServiceServer::new(Counting { inner: rls, n }))
+            }
+        };
+        router.serve_with_incoming(incoming).await.unwrap();
+    });
+}
+
+async fn client(addr: SocketAddr) -> RateLimitServiceClient<Channel> {
+    RateLimitServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap()
+}
+
+/// Instructions the server child ran for `n` calls on one connection.
+async fn count(variant: &str, n: u64) -> u64 {
+    let mut child = Command::new("valgrind")
+        .args(["--tool=callgrind", "--callgrind-out-file=/dev/null"])
+        .arg(std::env::current_exe().unwrap())
+        .args(["--serve", variant, &n.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run valgrind (apt-get install -y valgrind)");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr: SocketAddr = line.trim().parse().unwrap();
+    let mut c = client(addr).await;
+    while c.should_rate_limit(request("alice")).await.is_ok() {}
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    err.lines()
+        .find_map(|l| {
+            l.split_once("I   refs:")
+                .map(|(_, n)| n.trim().replace(',', ""))
+        })
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no instruction count from valgrind:\n{err}"))
+}
+
+/// `calls` calls over `concurrency` callers: decisions a second, p50, p99.
+async fn load(addr: SocketAddr, concurrency: usize, calls: usize) -> (f64, Duration, Duration) {
+    let c = client(addr).await;
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|i| {
+            let mut c = c.clone();
+            let per = calls / concurrency;
+            tokio::spawn(async move {
+                let mut took = Vec::with_capacity(per);
+                for j in 0..per {
+                    let t = Instant::now();
+                    let r = c
+                        .should_rate_limit(request(&format!("user-{}", (i * per + j) % 1000)))
+                        .await
+                        .unwrap()
+                        .into_inner();
+                    assert_eq!(r.overall_code, Code::Ok as i32);
+                    took.push(t.elapsed());
+                }
+                took
+            })
+        })
+        .collect();
+    let mut all = Vec::with_capacity(calls);
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    let elapsed = started.elapsed();
+    all.sort();
+    let at = |q: f64| all[((all.len() as f64 * q) as usize).min(all.len() - 1)];
+    (all.len() as f64 / elapsed.as_secs_f64(), at(0.5), at(0.99))
+}
+
+async fn serve_in_process(server: RateLimitServer) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(server.into_service())
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    );
+    addr
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() == 4 && args[1] == "--serve" {
+        return serve_child(&args[2], args[3].parse().unwrap());
+    }
+    let n = env_u64("RLS_REQUESTS", 2000);
+    let calls = env_u64("RLS_CALLS", 20_000) as usize;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        println!("server instructions per ShouldRateLimit (callgrind, current-thread runtime, one connection, (I(3N) - I(N)) / 2N with N = {n})");
+        let mut per = Vec::new();
+        for variant in ["bare", "rls-local"] {
+            let (small, large) = (count(variant, n).await, count(variant, 3 * n).await);
+            let each = (large - small) / (2 * n);
+            println!("{variant:>10}: {each:>7}   (I(N) {small}, I(3N) {large})");
+            per.push(each);
+        }
+        println!(
+            "rls-local / bare = {:.3}",
+            per[1] as f64 / per[0] as f64
+        );
+
+        println!("\ndecisions a second, p50 and p99 ({calls} calls each, server and clients in this process)");
+        let local = RateLimitServer::builder(RlsConfig::from_yaml_str(CONFIG).unwrap())
+            .build()
+            .unwrap();
+        let redis = RedisServer::start();
+        let global = RateLimitServer::builder(RlsConfig::from_yaml_str(GLOBAL).unwrap())
+            .redis(RedisBackend::builder(redis.url()).prefix("rls-bench").build().await.unwrap())
+            .build()
+            .unwrap();
+        for (name, server) in [("local", local), ("redis", global)] {
+            let addr = serve_in_process(server).await;
+            for concurrency in [1, 64] {
+                let (rate, p50, p99) = load(addr, concurrency, calls).await;
+                println!(
+                    "{name:>6}, concurrency {concurrency:>2}: {rate:>8.0} decisions/s, p50 {:>7.3} ms, p99 {:>7.3} ms",
+                    p50.as_secs_f64() * 1e3,
+                    p99.as_secs_f64() * 1e3
+                );
+            }
+        }
+    });
+}
