@@ -15,5 +15,5 @@ mod tls;
 
 pub use redis_cluster::RedisCluster;
 pub use redis_sentinel::{MASTER_NAME, SentinelGroup, role};
-pub use redis_server::{FREE_PORT, RedisServer, free_port};
+pub use redis_server::{FREE_PORT, RedisServer, free_port, server_binary};
 pub use serve::{runtime, serve_on};

@@ -11,6 +11,12 @@ use crate::tls::Certificates;
 /// An argument of [`RedisServer::start_with`] replaced by a free port.
 pub const FREE_PORT: &str = "{free port}";
 
+/// The server program: `REDIS_SERVER_BIN` (e.g. Valkey's `valkey-server`,
+/// which CI runs the exactness and fault tests on too), else `redis-server`.
+pub fn server_binary() -> std::ffi::OsString {
+    std::env::var_os("REDIS_SERVER_BIN").unwrap_or_else(|| "redis-server".into())
+}
+
 /// A `redis-server` child process, killed on drop.
 pub struct RedisServer {
     port: u16,
@@ -144,7 +150,7 @@ impl RedisServer {
                     args
                 }
             };
-            let child = Command::new("redis-server")
+            let child = Command::new(server_binary())
                 .args(&self.conf)
                 .args(&listen)
                 .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
