@@ -76,14 +76,14 @@ pub(super) struct LockoutSpec {
 #[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-pub(super) struct LeaseSpec {
+pub(crate) struct LeaseSpec {
     pub(super) ttl: DurationSpec,
     pub(super) max_units: Option<u32>,
 }
 
 #[cfg(feature = "redis")]
 impl LeaseSpec {
-    pub(super) fn policy(self) -> crate::policy::LeasePolicy {
+    pub(crate) fn policy(self) -> crate::policy::LeasePolicy {
         let p = crate::policy::LeasePolicy::new(self.ttl.0);
         self.max_units.map_or(p, |n| p.with_max_units(n))
     }

@@ -84,6 +84,10 @@ pub(super) struct RuleSpec {
     pub(super) global: bool,
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(super) failure_mode: Option<FailureMode>,
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(super) lease: Option<crate::config::LeaseSpec>,
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(super) coalesce: Option<bool>,
 }
 
 /// envoyproxy/ratelimit's units. A month is 30 days and a year 365, as
@@ -145,6 +149,8 @@ struct RawDescriptor {
     calendar: bool,
     scope: Option<RawScope>,
     failure_mode: Option<FailureMode>,
+    lease: Option<crate::config::LeaseSpec>,
+    coalesce: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -291,6 +297,11 @@ fn node(raw: RawDescriptor, parent: &str, src: &str) -> Result<Node, ConfigError
             "descriptor {path:?}: keys and values name the rule, so they are printable ASCII without spaces or braces"
         )));
     }
+    if (raw.lease.is_some() || raw.coalesce.is_some()) && raw.scope != Some(RawScope::Global) {
+        return Err(fail(format!(
+            "descriptor {path:?}: `lease` and `coalesce` need `scope: global`"
+        )));
+    }
     let limit = match raw.rate_limit {
         None => None,
         Some(l) => {
@@ -320,6 +331,8 @@ fn node(raw: RawDescriptor, parent: &str, src: &str) -> Result<Node, ConfigError
                     algorithm: raw.algorithm,
                     global: raw.scope == Some(RawScope::Global),
                     failure_mode: raw.failure_mode,
+                    lease: raw.lease,
+                    coalesce: raw.coalesce,
                 })
             };
             Some(Limit {

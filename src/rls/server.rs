@@ -182,6 +182,12 @@ fn rules_of(
                     if let Some(mode) = spec.failure_mode {
                         rule = rule.on_redis_failure(mode);
                     }
+                    if let Some(lease) = spec.lease {
+                        rule = rule.lease(lease.policy());
+                    }
+                    if let Some(on) = spec.coalesce {
+                        rule = rule.coalesce(on);
+                    }
                 }
                 #[cfg(not(feature = "redis"))]
                 return Err(ConfigError::new(format!(

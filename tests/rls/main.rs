@@ -365,6 +365,38 @@ async fn a_reload_keeps_what_was_spent() {
 }
 
 #[tokio::test]
+async fn a_leased_limit_on_two_servers_never_admits_more_than_the_quota() {
+    let redis = RedisServer::start();
+    let config = "domain: edge
+descriptors:
+  - key: user
+    scope: global
+    lease: { ttl: 200ms }
+    rate_limit: { unit: hour, requests_per_unit: 20 }
+";
+    let mut clients = Vec::new();
+    for _ in 0..2 {
+        let server = RateLimitServer::builder(RlsConfig::from_yaml_str(config).unwrap())
+            .redis(redis.backend("rls-lease").await)
+            .build()
+            .unwrap();
+        let described = server.layer().describe().markdown();
+        assert!(described.contains("lease"), "{described}");
+        clients.push(client(serve(server).await).await);
+    }
+    let mut admitted = 0;
+    for round in 0..30 {
+        let c = &mut clients[round % 2];
+        let r = ask(c, vec![descriptor(&[("user", "bob")])]).await;
+        admitted += usize::from(r.overall_code == OK);
+    }
+    assert!((1..=20).contains(&admitted), "{admitted} of a quota of 20");
+    let e = RlsConfig::from_yaml_str("domain: edge\ndescriptors:\n  - key: a\n    lease: { ttl: 1s }\n    rate_limit: { unit: hour, requests_per_unit: 5 }\n")
+        .unwrap_err();
+    assert!(e.to_string().contains("need `scope: global`"), "{e}");
+}
+
+#[tokio::test]
 async fn two_servers_on_one_redis_admit_exactly_the_quota() {
     let redis = RedisServer::start();
     let config = "domain: edge
