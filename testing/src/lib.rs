@@ -6,6 +6,7 @@
 //!
 //! Unpublished; it does not depend on the crate it tests.
 
+mod envoy;
 mod redis_cluster;
 mod redis_sentinel;
 mod redis_server;
@@ -13,6 +14,7 @@ pub mod rounds;
 mod serve;
 mod tls;
 
+pub use envoy::Envoy;
 pub use redis_cluster::RedisCluster;
 pub use redis_sentinel::{MASTER_NAME, SentinelGroup, role};
 pub use redis_server::{FREE_PORT, RedisServer, free_port, server_binary};

@@ -5,11 +5,10 @@
 //! false, and the filter's timeout against a service that never answers.
 
 use std::net::SocketAddr;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::process::{CONFIG, Rls, free_port, temp_file, venv, wait_listening};
+use crate::process::{CONFIG, Rls, free_port, temp_file, venv};
+use keyed_rate_limit_testing::Envoy;
 
 /// An axum upstream answering `upstream` on every path, on its own thread.
 fn upstream() -> SocketAddr {
@@ -43,104 +42,6 @@ fn black_hole() -> SocketAddr {
     addr
 }
 
-struct Envoy {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Envoy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn endpoint(port: u16) -> String {
-    format!(
-        "load_assignment: {{ cluster_name: c, endpoints: [{{ lb_endpoints: [{{ endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }} }}] }}] }}"
-    )
-}
-
-/// Envoy on a free port: every request's `x-user` header is the `user`
-/// descriptor, and its path the `path` one.
-fn envoy(venv: &Path, upstream: SocketAddr, rls: SocketAddr, deny: bool, timeout: &str) -> Envoy {
-    let port = free_port();
-    let config = format!(
-        r#"static_resources:
-  listeners:
-  - name: edge
-    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: edge
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:
-              - match: {{ prefix: "/" }}
-                route:
-                  cluster: upstream
-                  rate_limits:
-                  - actions:
-                    - request_headers: {{ header_name: x-user, descriptor_key: user }}
-                  - actions:
-                    - request_headers: {{ header_name: ":path", descriptor_key: path }}
-          http_filters:
-          - name: envoy.filters.http.ratelimit
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
-              domain: edge
-              failure_mode_deny: {deny}
-              timeout: {timeout}
-              rate_limit_service:
-                transport_api_version: V3
-                grpc_service: {{ envoy_grpc: {{ cluster_name: rls }} }}
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-  clusters:
-  - name: upstream
-    type: STATIC
-    {up}
-  - name: rls
-    type: STATIC
-    connect_timeout: 0.25s
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {{ http2_protocol_options: {{}} }}
-    {rl}
-"#,
-        up = endpoint(upstream.port()),
-        rl = endpoint(rls.port()),
-    );
-    let file = temp_file("envoy.yaml", &config);
-    let child = Command::new(venv.join("bin/envoy"))
-        .arg("-c")
-        .arg(&file)
-        .args([
-            "--disable-hot-restart",
-            "--concurrency",
-            "1",
-            "-l",
-            "warning",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    wait_listening(addr);
-    Envoy {
-        child,
-        url: format!("http://{addr}"),
-    }
-}
-
 fn get(url: &str, path: &str, user: &str) -> reqwest::blocking::Response {
     reqwest::blocking::Client::builder()
         .no_proxy()
@@ -165,7 +66,7 @@ fn envoy_enforces_the_services_limits_and_passes_its_headers() {
     let up = upstream();
     let config = temp_file("edge.yaml", CONFIG);
     let rls = Rls::start(&config, free_port());
-    let edge = envoy(&venv, up, rls.addr, false, "1s");
+    let edge = Envoy::start(&venv.join("bin/envoy"), up, Some(rls.addr), false, "1s");
     // `user` is 3 a minute; `/login` 2 a minute for everyone.
     for left in [2, 1, 0] {
         let res = get(&edge.url, "/items", "alice");
@@ -207,8 +108,8 @@ fn a_killed_service_is_envoys_failure_mode_and_a_restart_is_followed() {
     let config = temp_file("edge.yaml", CONFIG);
     let port = free_port();
     let mut rls = Rls::start(&config, port);
-    let open = envoy(&venv, up, rls.addr, false, "1s");
-    let closed = envoy(&venv, up, rls.addr, true, "1s");
+    let open = Envoy::start(&venv.join("bin/envoy"), up, Some(rls.addr), false, "1s");
+    let closed = Envoy::start(&venv.join("bin/envoy"), up, Some(rls.addr), true, "1s");
     assert_eq!(get(&open.url, "/a", "erin").status(), 200);
     assert_eq!(get(&closed.url, "/a", "erin").status(), 200);
     rls.kill();
@@ -240,8 +141,8 @@ fn the_filters_timeout_applies_to_a_service_that_hangs() {
     let Some(venv) = venv() else { return };
     let up = upstream();
     let hole = black_hole();
-    let open = envoy(&venv, up, hole, false, "0.2s");
-    let closed = envoy(&venv, up, hole, true, "0.2s");
+    let open = Envoy::start(&venv.join("bin/envoy"), up, Some(hole), false, "0.2s");
+    let closed = Envoy::start(&venv.join("bin/envoy"), up, Some(hole), true, "0.2s");
     // Answered at all: the client gives up after 10 s, the filter after 0.2 s.
     assert_eq!(get(&open.url, "/a", "heidi").status(), 200);
     assert_eq!(get(&closed.url, "/a", "heidi").status(), 500);

