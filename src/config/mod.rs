@@ -25,7 +25,7 @@ mod tests;
 
 pub use error::ConfigError;
 pub use registry::Registry;
-#[cfg(feature = "rls")]
-pub(crate) use schema::LeaseSpec;
 pub use schema::RulesConfig;
 pub use watch::ConfigWatcher;
+#[cfg(feature = "rls")]
+pub(crate) use {read::yaml_error, schema::LeaseSpec};

@@ -7,6 +7,19 @@ use super::error::ConfigError;
 use super::locate::Origin;
 use super::schema::RulesConfig;
 
+/// A YAML error with the line and column it carries.
+pub(crate) fn yaml_error(e: &serde_norway::Error, src: &str) -> ConfigError {
+    let text = e.to_string();
+    match e.location() {
+        Some(loc) => {
+            // The message already names the path; drop its own " at line …".
+            let msg = text.rsplit_once(" at line ").map_or(&*text, |(m, _)| m);
+            ConfigError::at(msg, src, loc.line(), loc.column())
+        }
+        None => ConfigError::new(text),
+    }
+}
+
 impl RulesConfig {
     /// Reads a TOML configuration.
     ///
@@ -33,17 +46,9 @@ impl RulesConfig {
     /// Invalid YAML, unknown fields, or a bad value, with its line and column.
     pub fn from_yaml_str(src: &str) -> Result<Self, ConfigError> {
         let parsed: Result<Self, _> = serde_norway::from_str(src);
-        parsed.map(|c| c.read_from(src)).map_err(|e| {
-            let text = e.to_string();
-            match e.location() {
-                Some(loc) => {
-                    // The message already names the path; drop its own " at line …".
-                    let msg = text.rsplit_once(" at line ").map_or(&*text, |(m, _)| m);
-                    ConfigError::at(msg, src, loc.line(), loc.column())
-                }
-                None => ConfigError::new(text),
-            }
-        })
+        parsed
+            .map(|c| c.read_from(src))
+            .map_err(|e| yaml_error(&e, src))
     }
 
     /// Reads a file: YAML when it ends in `.yaml` or `.yml`, TOML otherwise.

@@ -186,16 +186,8 @@ impl RlsConfig {
     /// Invalid YAML, an unknown field, a bad value or a bad descriptor, with
     /// its line and column.
     pub fn from_yaml_str(src: &str) -> Result<Self, ConfigError> {
-        let raw: RawDomain = serde_norway::from_str(src).map_err(|e| {
-            let text = e.to_string();
-            match e.location() {
-                Some(loc) => {
-                    let msg = text.rsplit_once(" at line ").map_or(&*text, |(m, _)| m);
-                    ConfigError::at(msg, src, loc.line(), loc.column())
-                }
-                None => ConfigError::new(text),
-            }
-        })?;
+        let raw: RawDomain =
+            serde_norway::from_str(src).map_err(|e| crate::config::yaml_error(&e, src))?;
         let mut config = Self::default();
         config.add(raw, src)?;
         Ok(config)
