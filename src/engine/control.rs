@@ -1,17 +1,6 @@
 //! What the control handle does to a key, and why it can fail.
 
 use std::fmt;
-use std::time::Duration;
-
-/// What [`Control`](crate::rate_limit::Control) does to one key of one rule.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum ControlOp {
-    /// Spend (positive) or give back (negative) units; 0 only reads.
-    Adjust(i64),
-    Reset,
-    Block(Duration),
-    Unblock,
-}
 
 /// Why a [`Control`](crate::rate_limit::Control) operation failed.
 ///

@@ -7,10 +7,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::coalesce::{Batch, Join, Leader, Queues};
-use super::control::{ControlError, ControlOp};
-use crate::backend::redis::{ControlScriptOp, Decided, MAX_PREVIOUS, RedisBackend, Shard};
+use super::control::ControlError;
+use crate::backend::redis::{Decided, MAX_PREVIOUS, RedisBackend, Shard};
 use crate::failure::PATIENCE;
 use crate::failure::{Admit, BreakerStatus, FailureMode, Guard};
+use crate::policy::ControlOp;
 use crate::policy::{Cause, QuotaChange};
 use crate::rule::Rule;
 use crate::store::deny_cache::DenyCache;
@@ -105,7 +106,7 @@ pub(super) async fn return_unspent(
     if units == 0 {
         return Ok(());
     }
-    let op = ControlScriptOp::GiveBack(units, unspent.window);
+    let op = ControlOp::GiveBack(units, unspent.window);
     let (key, counted) = (&unspent.key, &unspent.counted);
     redis
         .control(name, key, algorithm, counted, op)
@@ -488,12 +489,6 @@ impl Global {
         if let Some(leases) = &self.leases {
             leases.forget(key);
         }
-        let script_op = match op {
-            ControlOp::Adjust(units) => ControlScriptOp::Adjust(units),
-            ControlOp::Reset => ControlScriptOp::Reset,
-            ControlOp::Block(d) => ControlScriptOp::Block(d),
-            ControlOp::Unblock => ControlScriptOp::Unblock,
-        };
         // Block and unblock touch only the lock, the rule and key's own.
         let quota = quota.unwrap_or_else(|| Quota::per_second(1));
         // A leased rule's state is counted in the lease's quota.
@@ -504,7 +499,7 @@ impl Global {
             .unwrap_or(quota);
         let call = self
             .redis
-            .control(&rule.name, key, rule.algorithm, &quota, script_op);
+            .control(&rule.name, key, rule.algorithm, &quota, op);
         let patience = rule.failure.timeout.saturating_mul(PATIENCE);
         match tokio::time::timeout(patience, call).await {
             Ok(Ok(d)) => Ok(match op {
@@ -516,7 +511,7 @@ impl Global {
                     self.learned.forget(key);
                     None
                 }
-                ControlOp::Block(_) | ControlOp::Unblock => None,
+                ControlOp::Block(_) | ControlOp::Unblock | ControlOp::GiveBack(..) => None,
             }),
             Ok(Err(e)) => Err(ControlError::Redis(e)),
             Err(_) => Err(ControlError::Timeout(patience)),
@@ -532,7 +527,7 @@ impl Global {
             return None;
         }
         let quota = self.counting(rule, quota);
-        let op = ControlScriptOp::Adjust(0);
+        let op = ControlOp::Adjust(0);
         let call = self
             .redis
             .control(&rule.name, key, rule.algorithm, &quota, op);
@@ -556,7 +551,7 @@ impl Global {
         let cause = match self.guard.admit() {
             Admit::Skip(_) => Cause::CircuitOpen,
             Admit::Call | Admit::Probe => {
-                let op = ControlScriptOp::Adjust(units);
+                let op = ControlOp::Adjust(units);
                 let call = self
                     .redis
                     .control(&rule.name, key, rule.algorithm, &counted, op);

@@ -56,7 +56,6 @@ mod tests;
 
 pub(crate) use chain::{Chain, ChainConfig, Suspended};
 pub use control::ControlError;
-pub(crate) use control::ControlOp;
 pub(crate) use decide::Verdict;
 pub(crate) use meter::Meter;
 pub(crate) use rule::Carry;

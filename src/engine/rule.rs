@@ -4,12 +4,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::control::{ControlError, ControlOp};
+use super::control::ControlError;
 #[cfg(feature = "redis")]
 use super::global::Global;
 use super::wait::Waiters;
 use crate::headers::StaticQuotaMember;
 use crate::key::lookup::KeyWatch;
+use crate::policy::ControlOp;
 use crate::policy::QuotaChange;
 use crate::rule::{QuotaSource, Rule, Scope};
 use crate::store::keyspace::Budget;
@@ -151,7 +152,7 @@ impl CompiledRule {
                     }
                 }
                 ControlOp::Unblock | ControlOp::Reset => self.locks.unblock(&key),
-                ControlOp::Adjust(_) => {}
+                ControlOp::Adjust(_) | ControlOp::GiveBack(..) => {}
             }
         }
         match &self.store {
@@ -177,7 +178,7 @@ impl CompiledRule {
                         self.locks.block(&key, period, true, within);
                     }
                     ControlOp::Unblock | ControlOp::Reset => self.locks.unblock(&key),
-                    ControlOp::Adjust(_) => {}
+                    ControlOp::Adjust(_) | ControlOp::GiveBack(..) => {}
                 }
                 Ok(out)
             }

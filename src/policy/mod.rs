@@ -5,12 +5,14 @@
 
 #[cfg(feature = "redis")]
 mod cause;
+mod control;
 mod deny;
 mod failure;
 #[cfg(feature = "redis")]
 mod lease;
 mod quota_change;
 
+pub(crate) use control::ControlOp;
 pub use deny::{KeySpaceFull, Lockout, OnDeny};
 pub(crate) use failure::FailurePolicy;
 pub use failure::{BreakerConfig, FailureMode};

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::shared::Shared;
-use crate::engine::{ControlError, ControlOp};
+use crate::engine::ControlError;
+use crate::policy::ControlOp;
 use crate::{decision::Decision, key::Key};
 
 /// Reads and moves one key's counters of one rule, outside any request:

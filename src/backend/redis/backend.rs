@@ -11,9 +11,10 @@ use super::conn::Conn;
 use super::error::RedisBackendError;
 use super::keys;
 use super::membership::Membership;
-use super::script::{self, ControlScriptOp, Decided, Grant, SlotOp, SlotReply};
+use super::script::{self, Decided, Grant, SlotOp, SlotReply};
 use crate::failure::{LiveCount, Reachability};
 use crate::key::DEFAULT_MAX_KEY_LEN;
+use crate::policy::ControlOp;
 use crate::policy::Lockout;
 use crate::{algorithm::Algorithm, decision::Decision, key::Key, quota::Quota};
 
@@ -290,7 +291,7 @@ impl RedisBackend {
         key: &Key,
         algorithm: Algorithm,
         quota: &Quota,
-        op: ControlScriptOp,
+        op: ControlOp,
     ) -> Result<Decision, RedisBackendError> {
         let redis_key = self.state_key(rule, key, algorithm, quota);
         let invocation = script::control(algorithm, redis_key, quota, op);

@@ -1,5 +1,6 @@
 //! The Lua scripts and the one reply shape they share.
 
+use crate::policy::ControlOp;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -423,32 +424,21 @@ pub(crate) struct Decided {
     pub(crate) lock_started: bool,
 }
 
-/// What the control script does to a key.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum ControlScriptOp {
-    Adjust(i64),
-    /// Units of a lease given back; for a window, to the window it names.
-    GiveBack(u32, Option<u64>),
-    Reset,
-    Block(Duration),
-    Unblock,
-}
-
 /// The invocation of `control.lua` on the key the rate script of
 /// `algorithm` (or the calendar's, when `quota` is one) names `key`.
 pub(crate) fn control(
     algorithm: Algorithm,
     key: Vec<u8>,
     quota: &Quota,
-    op: ControlScriptOp,
+    op: ControlOp,
 ) -> redis::ScriptInvocation<'static> {
     let mut invocation = CONTROL.key(key);
     let (name, units, block) = match op {
-        ControlScriptOp::Adjust(u) => ("adjust", u, Duration::ZERO),
-        ControlScriptOp::GiveBack(u, _) => ("adjust", -i64::from(u), Duration::ZERO),
-        ControlScriptOp::Reset => ("reset", 0, Duration::ZERO),
-        ControlScriptOp::Block(d) => ("block", 0, d),
-        ControlScriptOp::Unblock => ("unblock", 0, Duration::ZERO),
+        ControlOp::Adjust(u) => ("adjust", u, Duration::ZERO),
+        ControlOp::GiveBack(u, _) => ("adjust", -i64::from(u), Duration::ZERO),
+        ControlOp::Reset => ("reset", 0, Duration::ZERO),
+        ControlOp::Block(d) => ("block", 0, d),
+        ControlOp::Unblock => ("unblock", 0, Duration::ZERO),
     };
     let alg = match (quota.period(), algorithm) {
         (Some(_), _) => "cal",
@@ -467,7 +457,7 @@ pub(crate) fn control(
         .arg(ms(block))
         .arg(quota.period().map_or("", Period::as_str))
         .arg(quota.utc_offset());
-    if let ControlScriptOp::GiveBack(_, Some(window)) = op {
+    if let ControlOp::GiveBack(_, Some(window)) = op {
         invocation.arg(window);
     }
     invocation
