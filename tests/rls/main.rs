@@ -499,14 +499,28 @@ mod client {
     }
 
     fn remote(addr: std::net::SocketAddr, mode: FailureMode) -> RemoteRateLimitLayer {
+        remote_with(
+            addr,
+            mode,
+            Duration::from_millis(500),
+            Duration::from_secs(30),
+        )
+    }
+
+    fn remote_with(
+        addr: std::net::SocketAddr,
+        mode: FailureMode,
+        timeout: Duration,
+        open_for: Duration,
+    ) -> RemoteRateLimitLayer {
         RemoteRateLimitLayer::builder(format!("http://{addr}"), "edge")
             .descriptor([("remote_address", KeyExtractor::header("x-user"))])
-            .timeout(Duration::from_millis(500))
+            .timeout(timeout)
             .on_failure(mode)
             .circuit_breaker(
                 BreakerConfig::default()
                     .failure_threshold(2)
-                    .open_for(Duration::from_secs(30)),
+                    .open_for(open_for),
             )
             .build()
             .unwrap()
@@ -574,6 +588,81 @@ mod client {
         // A layer without a broken past asks the restarted service.
         let fresh = serve_http(ok_app_remote(remote(addr, FailureMode::FailClosed))).await;
         assert_eq!(get(&fresh, Some("kate")).await.status(), 200);
+    }
+
+    #[tokio::test]
+    async fn a_service_that_does_not_answer_is_the_timeouts_failure() {
+        // Accepts connections and never answers.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((s, _)) = listener.accept().await {
+                held.push(s);
+            }
+        });
+        let wait = Duration::from_millis(100);
+        for (mode, want) in [(FailureMode::FailOpen, 200), (FailureMode::FailClosed, 429)] {
+            let app = ok_app_remote(remote_with(addr, mode, wait, Duration::from_secs(30)));
+            let url = serve_http(app).await;
+            assert_eq!(get(&url, Some("liam")).await.status(), want, "{mode:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_grpc_request_over_the_limit_is_resource_exhausted() {
+        let addr = free_addr();
+        let _server = rls_on(addr);
+        let url = serve_http(ok_app_remote(remote(addr, FailureMode::FailOpen))).await;
+        let grpc = || {
+            client()
+                .get(&url)
+                .header("x-user", "mia")
+                .header("content-type", "application/grpc")
+                .send()
+        };
+        // CONFIG's remote_address: 3 a minute.
+        for _ in 0..3 {
+            assert_eq!(grpc().await.unwrap().status(), 200);
+        }
+        let res = grpc().await.unwrap();
+        assert_eq!(res.status(), 200, "a trailers-only gRPC refusal");
+        assert_eq!(header(&res, "grpc-status").as_deref(), Some("8"));
+        assert!(header(&res, "grpc-retry-pushback-ms").is_some());
+    }
+
+    #[tokio::test]
+    async fn a_restarted_service_is_asked_again_once_the_breaker_probes() {
+        let addr = free_addr();
+        let server = rls_on(addr);
+        let layer = remote_with(
+            addr,
+            FailureMode::FailClosed,
+            Duration::from_millis(500),
+            Duration::from_millis(200),
+        );
+        let url = serve_http(ok_app_remote(layer)).await;
+        assert_eq!(get(&url, Some("noah")).await.status(), 200);
+        drop(server);
+        assert_eq!(get(&url, Some("noah")).await.status(), 429, "fail closed");
+        let _back = rls_on(addr);
+        // Bounded: the breaker probes 200 ms after it opened.
+        let mut statuses = Vec::new();
+        for _ in 0..60 {
+            let res = get(&url, Some("olga")).await;
+            statuses.push(res.status().as_u16());
+            if res.status() == 200 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(statuses.last(), Some(&200), "{statuses:?}");
+        // The restarted service decides: olga has 3 a minute there.
+        let mut after = vec![200];
+        for _ in 0..3 {
+            after.push(get(&url, Some("olga")).await.status().as_u16());
+        }
+        assert_eq!(after, [200, 200, 200, 429]);
     }
 
     fn ok_app_remote(layer: RemoteRateLimitLayer) -> axum::Router {
