@@ -188,7 +188,7 @@ fn window(d: Duration) -> String {
     if d.subsec_nanos() == 0 && d.as_secs() > 0 {
         let secs = d.as_secs();
         for (unit, name) in UNITS {
-            if secs % unit == 0 {
+            if secs.is_multiple_of(unit) {
                 return match secs / unit {
                     1 => name.to_owned(),
                     n => format!("{n}{name}"),

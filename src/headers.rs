@@ -324,13 +324,13 @@ impl Headers {
                 out.push((RATELIMIT, state));
             }
         }
-        if matches!(self.style, HeaderStyle::Legacy | HeaderStyle::Both) {
-            if let Some(d) = crate::decision::tightest(visible()).map(|d| d.decision) {
-                out.push((X_RATELIMIT_LIMIT, HeaderValue::from(d.limit())));
-                out.push((X_RATELIMIT_REMAINING, HeaderValue::from(d.remaining())));
-                let reset = self.reset.value(d.reset());
-                out.push((X_RATELIMIT_RESET, HeaderValue::from(reset)));
-            }
+        if matches!(self.style, HeaderStyle::Legacy | HeaderStyle::Both)
+            && let Some(d) = crate::decision::tightest(visible()).map(|d| d.decision)
+        {
+            out.push((X_RATELIMIT_LIMIT, HeaderValue::from(d.limit())));
+            out.push((X_RATELIMIT_REMAINING, HeaderValue::from(d.remaining())));
+            let reset = self.reset.value(d.reset());
+            out.push((X_RATELIMIT_RESET, HeaderValue::from(reset)));
         }
     }
 }

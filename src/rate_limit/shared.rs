@@ -135,10 +135,10 @@ impl Shared {
                 self.headers.render(&mut rules, &mut headers);
                 if self.extension {
                     // Under an outer rate limiter, its decisions come first.
-                    if let Some(outer) = parts.extensions.insert(RateLimitDecision { rules }) {
-                        if let Some(d) = parts.extensions.get_mut::<RateLimitDecision>() {
-                            d.rules.insert_many(0, outer.rules);
-                        }
+                    if let Some(outer) = parts.extensions.insert(RateLimitDecision { rules })
+                        && let Some(d) = parts.extensions.get_mut::<RateLimitDecision>()
+                    {
+                        d.rules.insert_many(0, outer.rules);
                     }
                 }
                 Admission::Go(headers, settle)

@@ -331,13 +331,14 @@ impl Crate {
                 break;
             }
         }
-        if i < path.len() && depth < 16 {
-            if let Some(target) = self.aliases.get(&(module.clone(), path[i].clone())) {
-                let mut target = target.clone();
-                target.extend(path[i + 1..].iter().cloned());
-                if &target != path {
-                    return self.defining(&target, depth + 1).or(Some(module));
-                }
+        if i < path.len()
+            && depth < 16
+            && let Some(target) = self.aliases.get(&(module.clone(), path[i].clone()))
+        {
+            let mut target = target.clone();
+            target.extend(path[i + 1..].iter().cloned());
+            if &target != path {
+                return self.defining(&target, depth + 1).or(Some(module));
             }
         }
         Some(module)

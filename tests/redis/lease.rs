@@ -79,7 +79,11 @@ fn gaps(seed: u64, n: usize) -> Vec<u64> {
             x ^= x << 17;
             // Bursts and pauses: leases taken while the bucket fills are
             // spent late, beside the others' refills.
-            if x % 8 == 0 { 30 + x % 40 } else { x % 3 }
+            if x.is_multiple_of(8) {
+                30 + x % 40
+            } else {
+                x % 3
+            }
         })
         .collect()
 }

@@ -58,7 +58,7 @@ async fn gateway_task(
         // Gateways 1 to 3 alternate 250 ms of traffic and 250 ms of quiet,
         // each out of step with the next.
         let phase = (elapsed.as_millis() / 250) as usize;
-        if gateway > 0 && (phase + gateway) % 2 == 0 {
+        if gateway > 0 && (phase + gateway).is_multiple_of(2) {
             tokio::time::sleep(Duration::from_millis(5)).await;
             continue;
         }
@@ -79,7 +79,7 @@ async fn gateway_task(
         x ^= x << 17;
         // A pause of 5 to 45 ms now and then; otherwise about 1 ms between
         // requests: some 12,000 a second offered against 300.
-        let pause = if x % 10 == 0 { 5 + x % 41 } else { 1 };
+        let pause = if x.is_multiple_of(10) { 5 + x % 41 } else { 1 };
         tokio::time::sleep(Duration::from_millis(pause)).await;
     }
 }
