@@ -26,15 +26,52 @@ use std::time::Duration;
 /// assert_eq!(d.retry_after(), None);
 /// # }
 /// /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Decision {
     allowed: bool,
     limit: u32,
-    window: Duration,
     remaining: u32,
-    reset: Duration,
-    retry_after: Option<Duration>,
-    next: Duration,
+    // Durations as nanoseconds, saturating at `u64::MAX` (584 years), as
+    // governor counts them: half the size of four `Duration`s, and a
+    // decision moves through every step of a request.
+    window: u64,
+    reset: u64,
+    /// `NO_RETRY` when there is no `Retry-After`.
+    retry_after: u64,
+    next: u64,
+}
+
+/// `retry_after`'s `None`. A real wait saturates one below it.
+const NO_RETRY: u64 = u64::MAX;
+
+/// `d` in nanoseconds, saturating.
+const fn nanos(d: Duration) -> u64 {
+    let n = d.as_nanos();
+    if n > u64::MAX as u128 {
+        u64::MAX
+    } else {
+        n as u64
+    }
+}
+
+/// `d` in nanoseconds, saturating below [`NO_RETRY`].
+const fn retry_nanos(d: Duration) -> u64 {
+    let n = nanos(d);
+    if n == NO_RETRY { NO_RETRY - 1 } else { n }
+}
+
+impl std::fmt::Debug for Decision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Decision")
+            .field("allowed", &self.allowed)
+            .field("limit", &self.limit)
+            .field("window", &self.window())
+            .field("remaining", &self.remaining)
+            .field("reset", &self.reset())
+            .field("retry_after", &self.retry_after())
+            .field("next", &self.next_unit())
+            .finish()
+    }
 }
 
 impl Decision {
@@ -50,11 +87,11 @@ impl Decision {
         Self {
             allowed: true,
             limit,
-            window,
+            window: nanos(window),
             remaining,
-            reset,
-            retry_after: None,
-            next: reset,
+            reset: nanos(reset),
+            retry_after: NO_RETRY,
+            next: nanos(reset),
         }
     }
 
@@ -63,7 +100,7 @@ impl Decision {
     /// `t`; see [`headers`](crate::headers).
     pub(crate) const fn with_next_unit(mut self, next: Duration) -> Self {
         if self.allowed {
-            self.next = next;
+            self.next = nanos(next);
         }
         self
     }
@@ -72,7 +109,7 @@ impl Decision {
     /// month's own.
     #[cfg(feature = "redis")]
     pub(crate) const fn with_window(mut self, window: Duration) -> Self {
-        self.window = window;
+        self.window = nanos(window);
         self
     }
 
@@ -86,11 +123,11 @@ impl Decision {
         Self {
             allowed: false,
             limit,
-            window,
+            window: nanos(window),
             remaining: 0,
-            reset,
-            retry_after: Some(retry_after),
-            next: retry_after,
+            reset: nanos(reset),
+            retry_after: retry_nanos(retry_after),
+            next: nanos(retry_after),
         }
     }
 
@@ -100,11 +137,11 @@ impl Decision {
         Self {
             allowed: false,
             limit,
-            window,
+            window: nanos(window),
             remaining: 0,
-            reset: Duration::ZERO,
-            retry_after: None,
-            next: Duration::ZERO,
+            reset: 0,
+            retry_after: NO_RETRY,
+            next: 0,
         }
     }
 
@@ -120,7 +157,7 @@ impl Decision {
 
     /// The quota's window.
     pub const fn window(&self) -> Duration {
-        self.window
+        Duration::from_nanos(self.window)
     }
 
     /// Units left after this request.
@@ -130,13 +167,17 @@ impl Decision {
 
     /// Time until the quota is whole again.
     pub const fn reset(&self) -> Duration {
-        self.reset
+        Duration::from_nanos(self.reset)
     }
 
     /// On a deny, how long to wait before this request could pass; `None`
     /// when allowed or when it can never pass.
     pub const fn retry_after(&self) -> Option<Duration> {
-        self.retry_after
+        if self.retry_after == NO_RETRY {
+            None
+        } else {
+            Some(Duration::from_nanos(self.retry_after))
+        }
     }
 
     /// How long until one unit more than [`remaining`](Self::remaining) is
@@ -144,7 +185,7 @@ impl Decision {
     /// quota is whole); on a deny, the retry-after (zero when the request can
     /// never pass).
     pub const fn next_unit(&self) -> Duration {
-        self.next
+        Duration::from_nanos(self.next)
     }
 }
 
@@ -262,4 +303,31 @@ pub(crate) fn tightest<'a>(
             std::cmp::Reverse(r.decision.reset()),
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_round_trip_and_saturate_at_u64_nanoseconds() {
+        let (w, r, n) = (
+            Duration::from_secs(60),
+            Duration::from_millis(1500),
+            Duration::from_nanos(7),
+        );
+        let d = Decision::allowed(10, w, 3, r).with_next_unit(n);
+        assert_eq!((d.window(), d.reset(), d.next_unit()), (w, r, n));
+        assert_eq!(d.retry_after(), None);
+        let d = Decision::denied(10, w, r, w);
+        assert_eq!((d.retry_after(), d.next_unit(), d.reset()), (Some(r), r, w));
+        // Beyond 584 years: saturated, and a wait stays a wait.
+        let d = Decision::denied(10, Duration::MAX, Duration::MAX, Duration::MAX);
+        let max = Duration::from_nanos(u64::MAX);
+        assert_eq!((d.window(), d.reset(), d.next_unit()), (max, max, max));
+        assert_eq!(d.retry_after(), Some(Duration::from_nanos(u64::MAX - 1)));
+        assert_eq!(Decision::never(10, w).retry_after(), None);
+        // Debug shows durations, as the derived one did.
+        assert!(format!("{:?}", Decision::denied(1, w, r, w)).contains("retry_after: Some(1.5s)"));
+    }
 }

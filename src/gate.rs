@@ -66,6 +66,10 @@ where
     /// decides on the head in place when it can; otherwise it returns what
     /// it has so far, and `suspend` turns that and the head into the future
     /// that decides. The head is only moved when it has to go with a future.
+    // Inlined, and each arm builds `Self` as it returns: the request head
+    // and the inner future are then written where they end up, not moved
+    // there through temporaries.
+    #[inline(always)]
     pub(crate) fn call<X>(
         inner: &mut S,
         req: Request<ReqBody>,
@@ -73,25 +77,30 @@ where
         suspend: impl FnOnce(Parts, X) -> Pending<G>,
     ) -> Self {
         let (mut parts, body) = req.into_parts();
-        let state = match decide(&mut parts) {
-            Ok(Admission::Go(headers, guard)) => State::Calling {
-                fut: inner.call(Request::from_parts(parts, body)),
-                headers,
-                guard: Some(guard),
+        match decide(&mut parts) {
+            Ok(Admission::Go(headers, guard)) => Self {
+                state: State::Calling {
+                    fut: inner.call(Request::from_parts(parts, body)),
+                    headers,
+                    guard: Some(guard),
+                },
             },
-            Ok(Admission::Stop(res)) => State::Refused { res: Some(res) },
+            Ok(Admission::Stop(res)) => Self {
+                state: State::Refused { res: Some(res) },
+            },
             Err(x) => {
                 // The readied service goes with the request; a clone stays,
                 // as tower's docs prescribe.
                 let clone = inner.clone();
-                State::Deciding {
-                    decide: suspend(parts, x),
-                    inner: Some(std::mem::replace(inner, clone)),
-                    body: Some(body),
+                Self {
+                    state: State::Deciding {
+                        decide: suspend(parts, x),
+                        inner: Some(std::mem::replace(inner, clone)),
+                        body: Some(body),
+                    },
                 }
             }
-        };
-        Self { state }
+        }
     }
 }
 

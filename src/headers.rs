@@ -288,18 +288,19 @@ impl Headers {
                 }
             };
             // Exactly sized: `Bytes` takes a `String` that is full as is, but
-            // allocates again for one with spare capacity.
-            let items: usize = visible()
-                .map(|d| {
-                    let dec = &d.decision;
-                    sf_string_len(&d.rule)
-                        + ";r=;t=".len()
-                        + digits(dec.remaining().into())
-                        + digits(t_secs(dec))
-                        + d.partition.map_or(0, |_| PK_LEN)
-                })
-                .sum();
-            let len = items + ", ".len() * (visible().count() - 1);
+            // allocates again for one with spare capacity. One pass sizes it
+            // and counts the members.
+            let (mut len, mut n) = (0, 0);
+            for d in visible() {
+                let dec = &d.decision;
+                len += sf_string_len(&d.rule)
+                    + ";r=;t=".len()
+                    + digits(dec.remaining().into())
+                    + digits(t_secs(dec))
+                    + d.partition.map_or(0, |_| PK_LEN);
+                n += 1;
+            }
+            let len = len + ", ".len() * (n - 1);
             let mut state = String::with_capacity(len);
             for d in visible() {
                 if !state.is_empty() {
@@ -358,13 +359,19 @@ fn digits(n: u64) -> usize {
 
 /// The length of `s` as a structured-field string.
 fn sf_string_len(s: &str) -> usize {
-    s.len() + 2 + s.bytes().filter(|&b| b == b'"' || b == b'\\').count()
+    s.len() + 2 + s.bytes().filter(|&b| sf_escaped(b)).count()
+}
+
+/// Whether `b` is escaped in a structured-field string.
+fn sf_escaped(b: u8) -> bool {
+    b == b'"' || b == b'\\'
 }
 
 /// Appends a structured-field string (RFC 8941 §3.3.3): quoted, `"` and `\` escaped.
 fn push_sf_string(out: &mut String, s: &str) {
     out.push('"');
-    if s.contains(['"', '\\']) {
+    // A byte scan: a `char` pattern's search costs more than the short names.
+    if s.bytes().any(sf_escaped) {
         for c in s.chars() {
             if c == '"' || c == '\\' {
                 out.push('\\');

@@ -65,14 +65,14 @@ impl Shared {
             && exempt(parts)
         {
             crate::observe::layer_exempt();
-            return Ok(self.conclude(Verdict::Allow(None), Decisions::new(), parts));
+            return Ok(self.conclude(Verdict::Allow(None), &mut Decisions::new(), parts));
         }
         // One chain for the whole request, even if a reload lands meanwhile.
         let mut decisions = Decisions::new();
         let verdict = self
             .chain
             .with(|chain| chain.evaluate(parts, &mut decisions))?;
-        Ok(self.conclude(verdict, decisions, parts))
+        Ok(self.conclude(verdict, &mut decisions, parts))
     }
 
     /// The rest of a decision that had to await, on the chain it began on.
@@ -82,9 +82,9 @@ impl Shared {
         suspended: Box<Suspended>,
     ) -> Pending<Option<Box<Settlement>>> {
         Box::pin(async move {
-            let (decisions, verdict);
+            let (mut decisions, verdict);
             (parts, decisions, verdict) = suspended.resume(parts).await;
-            let admission = self.conclude(verdict, decisions, &mut parts);
+            let admission = self.conclude(verdict, &mut decisions, &mut parts);
             (parts, admission)
         })
     }
@@ -107,7 +107,7 @@ impl Shared {
             }
         };
         let rules = decisions.to_vec();
-        match self.conclude(verdict, decisions, &mut parts) {
+        match self.conclude(verdict, &mut decisions, &mut parts) {
             Admission::Go(headers, _settle) => Detached {
                 rules,
                 headers: headers.into_vec(),
@@ -122,18 +122,22 @@ impl Shared {
     }
 
     /// Turns the chain's verdict into headers and, when allowed, puts the
-    /// decision in the extensions for the handler.
+    /// decision in the extensions for the handler. `rules` by reference:
+    /// moving them costs more than the headers' use of them. Inlined, so
+    /// the admission is built where the caller returns it.
+    #[inline(always)]
     pub(crate) fn conclude(
         &self,
         verdict: Verdict,
-        mut rules: Decisions,
+        rules: &mut Decisions,
         parts: &mut Parts,
     ) -> Admission<Option<Box<Settlement>>> {
         let mut headers = crate::headers::Rendered::new();
         match verdict {
             Verdict::Allow(settle) => {
-                self.headers.render(&mut rules, &mut headers);
+                self.headers.render(rules, &mut headers);
                 if self.extension {
+                    let rules = std::mem::take(rules);
                     // Under an outer rate limiter, its decisions come first.
                     if let Some(outer) = parts.extensions.insert(RateLimitDecision { rules })
                         && let Some(d) = parts.extensions.get_mut::<RateLimitDecision>()
@@ -156,7 +160,7 @@ impl Shared {
                 status,
                 misconfig,
             } => {
-                self.headers.render(&mut rules, &mut headers);
+                self.headers.render(rules, &mut headers);
                 let denied = Denied::rejected(rule, status, misconfig);
                 Admission::Stop(refusal(&self.deny, &denied, &parts.headers, headers))
             }
