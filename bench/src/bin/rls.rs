@@ -149,6 +149,19 @@ fn serve_child(variant: &str, n: u64) {
         let mut server = tonic::transport::Server::builder();
         let router = match variant {
             "bare" => server.add_service(RateLimitServiceServer::new(Counting { inner: Bare, n })),
+            "rls-redis" => {
+                let url = std::env::var("RLS_REDIS_URL").expect("the parent's redis-server");
+                let redis = RedisBackend::builder(url)
+                    .prefix("rls-cpu")
+                    .build()
+                    .await
+                    .unwrap();
+                let rls = RateLimitServer::builder(RlsConfig::from_yaml_str(GLOBAL).unwrap())
+                    .redis(redis)
+                    .build()
+                    .unwrap();
+                server.add_service(RateLimitServiceServer::new(Counting { inner: rls, n }))
+            }
             _ => {
                 let rls = RateLimitServer::builder(RlsConfig::from_yaml_str(CONFIG).unwrap())
                     .build()
@@ -167,11 +180,12 @@ async fn client(addr: SocketAddr) -> RateLimitServiceClient<Channel> {
 }
 
 /// Instructions the server child ran for `n` calls on one connection.
-async fn count(variant: &str, n: u64) -> u64 {
+async fn count(variant: &str, n: u64, redis_url: &str) -> u64 {
     let mut child = Command::new("valgrind")
         .args(["--tool=callgrind", "--callgrind-out-file=/dev/null"])
         .arg(std::env::current_exe().unwrap())
         .args(["--serve", variant, &n.to_string()])
+        .env("RLS_REDIS_URL", redis_url)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -339,15 +353,20 @@ fn main() {
         if part("cpu") {
         println!("server instructions per ShouldRateLimit (callgrind, current-thread runtime, one connection, (I(3N) - I(N)) / 2N with N = {n})");
         let mut per = Vec::new();
-        for variant in ["bare", "rls-local"] {
-            let (small, large) = (count(variant, n).await, count(variant, 3 * n).await);
+        let redis = RedisServer::start();
+        for variant in ["bare", "rls-local", "rls-redis"] {
+            let (small, large) = (
+                count(variant, n, &redis.url()).await,
+                count(variant, 3 * n, &redis.url()).await,
+            );
             let each = (large - small) / (2 * n);
             println!("{variant:>10}: {each:>7}   (I(N) {small}, I(3N) {large})");
             per.push(each);
         }
         println!(
-            "rls-local / bare = {:.3}",
-            per[1] as f64 / per[0] as f64
+            "rls-local / bare = {:.3}, rls-redis / bare = {:.3}",
+            per[1] as f64 / per[0] as f64,
+            per[2] as f64 / per[0] as f64
         );
         }
         if part("load") {
