@@ -140,8 +140,11 @@ impl RateLimitLayer {
         let kept = new.kept_from(&old);
         let (count, converted) = (new.rules().count(), new.converted);
         let carries = std::mem::take(&mut new.carries);
-        carries.iter().for_each(Carry::forward);
-        shared.chain.store(Arc::new(new));
+        // Forwarded at the swap: a request decided on the old chain sees
+        // every old store forwarding, or none.
+        shared
+            .chain
+            .store_with(Arc::new(new), || carries.iter().for_each(Carry::forward));
         // The old rules decide no more: what each key used under them is
         // whole now. Keys met meanwhile carried themselves over.
         carries.into_iter().for_each(Carry::settle);

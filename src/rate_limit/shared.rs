@@ -43,12 +43,16 @@ impl Current {
         self.with(Arc::clone)
     }
 
-    /// Swaps in `new`; the old chain is dropped outside the lock.
-    pub(super) fn store(&self, new: Arc<Chain>) {
-        let old = std::mem::replace(
-            &mut *self.0.write().unwrap_or_else(PoisonError::into_inner),
-            new,
-        );
+    /// Runs `at_swap`, then swaps in `new`, both under the write lock (the old chain is dropped outside
+    /// it): no
+    /// request is being decided on the old chain meanwhile, so none sees
+    /// part of what `at_swap` changes (a reload's forwarding of the old
+    /// stores) and part not.
+    pub(super) fn store_with(&self, new: Arc<Chain>, at_swap: impl FnOnce()) {
+        let mut current = self.0.write().unwrap_or_else(PoisonError::into_inner);
+        at_swap();
+        let old = std::mem::replace(&mut *current, new);
+        drop(current);
         drop(old);
     }
 }
