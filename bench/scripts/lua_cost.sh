@@ -18,7 +18,7 @@ cli() { redis-cli -p "$port" "$@"; }
 cpu() { cli INFO cpu | awk -F: '/used_cpu_sys:|used_cpu_user:/{s+=$2} END{printf "%.6f", s}'; }
 per() { python3 -c "print('%-16s %6.2f us Redis CPU per decision' % ('$1', ($3 - $2) * 1e6 / $4))"; }
 keys=(); items=()
-for i in $(seq 1 "$n"); do keys+=("p:{k:__rand_int__}:s$i" "p:{k:__rand_int__}:lock"); items+=("$i" 1); done
+for i in $(seq 1 "$n"); do keys+=("p:{k:__rand_int__}:s$i"); done
 for alg in gcra token_bucket fixed_window sliding_window; do
   prelude=(); [ "$alg" = fixed_window ] && prelude=("$lua/window_end.lua")
   case $alg in
@@ -33,11 +33,12 @@ for alg in gcra token_bucket fixed_window sliding_window; do
     echo 'local wide = false'; cat $lua/batch.lua)")
   cli FLUSHALL >/dev/null; cli CONFIG RESETSTAT >/dev/null; a=$(cpu)
   # limit, window_us, burst: 1,000,000 per second, never reached; no
-  # lockout; no quota change (stride 2, no previous quota, mode 1, at 0).
-  redis-benchmark -p "$port" -P 16 -c 8 -n "$calls" -r 10000 EVALSHA "$sha" $((2 * n)) "${keys[@]}" \
-    1000000 1000000 1000000 0 1 1 2 0 1 0 "${items[@]}" >/dev/null
+  # lock read, no lockout; no quota change (one key per key, no previous
+  # quota, mode 1, at 0); each key once for one unit (no item pairs).
+  redis-benchmark -p "$port" -P 16 -c 8 -n "$calls" -r 10000 EVALSHA "$sha" "$n" "${keys[@]}" \
+    1000000 1000000 1000000 0 0 1 1 1 0 1 0 >/dev/null
   per "$alg" "$a" "$(cpu)" $((calls * n))
-  cli INFO commandstats | grep -E '^cmdstat_(evalsha|mget|set|incrby|pttl|pexpire|time):' \
+  cli INFO commandstats | grep -E '^cmdstat_(evalsha|get|mget|set|incrby|decrby|pttl|pexpire|time):' \
     | sed 's/^cmdstat_/    /; s/,rejected.*//'
 done
 cli FLUSHALL >/dev/null; a=$(cpu)

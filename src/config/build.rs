@@ -106,6 +106,7 @@ impl RuleConfig {
             .algorithm(raw.algorithm)
             .shadow(raw.shadow)
             .hidden(raw.hidden)
+            .blockable(raw.blockable)
             .partition_key(raw.partition_key)
             .split_across_instances(raw.split_across_instances);
         rule.group = raw.any_of.map(Into::into);

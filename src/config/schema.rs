@@ -114,6 +114,8 @@ pub(super) struct RawRule {
     #[serde(default)]
     pub(super) hidden: bool,
     #[serde(default)]
+    pub(super) blockable: bool,
+    #[serde(default)]
     pub(super) partition_key: bool,
     #[serde(default)]
     pub(super) split_across_instances: bool,

@@ -24,6 +24,9 @@ pub enum ControlError {
     /// A local rule holds `max_keys` locked or counted keys, none of which
     /// could be forgotten: the block was not stored.
     KeySpaceFull(String),
+    /// The rule is not [blockable](crate::rule::Rule::blockable) and has
+    /// no lockout: it never looks for a lock, so a block would not hold.
+    NotBlockable(String),
     /// Redis failed or did not answer within the rule's timeout.
     #[cfg(feature = "redis")]
     Redis(crate::backend::redis::RedisBackendError),
@@ -42,6 +45,10 @@ impl fmt::Display for ControlError {
                 "rule {r:?} computes its quota per request: only block and unblock apply"
             ),
             Self::KeySpaceFull(r) => write!(f, "rule {r:?}: no place left to lock another key"),
+            Self::NotBlockable(r) => write!(
+                f,
+                "rule {r:?} is not blockable: set `blockable(true)` or a lockout"
+            ),
             #[cfg(feature = "redis")]
             Self::Redis(e) => write!(f, "redis: {e}"),
             #[cfg(feature = "redis")]

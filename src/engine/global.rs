@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::coalesce::{Batch, Join, Leader, Queues};
 use super::control::ControlError;
-use crate::backend::redis::{Decided, MAX_PREVIOUS, RedisBackend, Shard};
+use crate::backend::redis::{Decided, Locking, MAX_PREVIOUS, RedisBackend, Shard, Target};
 use crate::failure::PATIENCE;
 use crate::failure::{Admit, BreakerStatus, FailureMode, Guard};
 use crate::policy::ControlOp;
@@ -21,6 +21,15 @@ use crate::store::leases::{Leases, Take, Unspent, Woken};
 use crate::store::local::LocalStore;
 use crate::store::lock::Locks;
 use crate::{decision::Decision, decision::Source, key::Key, observe, quota::Quota};
+
+/// What `rule`'s scripts do with a key's lock: read it when the rule can
+/// be locked, count denies toward its lockout unless it is a shadow.
+fn locks(rule: &Rule) -> Locking {
+    Locking {
+        read: rule.is_blockable(),
+        lockout: rule.lockout.filter(|_| !rule.shadow),
+    }
+}
 
 /// Whether cached denies may answer for `rule`: not under a lockout, whose
 /// denies all count in Redis (at most its `after` calls per period and
@@ -382,18 +391,15 @@ impl Global {
         quota: Quota,
         cost: NonZeroU32,
     ) -> Answer {
-        let lockout = rule.lockout.filter(|_| !rule.shadow);
         let previous = self.previous(quota);
         let one = || {
-            let check = self.redis.check_next(
-                &rule.name,
-                key,
-                rule.algorithm,
-                &quota,
-                cost.get(),
-                lockout,
-                previous,
-            );
+            let target = Target {
+                rule: &rule.name,
+                algorithm: rule.algorithm,
+                quota: &quota,
+                locks: locks(rule),
+            };
+            let check = self.redis.check_next(target, key, cost.get(), previous);
             self.guard.call(self.redis.reachability(), check)
         };
         let Some(queues) = &self.queues else {
@@ -432,8 +438,7 @@ impl Global {
         mut batch: Batch<Answer>,
         mut failed: bool,
     ) -> impl Future<Output = ()> + Send + 'static {
-        let (name, algorithm) = (rule.name.clone(), rule.algorithm);
-        let lockout = rule.lockout.filter(|_| !rule.shadow);
+        let (name, algorithm, locks) = (rule.name.clone(), rule.algorithm, locks(rule));
         async move {
             loop {
                 let skip = matches!(self.guard.admit(), Admit::Skip(_));
@@ -450,9 +455,13 @@ impl Global {
                     let requests: Vec<(&Key, u32)> =
                         batch.iter().map(|(key, cost, _)| (key, *cost)).collect();
                     let previous = self.previous(quota);
-                    let call = self
-                        .redis
-                        .check_batch(&name, &requests, algorithm, &quota, lockout, previous);
+                    let target = Target {
+                        rule: &name,
+                        algorithm,
+                        quota: &quota,
+                        locks,
+                    };
+                    let call = self.redis.check_batch(target, &requests, previous);
                     match self.guard.call(self.redis.reachability(), call).await {
                         Ok(decided) => {
                             for ((_, _, tx), d) in batch.into_iter().zip(decided) {

@@ -135,6 +135,9 @@ impl CompiledRule {
         key: &Key,
         op: ControlOp,
     ) -> Result<Option<Decision>, ControlError> {
+        if matches!(op, ControlOp::Block(_)) && !self.rule.is_blockable() {
+            return Err(ControlError::NotBlockable(self.rule.name.to_string()));
+        }
         let key = self.bounded(key);
         let quota = match (&op, self.rule.static_quota()) {
             (_, Some(q)) => Some(share(&self.rule, q, self.instances)),

@@ -26,8 +26,11 @@ use crate::{decision::Decision, key::Key};
 /// `Retry-After` it gave has passed for a deny in its deny cache.
 ///
 /// `peek`, `reset`, `penalize` and `reward` need a rule with a static
-/// quota ([`ControlError::DynamicQuota`] otherwise); `block` and `unblock`
-/// work on any rule. A local rule whose key space is full drops a charge
+/// quota ([`ControlError::DynamicQuota`] otherwise); `block` needs a
+/// [blockable](crate::rule::Rule::blockable) rule or one with a lockout
+/// ([`ControlError::NotBlockable`] otherwise: a rule that cannot be locked
+/// never looks for a lock, so a global one reads no lock key in Redis), and
+/// `unblock` works on any rule. A local rule whose key space is full drops a charge
 /// for a key it holds no place for (`penalize` then reads a whole bucket),
 /// and refuses a `block` ([`ControlError::KeySpaceFull`]).
 ///
@@ -36,7 +39,7 @@ use crate::{decision::Decision, key::Key};
 /// use std::time::Duration;
 /// use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
 /// let layer = RateLimitLayer::builder()
-///     .rule(Rule::new("login", KeyExtractor::header("x-user"), Quota::per_minute(5)))
+///     .rule(Rule::new("login", KeyExtractor::header("x-user"), Quota::per_minute(5)).blockable(true))
 ///     .build().unwrap();
 /// let control = layer.control();
 /// assert_eq!(control.peek("login", "alice").await.unwrap().remaining(), 5);

@@ -32,6 +32,7 @@ impl Rule {
             max_keys: DEFAULT_MAX_KEYS,
             on_key_space_full: KeySpaceFull::default(),
             lockout: None,
+            blockable: false,
             #[cfg(feature = "redis")]
             global: crate::policy::GlobalOptions::default(),
             count_if: None,
@@ -200,6 +201,24 @@ impl Rule {
     /// ```
     pub fn lockout(mut self, lockout: Lockout) -> Self {
         self.lockout = Some(lockout);
+        self
+    }
+
+    /// Lets the [control handle](crate::rate_limit::Control::block) block
+    /// this rule's keys (default `false`; a rule with a
+    /// [`lockout`](Self::lockout) always can). A rule that cannot be
+    /// locked never looks for a lock: on a global rule, one Redis read less
+    /// per decision. Blocking a key of a rule that is not blockable is
+    /// [`ControlError::NotBlockable`](crate::rate_limit::ControlError::NotBlockable).
+    ///
+    /// ```
+    /// use keyed_rate_limit::{KeyExtractor, Quota, Rule};
+    /// let api = Rule::new("api", KeyExtractor::header("x-api-key"), Quota::per_minute(600))
+    ///     .blockable(true);
+    /// assert!(api.is_blockable());
+    /// ```
+    pub fn blockable(mut self, blockable: bool) -> Self {
+        self.blockable = blockable;
         self
     }
 

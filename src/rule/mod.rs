@@ -122,6 +122,7 @@ pub struct Rule {
     pub(crate) max_keys: usize,
     pub(crate) on_key_space_full: KeySpaceFull,
     pub(crate) lockout: Option<Lockout>,
+    pub(crate) blockable: bool,
     #[cfg(feature = "redis")]
     pub(crate) global: crate::policy::GlobalOptions,
     pub(crate) count_if: Option<Arc<CountIfFn>>,
@@ -166,6 +167,12 @@ impl Rule {
     /// The rule's lockout, if it has one.
     pub fn get_lockout(&self) -> Option<Lockout> {
         self.lockout
+    }
+
+    /// Whether the control handle may block the rule's keys: it is
+    /// [blockable](Self::blockable) or has a [lockout](Self::lockout).
+    pub fn is_blockable(&self) -> bool {
+        self.blockable || self.lockout.is_some()
     }
 
     /// What a reload that changes the quota does to the counters.

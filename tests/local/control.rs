@@ -152,7 +152,8 @@ async fn the_handle_moves_a_local_bucket_within_empty_and_whole() {
         ))
         .rule(
             Rule::new("plan", KeyExtractor::header("x-user"), Quota::per_minute(1))
-                .quota_fn(|_| Quota::per_minute(5)),
+                .quota_fn(|_| Quota::per_minute(5))
+                .blockable(true),
         )
         .build()
         .unwrap();
@@ -192,6 +193,16 @@ async fn the_handle_moves_a_local_bucket_within_empty_and_whole() {
     );
     let err = control.reset("nope", "u").await.unwrap_err();
     assert_eq!(err.to_string(), "no rule named \"nope\"");
+    let err = control
+        .block("api", "v", Duration::from_secs(60))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ControlError::NotBlockable(ref r) if r == "api"),
+        "a rule that is not blockable never looks for a lock: {err}"
+    );
+    assert_eq!(hit(&c, &url, "v").await.0, 200, "not blocked");
+    control.unblock("api", "v").await.unwrap();
 }
 
 #[tokio::test]

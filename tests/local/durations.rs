@@ -139,7 +139,7 @@ async fn control_blocks() {
     for d in EXTREMES {
         no_panic(&format!("block for {d:?}"), async {
             let layer = RateLimitLayer::builder()
-                .rule(rule(Quota::per_second(5)))
+                .rule(rule(Quota::per_second(5)).blockable(true))
                 .build()
                 .unwrap();
             let control = layer.control();

@@ -36,7 +36,9 @@ fn global(rule: Rule, redis: keyed_rate_limit::RedisBackend) -> Rule {
 async fn the_handle_works_on_every_redis_algorithm() {
     let server = RedisServer::start();
     for (algorithm, quota, what) in every_algorithm(Quota::per_minute(5)) {
-        let rule = Rule::new("api", KeyExtractor::header("x-user"), quota).algorithm(algorithm);
+        let rule = Rule::new("api", KeyExtractor::header("x-user"), quota)
+            .algorithm(algorithm)
+            .blockable(true);
         let layer = RateLimitLayer::builder()
             .decision_extension(true)
             .rule(global(rule, server.backend(&what).await))
@@ -343,4 +345,58 @@ async fn a_redis_failure_is_a_typed_error() {
         matches!(err, ControlError::Redis(_) | ControlError::Timeout(_)),
         "{err:?}"
     );
+}
+
+/// A rule that cannot be locked reads no lock key: a lock another writer
+/// left in Redis binds the blockable rule and not the other, and blocking
+/// the other is an error rather than a block that would not hold.
+#[tokio::test]
+async fn only_a_blockable_rule_reads_locks() {
+    let server = RedisServer::start();
+    let redis = server.backend("locks").await;
+    let rule = |name: &str, blockable| {
+        let r = Rule::new(name, KeyExtractor::header("x-user"), Quota::per_minute(5))
+            .blockable(blockable);
+        global(r, redis.clone())
+    };
+    let layer = RateLimitLayer::builder()
+        .decision_extension(true)
+        .rule(rule("plain", false))
+        .build()
+        .unwrap();
+    let blockable = RateLimitLayer::builder()
+        .decision_extension(true)
+        .rule(rule("guarded", true))
+        .build()
+        .unwrap();
+    let (plain_control, guarded_control) = (layer.control(), blockable.control());
+    let err = plain_control
+        .block("plain", "u", Duration::from_secs(30))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ControlError::NotBlockable(ref r) if r == "plain"));
+    // The lock keys, as the layout names them (`prefix:{len:rule:key}:lock`).
+    let mut con = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    for lock in ["locks:{5:plain:u}:lock", "locks:{7:guarded:u}:lock"] {
+        let () = redis::cmd("SET")
+            .arg(lock)
+            .arg(1)
+            .arg("PX")
+            .arg(30_000)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+    }
+    let (plain, guarded) = (serve(app(layer)).await, serve(app(blockable)).await);
+    let c = client();
+    assert_eq!(hit(&c, &plain, "u").await.0, 200, "no lock read");
+    let (status, retry) = hit(&c, &guarded, "u").await;
+    assert_eq!(status, 429, "the lock binds a blockable rule");
+    assert!((29..=30).contains(&retry.unwrap()));
+    guarded_control.unblock("guarded", "u").await.unwrap();
+    assert_eq!(hit(&c, &guarded, "u").await.0, 200);
 }

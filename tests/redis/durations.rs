@@ -140,7 +140,11 @@ async fn global_control_blocks() {
     for d in EXTREMES {
         no_panic(&format!("global block for {d:?}"), async {
             let layer = RateLimitLayer::builder()
-                .rule(rule(Quota::per_second(5)).global(server.backend("block").await))
+                .rule(
+                    rule(Quota::per_second(5))
+                        .blockable(true)
+                        .global(server.backend("block").await),
+                )
                 .instances(1)
                 .build()
                 .unwrap();

@@ -448,7 +448,18 @@ async fn units_the_bucket_refilled_meanwhile_are_not_given_back() {
 async fn a_blocked_key_gets_no_new_lease() {
     let server = RedisServer::start();
     let (q, ttl) = (Quota::per_second(1000), Duration::from_millis(100));
-    let lease = |redis| leased(redis, Algorithm::Gcra, q, ttl, FailureMode::FailClosed);
+    let lease = |redis| {
+        let rule = Rule::new("r", KeyExtractor::header("x-key"), q)
+            .global(redis)
+            .blockable(true)
+            .lease(LeasePolicy::new(ttl))
+            .on_redis_failure(FailureMode::FailClosed);
+        RateLimitLayer::builder()
+            .decision_extension(true)
+            .rule(rule)
+            .build()
+            .unwrap()
+    };
     let a = lease(server.backend("blocked").await);
     let b = lease(server.backend("blocked").await);
     for _ in 0..20 {

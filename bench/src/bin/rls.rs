@@ -182,7 +182,12 @@ async fn client(addr: SocketAddr) -> RateLimitServiceClient<Channel> {
 /// Instructions the server child ran for `n` calls on one connection.
 async fn count(variant: &str, n: u64, redis_url: &str) -> u64 {
     let mut child = Command::new("valgrind")
-        .args(["--tool=callgrind", "--callgrind-out-file=/dev/null"])
+        .arg("--tool=callgrind")
+        // `RLS_PROFILE=dir` keeps each run's profile for callgrind_annotate.
+        .arg(match std::env::var("RLS_PROFILE") {
+            Ok(dir) => format!("--callgrind-out-file={dir}/{variant}-{n}.out"),
+            Err(_) => "--callgrind-out-file=/dev/null".into(),
+        })
         .arg(std::env::current_exe().unwrap())
         .args(["--serve", variant, &n.to_string()])
         .env("RLS_REDIS_URL", redis_url)

@@ -11,11 +11,10 @@ use super::conn::Conn;
 use super::error::RedisBackendError;
 use super::keys;
 use super::membership::Membership;
-use super::script::{self, Decided, Grant, SlotOp, SlotReply};
+use super::script::{self, Decided, Grant, Locking, SlotOp, SlotReply, Target};
 use crate::failure::{LiveCount, Reachability};
 use crate::key::DEFAULT_MAX_KEY_LEN;
 use crate::policy::ControlOp;
-use crate::policy::Lockout;
 use crate::{algorithm::Algorithm, decision::Decision, key::Key, quota::Quota};
 
 /// The longest a call outside a rule's guard waits for its reply.
@@ -108,27 +107,28 @@ impl RedisBackend {
         keys::validate_name("rule", rule)?;
         quota.validate().map_err(RedisBackendError::InvalidQuota)?;
         let key = key.clone().bounded(DEFAULT_MAX_KEY_LEN);
-        let decided = self
-            .check_next(rule, &key, algorithm, quota, cost, None, None)
-            .await?;
+        let target = Target {
+            rule,
+            algorithm,
+            quota,
+            locks: Locking::default(),
+        };
+        let decided = self.check_next(target, &key, cost, None).await?;
         Ok(decided.decision)
     }
 
     /// [`check`](Self::check) for a key the layer already bounded, with
-    /// the rule's lockout; for an allow that left nothing, also the wait
+    /// the rule's locks; for an allow that left nothing, also the wait
     /// until one more unit fits: the deny cache can then answer the next
     /// requests without asking Redis for the deny first.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn check_next(
         &self,
-        rule: &str,
+        target: Target<'_>,
         key: &Key,
-        algorithm: Algorithm,
-        quota: &Quota,
         cost: u32,
-        lockout: Option<Lockout>,
         previous: Option<script::Previous>,
     ) -> Result<Decided, RedisBackendError> {
+        let (algorithm, quota) = (target.algorithm, target.quota);
         // The rule chain checked the name and quota when it was built (and
         // request-time quotas before calling): no per-request re-check.
         if cost > algorithm.capacity(quota) {
@@ -139,9 +139,7 @@ impl RedisBackend {
                 lock_started: false,
             });
         }
-        let mut decided = self
-            .check_batch(rule, &[(key, cost)], algorithm, quota, lockout, previous)
-            .await?;
+        let mut decided = self.check_batch(target, &[(key, cost)], previous).await?;
         Ok(decided.remove(0))
     }
 
@@ -152,20 +150,23 @@ impl RedisBackend {
     /// one [`Shard`].
     pub(crate) async fn check_batch(
         &self,
-        rule: &str,
+        target: Target<'_>,
         requests: &[(&Key, u32)],
-        algorithm: Algorithm,
-        quota: &Quota,
-        lockout: Option<Lockout>,
         previous: Option<script::Previous>,
     ) -> Result<Vec<Decided>, RedisBackendError> {
+        let Target {
+            algorithm,
+            quota,
+            locks,
+            ..
+        } = target;
         let mut index: HashMap<&Key, usize> = HashMap::with_capacity(requests.len());
         let mut keys = Vec::with_capacity(requests.len());
         let items: Vec<script::Item> = requests
             .iter()
             .map(|&(key, cost)| {
                 let i = *index.entry(key).or_insert_with(|| {
-                    keys.push(self.batch_keys(rule, key, algorithm, quota, previous.as_ref()));
+                    keys.push(self.batch_keys(target, key, previous.as_ref()));
                     keys.len() - 1
                 });
                 (i, cost)
@@ -173,12 +174,12 @@ impl RedisBackend {
             .collect();
         let (invocation, width) = match quota.period() {
             Some(period) => (
-                script::calendar(keys, quota, period, &items, lockout, previous),
-                6,
+                script::calendar(keys, quota, period, &items, locks, previous),
+                script::WIDE,
             ),
             None => (
-                script::rate(algorithm, keys, quota, &items, lockout, previous),
-                5,
+                script::rate(algorithm, keys, quota, &items, locks, previous),
+                script::NARROW,
             ),
         };
         let flat: Vec<i64> = self.invoke(&invocation).await?;
@@ -243,13 +244,19 @@ impl RedisBackend {
     /// and its state under the rule's previous quota.
     fn batch_keys(
         &self,
-        rule: &str,
+        target: Target<'_>,
         key: &Key,
-        algorithm: Algorithm,
-        quota: &Quota,
         previous: Option<&script::Previous>,
     ) -> script::BatchKeys {
-        let lock = keys::tagged_key(&self.inner.prefix, rule, key, keys::LOCK);
+        let Target {
+            rule,
+            algorithm,
+            quota,
+            locks,
+        } = target;
+        let lock = locks
+            .read
+            .then(|| keys::tagged_key(&self.inner.prefix, rule, key, keys::LOCK));
         let old = previous.map_or_else(Vec::new, |p| self.old_keys(rule, key, algorithm, quota, p));
         (self.state_key(rule, key, algorithm, quota), lock, old)
     }

@@ -29,4 +29,4 @@ pub use builder::{DEFAULT_LIVE_TTL, RedisBackendBuilder};
 pub use endpoint::ConnectionMode;
 pub use error::RedisBackendError;
 pub(crate) use membership::process_id;
-pub(crate) use script::{Decided, Grant, MAX_PREVIOUS, Previous, SlotOp};
+pub(crate) use script::{Decided, Grant, Locking, MAX_PREVIOUS, Previous, SlotOp, Target};

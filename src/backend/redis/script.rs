@@ -169,10 +169,31 @@ fn script(algorithm: Algorithm) -> &'static Script {
 /// and its cost.
 pub(crate) type Item = (usize, u32);
 
-/// A batch's keys for one key of it: its state and its lock, and when a
-/// reload changed the quota of a rolling rule, its states under the
-/// previous quotas.
-pub(crate) type BatchKeys = (Vec<u8>, Vec<u8>, Vec<Vec<u8>>);
+/// A batch's keys for one key of it: its state, its lock when the rule
+/// can be locked, and when a reload changed the quota of a rolling rule,
+/// its states under the previous quotas.
+pub(crate) type BatchKeys = (Vec<u8>, Option<Vec<u8>>, Vec<Vec<u8>>);
+
+/// What a rule decides with in Redis: its name, algorithm and quota, and
+/// what its scripts do with a key's lock.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Target<'a> {
+    pub(crate) rule: &'a str,
+    pub(crate) algorithm: Algorithm,
+    pub(crate) quota: &'a Quota,
+    pub(crate) locks: Locking,
+}
+
+/// A rule's locks in its rate scripts. A rule that cannot be locked (no
+/// lockout, not [blockable](crate::Rule::blockable)) reads no lock key:
+/// one Redis read less per decision.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct Locking {
+    /// Each key's lock is read before its decision.
+    pub(crate) read: bool,
+    /// Denies counted toward a lock; only with `read`.
+    pub(crate) lockout: Option<Lockout>,
+}
 
 /// The most previous quotas a conversion converts from: a gateway that
 /// reloads again while it converts keeps converting from the older ones.
@@ -224,7 +245,7 @@ pub(crate) fn rate(
     keys: Vec<BatchKeys>,
     quota: &Quota,
     items: &[Item],
-    lockout: Option<Lockout>,
+    locks: Locking,
     previous: Option<Previous>,
 ) -> redis::ScriptInvocation<'static> {
     let mut invocation = script(algorithm).prepare_invoke();
@@ -232,36 +253,51 @@ pub(crate) fn rate(
         .arg(quota.limit())
         .arg(window_us(quota))
         .arg(quota.burst());
-    batch_args(&mut invocation, keys, items, lockout, previous);
+    batch_args(&mut invocation, keys, items, locks, previous);
     invocation
 }
 
-/// `batch.lua`'s keys, a (state, lock) pair per key, or with its states
-/// under the previous quotas, and `ARGV[4..]`: the lockout's three, the
-/// stride, the previous quotas (`changed_from` in quota_change.lua), then a
-/// pair (key number, from 1, and cost) per request.
+/// `batch.lua`'s keys: per key its state, its lock when the rule reads
+/// locks, and its states under the previous quotas while a conversion
+/// lasts; and `ARGV[4..]`: whether locks are read, the lockout's three,
+/// the keys per key, the previous quotas (`changed_from` in
+/// quota_change.lua), then a pair (key number, from 1, and cost) per
+/// request, or none when each key is decided once for one unit, in order
+/// (the script then reads the batch's states in one MGET).
 fn batch_args(
     invocation: &mut redis::ScriptInvocation<'_>,
     keys: Vec<BatchKeys>,
     items: &[Item],
-    lockout: Option<Lockout>,
+    locks: Locking,
     previous: Option<Previous>,
 ) {
     let n = previous.map_or(0, |p| p.quotas().count());
     let declared = n > 0 && keys.iter().all(|k| k.2.len() == n);
+    let once = items.len() == keys.len()
+        && items
+            .iter()
+            .enumerate()
+            .all(|(i, &(index, cost))| index == i && cost == 1);
+    let stride = 1 + usize::from(locks.read) + if declared { n } else { 0 };
     for (state, lock, old) in keys {
-        invocation.key(state).key(lock);
+        invocation.key(state);
+        if let Some(lock) = lock.filter(|_| locks.read) {
+            invocation.key(lock);
+        }
         if declared {
             for old in old {
                 invocation.key(old);
             }
         }
     }
-    lockout_args(invocation, lockout);
-    invocation.arg(if declared { 2 + n } else { 2 });
+    invocation.arg(u8::from(locks.read));
+    lockout_args(invocation, locks.lockout.filter(|_| locks.read));
+    invocation.arg(stride);
     change_args(invocation, previous.as_ref());
-    for &(index, cost) in items {
-        invocation.arg(index + 1).arg(cost);
+    if !once {
+        for &(index, cost) in items {
+            invocation.arg(index + 1).arg(cost);
+        }
     }
 }
 
@@ -352,7 +388,7 @@ pub(crate) fn grant_reply((granted, remaining, wait, reset, lease, window): Gran
     }
 }
 
-/// `batch.lua`'s `ARGV[4..6]`: denies, period and block, or none.
+/// `batch.lua`'s `ARGV[5..7]`: denies, period and block, or none.
 fn lockout_args(invocation: &mut redis::ScriptInvocation<'_>, lockout: Option<Lockout>) {
     match lockout {
         Some(l) => invocation
@@ -370,7 +406,7 @@ pub(crate) fn calendar(
     quota: &Quota,
     period: Period,
     items: &[Item],
-    lockout: Option<Lockout>,
+    locks: Locking,
     previous: Option<Previous>,
 ) -> redis::ScriptInvocation<'static> {
     let mut invocation = CALENDAR_WINDOW.prepare_invoke();
@@ -378,36 +414,27 @@ pub(crate) fn calendar(
         .arg(quota.limit())
         .arg(period.as_str())
         .arg(quota.utc_offset());
-    batch_args(&mut invocation, keys, items, lockout, previous);
+    batch_args(&mut invocation, keys, items, locks, previous);
     invocation
 }
 
-/// `calendar_window.lua` replies as the others, with the window's length
-/// in seconds (a month's is its own) before the lock flag.
-pub(crate) type CalendarReply = (i64, i64, i64, i64, i64, i64);
+/// Values per request in a rate script's reply: code, wait_ms, reset_ms.
+pub(crate) const NARROW: usize = 3;
+/// Values per request in the calendar's reply: the window's length in
+/// seconds (a month's is its own) after the others.
+pub(crate) const WIDE: usize = 4;
 
-pub(crate) fn calendar_decision(
-    quota: &Quota,
-    (allowed, remaining, wait_ms, reset_ms, window_s, locked): CalendarReply,
-) -> Decided {
-    let mut decided = decision(quota, (allowed, remaining, wait_ms, reset_ms, locked));
-    if !decided.locked {
-        let window = Duration::from_secs(u64::try_from(window_s).unwrap_or(0));
-        decided.decision = decided.decision.with_window(window);
-    }
-    decided
-}
-
-/// A batch's replies, one per cost in order: `width` values each (6 for
-/// the calendar, 5 for the others).
+/// A batch's replies, one per cost in order: `width` values each
+/// ([`NARROW`] or [`WIDE`]).
 pub(crate) fn batch_decisions(quota: &Quota, flat: &[i64], width: usize) -> Vec<Decided> {
     flat.chunks_exact(width)
         .map(|r| {
-            if width == 6 {
-                calendar_decision(quota, (r[0], r[1], r[2], r[3], r[4], r[5]))
-            } else {
-                decision(quota, (r[0], r[1], r[2], r[3], r[4]))
+            let mut decided = decision(quota, (r[0], r[1], r[2]));
+            if width == WIDE && !decided.locked {
+                let window = Duration::from_secs(u64::try_from(r[3]).unwrap_or(0));
+                decided.decision = decided.decision.with_window(window);
             }
+            decided
         })
         .collect()
 }
@@ -490,16 +517,18 @@ pub(crate) fn window_us(quota: &Quota) -> u64 {
         .max(1)
 }
 
-/// Every rate script returns `{allowed, remaining, wait_ms, reset_ms,
-/// locked}`: on a deny the retry-after, on an allow the wait until one more
-/// unit fits.
-pub(crate) type Reply = (i64, i64, i64, i64, i64);
+/// Every rate script returns `{code, wait_ms, reset_ms}` per request: the
+/// code is `remaining` on an allow, -1 on a deny, -2 for a key locked
+/// already and -3 for the deny that locked it; wait_ms is on a deny the
+/// retry-after, on an allow the wait until one more unit fits.
+pub(crate) type Reply = (i64, i64, i64);
 
 /// Turns a script reply into a decision with exact header values.
 pub(crate) fn decision(quota: &Quota, reply: Reply) -> Decided {
-    let (allowed, remaining, wait_ms, reset_ms, locked) = reply;
+    let (code, wait_ms, reset_ms) = reply;
     let ms = |v: i64| Duration::from_millis(u64::try_from(v).unwrap_or(0));
-    if allowed == 1 {
+    if code >= 0 {
+        let remaining = code;
         let remaining = u32::try_from(remaining.max(0)).unwrap_or(u32::MAX);
         let next = (remaining == 0 && wait_ms > 0).then(|| ms(wait_ms));
         let d = Decision::allowed(quota.limit(), quota.window(), remaining, ms(reset_ms))
@@ -520,8 +549,8 @@ pub(crate) fn decision(quota: &Quota, reply: Reply) -> Decided {
         Decided {
             decision: d,
             next: None,
-            locked: locked > 0,
-            lock_started: locked == 2,
+            locked: code <= -2,
+            lock_started: code == -3,
         }
     }
 }
@@ -611,7 +640,7 @@ mod tests {
         let q = Quota::per_minute(10);
         let Decided {
             decision: d, next, ..
-        } = decision(&q, (1, 9, 0, 6000, 0));
+        } = decision(&q, (9, 0, 6000));
         assert!(d.is_allowed());
         assert_eq!(
             (d.remaining(), d.reset(), next),
@@ -619,21 +648,21 @@ mod tests {
         );
         let Decided {
             decision: d, next, ..
-        } = decision(&q, (1, 0, 700, 6000, 0));
+        } = decision(&q, (0, 700, 6000));
         assert!(d.is_allowed() && d.retry_after().is_none());
         assert_eq!(
             next,
             Some(Duration::from_millis(700)),
             "the wait for the next unit"
         );
-        let r = decision(&q, (0, 0, 1500, 60_000, 0));
+        let r = decision(&q, (-1, 1500, 60_000));
         assert_eq!(
             (r.decision.retry_after(), r.next, r.locked),
             (Some(Duration::from_millis(1500)), None, false)
         );
-        let r = decision(&q, (0, 0, 900_000, 900_000, 1));
+        let r = decision(&q, (-2, 900_000, 900_000));
         assert!(r.locked && !r.lock_started);
-        assert!(decision(&q, (0, 0, 900_000, 900_000, 2)).lock_started);
+        assert!(decision(&q, (-3, 900_000, 900_000)).lock_started);
         assert_eq!(r.decision.retry_after(), Some(Duration::from_secs(900)));
     }
 

@@ -8,25 +8,33 @@
 -- began before the reload; otherwise proportionally (a gateway on other
 -- rules), rounded up; not at all in mode 0 (`quota_fn`: a key's plan
 -- changes, its count stays).
--- `decide(key, lock, cost)` returns allowed, remaining, wait_ms, reset_ms,
--- window_s, or nil and the lock's time left: wait_ms and reset_ms are both
--- the time to the window's end, when every unit comes back.
+-- `decide(key, cost)` returns allowed, remaining, wait_ms, reset_ms,
+-- window_s: wait_ms and reset_ms are both the time to the window's end,
+-- when every unit comes back. A count of this window and limit takes one
+-- HINCRBY; the expiry and the other fields are written with the window's
+-- first count or a conversion.
 local limit = tonumber(ARGV[1])
 local secs = tonumber(t[1])
 local start, finish = calendar_window(ARGV[2], tonumber(ARGV[3]), secs)
 local reset_ms = math.max(1, math.ceil(((finish - secs) * 1000000 - tonumber(t[2])) / 1000))
 
-local function decide(key, lock, cost)
-  local locked = lock_left(lock, true)
-  if locked > 0 then return nil, locked end
+-- The hash is read by HMGET, not in batch.lua's MGET.
+local function read_keys(key, list, n)
+  return n
+end
+local reads = 0
+
+local function decide(key, cost)
   local state = redis.call('HMGET', key, 's', 'e', 'c', 'l', 'r')
   local count = 0
   local converted_in
+  local current = false
   -- A count from another window is void: an earlier one (the key outlived
   -- its expiry by a tick), or a day that began with this month.
   if tonumber(state[1]) == start and tonumber(state[2]) == finish then
     count = tonumber(state[3]) or 0
     local l = tonumber(state[4])
+    current = l == limit
     if l and l ~= limit and change_mode > 0 then
       local mode = 1
       if state[5] ~= tostring(start) and start <= changed_at then
@@ -47,12 +55,14 @@ local function decide(key, lock, cost)
   end
   count = count + cost
   left_ms = reset_ms
-  if converted_in then
+  if current then
+    redis.call('HINCRBY', key, 'c', cost)
+  elseif converted_in then
     redis.call('HSET', key, 's', start, 'e', finish, 'c', count, 'l', limit, 'r', converted_in)
   else
     redis.call('HSET', key, 's', start, 'e', finish, 'c', count, 'l', limit)
   end
   -- A second past the edge: the check above, not the expiry, ends the window.
-  redis.call('PEXPIREAT', key, finish * 1000 + 1000)
+  if not current then redis.call('PEXPIREAT', key, finish * 1000 + 1000) end
   return 1, limit - count, reset_ms, reset_ms, finish - start
 end

@@ -131,7 +131,8 @@ if alg == 'cal' then
     redis.call('PEXPIREAT', KEYS[1], finish * 1000 + 1000)
   end
 else
-  count = tonumber(redis.call('GET', KEYS[1])) or 0
+  -- A count above the limit is denies' residue (fixed_window.lua).
+  count = math.min(limit, tonumber(redis.call('GET', KEYS[1])) or 0)
   ttl = redis.call('PTTL', KEYS[1])
   if ttl < 0 then ttl = math.max(1, math.ceil(window / 1000)) end
   local window_ms = math.max(1, math.ceil(window / 1000))

@@ -1,11 +1,14 @@
 -- Fixed window starting at the first hit. State: the units spent, a counter
--- that expires with the window (envoy's shape, made exact: a deny does not
--- count). ARGV: limit, window_us, burst (unused).
--- `decide(key, lock, cost, of_window)` returns allowed, remaining,
--- wait_ms, reset_ms, or nil and the lock's time left. On a deny wait_ms is
--- the retry-after; on an allow, the wait until one unit more than
--- `remaining` fits (0 when the quota is whole): the draft's `t`. A deny
--- writes nothing. A window is named by its end (window_end.lua comes
+-- that expires with the window: envoy's INCRBY and expiry, made exact. The
+-- increment comes first and the comparison after it; a deny gives its units
+-- back where they could refuse a request that fits (the count was under the
+-- limit before it), so a count above the limit is only denies' residue and
+-- reads as the limit. ARGV: limit, window_us, burst (unused).
+-- `decide(key, cost, of_window)` returns allowed, remaining, wait_ms,
+-- reset_ms. On a deny wait_ms is the retry-after; on an allow, the wait
+-- until one unit more than `remaining` fits (0 when the quota is whole):
+-- the draft's `t`. A negative cost gives units back to the window
+-- `of_window` only. A window is named by its end (window_end.lua comes
 -- first).
 local limit, window, window_ms, window_arg
 
@@ -18,38 +21,55 @@ local function set_frame(l, w)
 end
 set_frame(own_l, own_w)
 
+-- Nothing to read ahead: the increment reads.
+local function read_keys(key, list, n)
+  return n
+end
+local reads = 0
 
-local function decide(key, lock, cost, of_window)
-  local v = redis.call('MGET', key, lock)
-  local locked = lock_left(lock, v[2])
-  if locked > 0 then return nil, locked end
-  local count = tonumber(v[1])
+-- Units given back (grant.lua): to their own window only.
+local function give_back(key, cost, of_window)
+  local v = redis.call('GET', key)
+  local count = tonumber(v)
   if not count then
-    if v[1] then return moves().follow(key, v[1], lock, cost, of_window) end
-    count = 0
+    if v then return moves().follow(key, v, cost, of_window) end
+    return 0, 0, 1, 1
   end
-  if count + cost > limit or (cost < 0 and count == 0) then
-    -- A deny does not consume. ttl < 0 only for a key without expiry;
-    -- treat it as a new window.
-    local ttl = redis.call('PTTL', key)
-    if ttl < 0 then ttl = window_ms end
-    return 0, 0, ttl, ttl
+  local ttl = redis.call('PTTL', key)
+  if ttl > 0 and of_window and same_window(of_window, window_ms, now_ms, ttl) then
+    redis.call('SET', key, math.max(0, math.min(count, limit) + cost), 'KEEPTTL')
   end
-  if cost < 0 then
-    -- Units given back (grant.lua): to their own window only.
-    local ttl = redis.call('PTTL', key)
-    if ttl > 0 and of_window and same_window(of_window, window_ms, now_ms, ttl) then
-      redis.call('DECRBY', key, math.min(-cost, count))
-    end
-    return 0, 0, math.max(1, ttl), math.max(1, ttl)
+  return 0, 0, math.max(1, ttl), math.max(1, ttl)
+end
+
+local function decide(key, cost, of_window)
+  if cost <= 0 then return give_back(key, cost, of_window) end
+  local n = redis.pcall('INCRBY', key, cost)
+  if type(n) ~= 'number' then
+    -- Not a count: a tombstone (a reload moved the state).
+    local v = redis.call('GET', key)
+    return moves().follow(key, v, cost, of_window)
   end
-  local n = redis.call('INCRBY', key, cost)
   local ttl
   if n == cost then
-    redis.call('PEXPIRE', key, window_arg)
+    -- A new window.
     ttl = window_ms
+    if n > limit then
+      redis.call('DEL', key)
+      return 0, 0, ttl, ttl
+    end
+    redis.call('PEXPIRE', key, window_arg)
   else
     ttl = redis.call('PTTL', key)
+    -- A key without expiry: a new window.
+    if ttl < 0 then
+      ttl = window_ms
+      redis.call('PEXPIRE', key, window_arg)
+    end
+  end
+  if n > limit then
+    if n - cost < limit then redis.call('DECRBY', key, cost) end
+    return 0, 0, ttl, ttl
   end
   -- Every unit spent comes back together when the window ends.
   left_ms = ttl

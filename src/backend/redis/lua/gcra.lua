@@ -1,10 +1,11 @@
 -- GCRA, as governor's test_n_all. State: a string, the theoretical arrival
 -- time (us). ARGV: limit, window_us, burst.
--- `decide(key, lock, cost)` returns allowed, remaining, wait_ms, reset_ms,
--- or nil and the lock's time left. On a deny wait_ms is the retry-after; on
--- an allow, the wait until one unit more than `remaining` fits (0 when the
--- quota is whole): the draft's `t`. A deny writes nothing. (Several values,
--- not a table: no garbage per decision.)
+-- `decide(key, cost, of_window, vals, at)` returns allowed, remaining,
+-- wait_ms, reset_ms; `vals[at]` is the key's value when the caller read it
+-- (`read_keys`), `vals` nil to read it here. On a deny wait_ms is the retry-after; on an allow,
+-- the wait until one unit more than `remaining` fits (0 when the quota is
+-- whole): the draft's `t`. A deny writes nothing. A negative cost gives
+-- units back. (Several values, not a table: no garbage per decision.)
 local limit, window, burst, interval, tolerance
 
 -- The quota decisions are made in: the call's, or a moved state's.
@@ -15,16 +16,22 @@ local function set_frame(l, w, b)
 end
 set_frame(own_l, own_w, own_b)
 
+-- The values batch.lua reads for a key in one MGET with the batch's others.
+local function read_keys(key, list, n)
+  list[n + 1] = key
+  return n + 1
+end
+local reads = 1
+
 -- Absorbs float error on exact boundaries.
 local eps = 1e-6
 
-local function decide(key, lock, cost)
-  local v = redis.call('MGET', key, lock)
-  local locked = lock_left(lock, v[2])
-  if locked > 0 then return nil, locked end
-  local tat = tonumber(v[1])
+local function decide(key, cost, of_window, vals, at)
+  local v
+  if vals then v = vals[at] else v = redis.call('GET', key) end
+  local tat = tonumber(v)
   if not tat then
-    if v[1] then return moves().follow(key, v[1], lock, cost) end
+    if v then return moves().follow(key, v, cost, of_window) end
     tat = now
   end
   local earliest = tat + (cost - 1) * interval - tolerance
@@ -38,7 +45,7 @@ local function decide(key, lock, cost)
   if reset_ms > 0 then
     redis.call('SET', key, string.format('%.17g', new_tat), 'PX', reset_ms)
   else
-    -- Only a negative cost (units given back, grant.lua) gets here: whole.
+    -- Only a negative cost (units given back) gets here: whole.
     redis.call('DEL', key)
   end
   -- Single cells still allowed now: those with new_tat + j*interval - tolerance <= now.

@@ -1,5 +1,5 @@
 -- Leases quota to one gateway (clock.lua and an algorithm's
--- `decide(key, lock, cost)` and moved.lua come first; `decide` may set
+-- `decide(key, cost, of_window)` and moved.lua come first; `decide` may set
 -- `left_ms` to the time left in its window).
 -- ARGV: limit, window_us, burst (as the algorithm takes them), need, want,
 -- holder, lease_ms, back: units of this holder's last lease it did not
@@ -29,11 +29,11 @@ if KEYS[2] then
   changed_from(10)
   moves().migrate(KEYS[1], 2)
 end
-if back > 0 then decide(KEYS[1], lock, -back, back_window) end
+if back > 0 then decide(KEYS[1], -back, back_window) end
 
-local allowed, remaining, wait, reset = decide(KEYS[1], lock, need)
--- Locked: the second value is the lock's time left.
-if not allowed then return {0, 0, remaining, remaining, 0, 0} end
+local locked = redis.call('PTTL', lock)
+if locked > 0 then return {0, 0, locked, locked, 0, 0} end
+local allowed, remaining, wait, reset = decide(KEYS[1], need)
 if allowed == 0 then return {0, 0, wait, reset, 0, 0} end
 local granted = need
 local others = redis.call('ZCARD', holders)
@@ -42,7 +42,7 @@ if redis.call('ZSCORE', holders, holder) then others = others - 1 end
 local share = math.floor((remaining + need) / (others + 1))
 local extra = math.min(want, share, remaining + need) - need
 if extra > 0 then
-  local a2, rem2, wait2, reset2 = decide(KEYS[1], lock, extra)
+  local a2, rem2, wait2, reset2 = decide(KEYS[1], extra)
   if a2 == 1 then
     granted = granted + extra
     remaining, wait, reset = rem2, wait2, reset2

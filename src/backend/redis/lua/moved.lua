@@ -71,12 +71,13 @@ function m.migrate(key, at)
   end
 end
 
--- A decision of `cost` units on `key`, whose value `v` is a tombstone:
+-- A decision of `cost` units on `key`, whose value `v` is a tombstone (or
+-- nothing this script wrote, refused):
 -- made at the end of its moves, in that state's quota, with the cost
 -- converted proportionally (exactly where the state is a time, rounded
 -- against the caller where it is a count: never a unit more) and
 -- `remaining` converted back.
-function m.follow(key, v, lock, cost, of_window)
+function m.follow(key, v, cost, of_window)
   local target, spec = m.resolve(key, v)
   -- A loop of moves cannot be made; refuse rather than admit.
   if not target or not spec then return 0, 0, 1000, 1000 end
@@ -87,7 +88,7 @@ function m.follow(key, v, lock, cost, of_window)
   if m.counts then
     if cost > 0 then c = math.ceil(c - 1e-9) else c = -math.floor(-c + 1e-9) end
   end
-  local allowed, remaining, wait, reset, extra = decide(target, lock, c, of_window)
+  local allowed, remaining, wait, reset, extra = decide(target, c, of_window)
   set_frame(own_l, own_w, own_b)
   if allowed == 1 then remaining = math.floor(remaining / ratio + 1e-9) end
   return allowed, remaining, wait, reset, extra

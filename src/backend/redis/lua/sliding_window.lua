@@ -1,11 +1,13 @@
 -- Sliding window counter: two fixed windows aligned on Redis time. The
 -- counters are the state key .. ':' .. window index (same hash tag).
 -- ARGV: limit, window_us, burst (unused).
--- `decide(key, lock, cost, of_window)` returns allowed, remaining,
--- wait_ms, reset_ms, or nil and the lock's time left. On a deny wait_ms is
--- the retry-after; on an allow, the wait until one unit more than
--- `remaining` fits (0 when the quota is whole): the draft's `t`. A deny
--- writes nothing.
+-- `decide(key, cost, of_window, vals, at)` returns allowed, remaining,
+-- wait_ms, reset_ms; `vals[at]` and `vals[at + 1]` are the current and
+-- previous counts when the caller read them (`read_keys`), `vals` nil to
+-- read them here. On a deny wait_ms is the retry-after; on an allow, the
+-- wait until one unit more than `remaining` fits (0 when the quota is
+-- whole): the draft's `t`. A deny writes nothing. A negative cost gives
+-- units back to the window `of_window` only.
 local limit = own_l
 local window = own_w
 
@@ -42,20 +44,28 @@ local function wait_for(c, cur, prev)
   return window - elapsed + after
 end
 
-local function decide(key, lock, cost, of_window)
+-- The values batch.lua reads for a key in one MGET with the batch's others.
+local function read_keys(key, list, n)
+  list[n + 1], list[n + 2] = key .. curr_suffix, key .. prev_suffix
+  return n + 2
+end
+local reads = 2
+
+local function decide(key, cost, of_window, vals, at)
   if of_window and of_window ~= idx then return 0, 0, 1, 1 end
   local curr_key = key .. curr_suffix
-  local v = redis.call('MGET', curr_key, key .. prev_suffix, lock)
-  local locked = lock_left(lock, v[3])
-  if locked > 0 then return nil, locked end
+  if not vals then
+    vals, at = redis.call('MGET', curr_key, key .. prev_suffix), 1
+  end
+  local c, p = vals[at], vals[at + 1]
   -- A key without counts here may have moved: its state key itself holds
   -- nothing but a tombstone (a move deletes the counts it leaves).
-  if not v[1] and not v[2] then
+  if not c and not p then
     local moved = redis.call('GET', key)
-    if moved then return moves().follow(key, moved, lock, cost, of_window) end
+    if moved then return moves().follow(key, moved, cost, of_window) end
   end
-  local curr = tonumber(v[1]) or 0
-  local prev = tonumber(v[2]) or 0
+  local curr = tonumber(c) or 0
+  local prev = tonumber(p) or 0
 
   local estimate = prev * decay + curr
   if estimate + cost > limit + eps then

@@ -1,11 +1,13 @@
 -- Token bucket. State: a string, when the bucket is whole again (us): the
 -- tokens now are `burst` less what flows in until then. One number, as
--- GCRA's, so one read and one write per decision beside the lock.
+-- GCRA's, so one read and one write per decision.
 -- ARGV: limit, window_us, burst.
--- `decide(key, lock, cost)` returns allowed, remaining, wait_ms, reset_ms,
--- or nil and the lock's time left. On a deny wait_ms is the retry-after; on
--- an allow, the wait until one unit more than `remaining` fits (0 when the
--- quota is whole): the draft's `t`. A deny writes nothing.
+-- `decide(key, cost, of_window, vals, at)` returns allowed, remaining,
+-- wait_ms, reset_ms; `vals[at]` is the key's value when the caller read it
+-- (`read_keys`), `vals` nil to read it here. On a deny wait_ms is the retry-after; on an allow,
+-- the wait until one unit more than `remaining` fits (0 when the quota is
+-- whole): the draft's `t`. A deny writes nothing. A negative cost gives
+-- units back, up to a whole bucket.
 local limit, window, burst, us_per_token
 
 -- The quota decisions are made in: the call's, or a moved state's.
@@ -16,16 +18,22 @@ local function set_frame(l, w, b)
 end
 set_frame(own_l, own_w, own_b)
 
+-- The values batch.lua reads for a key in one MGET with the batch's others.
+local function read_keys(key, list, n)
+  list[n + 1] = key
+  return n + 1
+end
+local reads = 1
+
 -- Absorbs float error so an exactly refilled token counts.
 local eps = 1e-9
 
-local function decide(key, lock, cost)
-  local v = redis.call('MGET', key, lock)
-  local locked = lock_left(lock, v[2])
-  if locked > 0 then return nil, locked end
-  local full_at = tonumber(v[1])
+local function decide(key, cost, of_window, vals, at)
+  local v
+  if vals then v = vals[at] else v = redis.call('GET', key) end
+  local full_at = tonumber(v)
   if not full_at then
-    if v[1] then return moves().follow(key, v[1], lock, cost) end
+    if v then return moves().follow(key, v, cost, of_window) end
     full_at = now
   end
   -- A clock step back (failover) only ever leaves fewer tokens.
@@ -36,7 +44,6 @@ local function decide(key, lock, cost)
     return 0, 0, math.max(1, wait), reset
   end
 
-  -- A negative cost gives units back (grant.lua), up to a whole bucket.
   tokens = math.min(burst, tokens - cost)
   local deficit_us = (burst - tokens) * us_per_token
   local full_ms = math.ceil(deficit_us / 1000)
