@@ -37,9 +37,6 @@ pub async fn ceiling(url: &str, dur: Duration, q: Quota, nkeys: usize) -> f64 {
     let keys: Vec<String> = (0..nkeys)
         .map(|i| format!("krl:{{ceiling:k{i}}}:gcra"))
         .collect();
-    let locks: Vec<String> = (0..nkeys)
-        .map(|i| format!("krl:{{ceiling:k{i}}}:lock"))
-        .collect();
     let start = Instant::now();
     let mut n = 0usize;
     while start.elapsed() < dur {
@@ -47,18 +44,17 @@ pub async fn ceiling(url: &str, dur: Duration, q: Quota, nkeys: usize) -> f64 {
         for j in 0..PIPELINE {
             pipe.cmd("EVALSHA")
                 .arg(&sha)
-                // The key's state and its lock.
-                .arg(2)
+                // The key's state (a rule that cannot be locked).
+                .arg(1)
                 .arg(&keys[(n + j) % keys.len()])
-                .arg(&locks[(n + j) % keys.len()])
                 .arg(q.limit())
                 .arg(window_us)
                 .arg(q.burst())
-                // No lockout, no quota change (stride 2, no previous quota,
-                // mode 1, at 0), then one request: key 1, cost 1.
-                .arg(&[0, 1, 1, 2, 0, 1, 0, 1, 1][..]);
+                // No lock, no lockout, no quota change (one key per key,
+                // no previous quota, mode 1, at 0); the key once, one unit.
+                .arg(&[0, 0, 1, 1, 1, 0, 1, 0][..]);
         }
-        let replies: Vec<(i64, i64, i64, i64, i64)> = pipe.query_async(&mut conn).await.unwrap();
+        let replies: Vec<(i64, i64, i64)> = pipe.query_async(&mut conn).await.unwrap();
         assert_eq!(replies.len(), PIPELINE);
         n += PIPELINE;
     }
@@ -70,10 +66,10 @@ pub fn redis_benchmark(port: u16, sha: &str) -> Option<f64> {
     let out = std::process::Command::new("redis-benchmark")
         .args(["-h", "127.0.0.1", "-p", &port.to_string()])
         .args(["-P", &PIPELINE.to_string(), "-c", "4", "-n", "400000"])
-        .args(["-r", "100000", "--csv", "EVALSHA", sha, "2"])
-        .args(["krl:{rb:__rand_int__}:gcra", "krl:{rb:__rand_int__}:lock"])
+        .args(["-r", "100000", "--csv", "EVALSHA", sha, "1"])
+        .args(["krl:{rb:__rand_int__}:gcra"])
         .args(["1000000000", "1000000"])
-        .args(["1000000000", "0", "1", "1", "2", "0", "1", "0", "1", "1"])
+        .args(["1000000000", "0", "0", "1", "1", "1", "0", "1", "0"])
         .output()
         .ok()?;
     let text = String::from_utf8_lossy(&out.stdout);

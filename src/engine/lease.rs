@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::global::{Global, return_unspent};
-use crate::backend::redis::Grant;
+use crate::backend::redis::{Grant, LeaseAsk, Locking, Target};
 use crate::failure::Admit;
 use crate::policy::Cause;
 use crate::rule::Rule;
@@ -58,12 +58,21 @@ impl Global {
                 }
             })
         } else {
-            let holder = &self.holder;
-            let (name, algorithm) = (&rule.name, rule.algorithm);
+            let target = Target {
+                rule: &rule.name,
+                algorithm: rule.algorithm,
+                quota: &counted,
+                locks: Locking::default(),
+            };
+            let ask = LeaseAsk {
+                need: sizes.0,
+                want: sizes.1,
+                holder: &self.holder,
+                lease: ttl,
+                back,
+            };
             let previous = self.previous(counted);
-            let call = self.redis.grant(
-                name, key, algorithm, &counted, sizes, holder, ttl, back, previous,
-            );
+            let call = self.redis.grant(target, key, ask, previous);
             let granted = self.guard.call(self.redis.reachability(), call).await;
             if let Ok(g) = &granted {
                 self.remember(rule, key, &counted, g.remaining, g.reset);
@@ -79,15 +88,7 @@ impl Global {
                 if g.window.is_some() && g.lease >= ttl {
                     self.give_back_at(rule, key, asked, g.lease);
                 }
-                let d = flight.granted(
-                    counted,
-                    quota,
-                    cost.get(),
-                    asked,
-                    (g.granted, g.remaining),
-                    (g.lease, g.window),
-                    g.reset,
-                );
+                let d = flight.granted(counted, quota, cost.get(), asked, &g);
                 (d, Source::Leased)
             }
             Ok(g) => {

@@ -13,6 +13,7 @@ use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
 use tokio::sync::oneshot;
 
+use crate::backend::redis::Grant;
 use crate::policy::{LeasePolicy, flow};
 use crate::util::instant::after;
 use crate::{decision::Decision, key::Key, quota::Quota};
@@ -377,19 +378,24 @@ impl Held {
 }
 
 impl Flight {
-    /// Installs a grant of `granted` units asked at `asked`, spends `cost`
-    /// of it, and wakes the waiters.
-    #[allow(clippy::too_many_arguments)]
+    /// Installs `grant`, asked at `asked`, spends `cost` of it, and wakes
+    /// the waiters.
     pub(crate) fn granted(
         mut self,
         counted: Quota,
         shown: Quota,
         cost: u32,
         asked: Instant,
-        (granted, free): (u32, u32),
-        (lease, window): (Duration, Option<u64>),
-        reset: Duration,
+        grant: &Grant,
     ) -> Decision {
+        let Grant {
+            granted,
+            remaining: free,
+            lease,
+            window,
+            reset,
+            ..
+        } = *grant;
         self.done = true;
         let now = Instant::now();
         let Some(mut h) = self.leases.map.get_mut(&self.key) else {
@@ -452,6 +458,18 @@ fn wake(h: &mut Held, why: Woken) {
 mod tests {
     use super::*;
 
+    /// A grant of `granted` units with `free` left in Redis, for `TTL`.
+    fn grant((granted, free): (u32, u32), reset: Duration) -> Grant {
+        Grant {
+            granted,
+            remaining: free,
+            wait: Duration::ZERO,
+            reset,
+            lease: TTL,
+            window: None,
+        }
+    }
+
     const TTL: Duration = Duration::from_millis(100);
     const US: Duration = Duration::from_micros(1);
 
@@ -475,15 +493,7 @@ mod tests {
         let Take::Wait(rx) = l.take_at(&k, q, q, 1, || t0) else {
             panic!("a second request waits for the flight")
         };
-        let d = f.granted(
-            q,
-            q,
-            1,
-            t0,
-            (10, 500),
-            (TTL, None),
-            Duration::from_millis(400),
-        );
+        let d = f.granted(q, q, 1, t0, &grant((10, 500), Duration::from_millis(400)));
         assert!(d.is_allowed());
         assert_eq!(d.remaining(), 509, "lease left plus free in Redis");
         assert_eq!(rx.await.unwrap(), Woken::Retry);
@@ -502,7 +512,7 @@ mod tests {
         let (l, q, k) = (leases(), Quota::per_second(100), Key::from("k"));
         let t0 = Instant::now();
         let f = ask(l.take_at(&k, q, q, 1, || t0));
-        f.granted(q, q, 1, t0, (100, 0), (TTL, None), TTL);
+        f.granted(q, q, 1, t0, &grant((100, 0), TTL));
         for _ in 0..19 {
             assert!(matches!(l.take_at(&k, q, q, 1, || t0), Take::Spent(_)));
         }
@@ -546,7 +556,7 @@ mod tests {
             l.take_at(&Key::from("b"), q, q, 1, || t0),
             Take::Exact
         ));
-        f.granted(q, q, 1, t0, (5, 0), (TTL, None), TTL);
+        f.granted(q, q, 1, t0, &grant((5, 0), TTL));
         assert!(l.sweep_at(t0).is_empty(), "a live lease stays");
         // Four left, one flowed in during the ttl.
         let back = l.sweep_at(t0 + TTL);
@@ -563,7 +573,7 @@ mod tests {
         let (l, q, k) = (leases(), Quota::per_second(1000), Key::from("k"));
         let t0 = Instant::now();
         let f = ask(l.take_at(&k, q, q, 1, || t0));
-        f.granted(q, q, 1, t0, (10, 0), (TTL, None), TTL);
+        f.granted(q, q, 1, t0, &grant((10, 0), TTL));
         assert_eq!(l.adjust(&k, q, -100), 0);
         assert_eq!(l.map.get(&k).unwrap().left.load(Ordering::Relaxed), 10);
         assert_eq!(l.adjust(&k, q, 15), 5, "the part the lease cannot take");

@@ -190,7 +190,10 @@ async fn a_crashed_gateways_slots_expire_after_the_ttl() {
     let key = slot_key("t3", "acme");
     // A gateway that crashed holding both slots: slots taken through the
     // script itself, never released.
-    let slot = redis::Script::new(include_str!("../../src/backend/redis/lua/slot.lua"));
+    let slot = redis::Script::new(concat!(
+        include_str!("../../src/backend/redis/lua/clock.lua"),
+        include_str!("../../src/backend/redis/lua/slot.lua")
+    ));
     let mut c = server.connection().unwrap();
     for id in ["crashed-1", "crashed-2"] {
         let (ok, _, _): (i64, i64, i64) = slot

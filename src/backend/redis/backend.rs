@@ -11,7 +11,7 @@ use super::conn::Conn;
 use super::error::RedisBackendError;
 use super::keys;
 use super::membership::Membership;
-use super::script::{self, Decided, Grant, Locking, SlotOp, SlotReply, Target};
+use super::script::{self, Decided, Grant, LeaseAsk, Locking, SlotOp, SlotReply, Target};
 use crate::failure::{LiveCount, Reachability};
 use crate::key::DEFAULT_MAX_KEY_LEN;
 use crate::policy::ControlOp;
@@ -218,24 +218,22 @@ impl RedisBackend {
     /// last lease (for a window, of the window it names): one `grant.lua`
     /// call on the state the rate script of `algorithm` keeps (the caller
     /// passes the quota the lease is counted in).
-    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn grant(
         &self,
-        rule: &str,
+        target: Target<'_>,
         key: &Key,
-        algorithm: Algorithm,
-        quota: &Quota,
-        sizes: (u32, u32),
-        holder: &str,
-        lease: Duration,
-        back: (u32, Option<u64>),
+        ask: LeaseAsk<'_>,
         previous: Option<script::Previous>,
     ) -> Result<Grant, RedisBackendError> {
+        let Target {
+            rule,
+            algorithm,
+            quota,
+            ..
+        } = target;
         let redis_key = self.state_key(rule, key, algorithm, quota);
         let previous = previous.map(|p| (self.old_keys(rule, key, algorithm, quota, &p), p));
-        let invocation = script::grant(
-            algorithm, redis_key, quota, sizes, holder, lease, back, previous,
-        );
+        let invocation = script::grant(algorithm, redis_key, quota, ask, previous);
         let reply: script::GrantReply = self.invoke(&invocation).await?;
         Ok(script::grant_reply(reply))
     }

@@ -29,4 +29,6 @@ pub use builder::{DEFAULT_LIVE_TTL, RedisBackendBuilder};
 pub use endpoint::ConnectionMode;
 pub use error::RedisBackendError;
 pub(crate) use membership::process_id;
-pub(crate) use script::{Decided, Grant, Locking, MAX_PREVIOUS, Previous, SlotOp, Target};
+pub(crate) use script::{
+    Decided, Grant, LeaseAsk, Locking, MAX_PREVIOUS, Previous, SlotOp, Target,
+};

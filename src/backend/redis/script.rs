@@ -10,17 +10,28 @@ use crate::policy::Lockout;
 use crate::quota::Period;
 use crate::{algorithm::Algorithm, decision::Decision, quota::Quota};
 
-/// An algorithm's `decide(key, lock, cost)` after `clock.lua` (Redis time,
-/// read once per call), `quota_change.lua` and the prelude the body needs;
-/// then, for the rolling algorithms, `moves()`: their own moves of a quota
-/// change (ADR 25) and `moved.lua`, made only in a call that needs them.
-macro_rules! decide {
-    ($body:literal $(, prelude = $prelude:literal)? $(, moves = [$($moves:literal),*])?) => {
+/// An algorithm's module after `clock.lua` (Redis time, read once per
+/// call), `quota_change.lua` and the prelude the module needs: its
+/// `decide`, `read_keys` and `reads` for the rate and lease scripts, its
+/// `peek`, `adjust` and `reset` for the control handle's.
+macro_rules! module {
+    ($body:literal $(, prelude = $prelude:literal)?) => {
         concat!(
             include_str!("lua/clock.lua"),
             include_str!("lua/quota_change.lua"),
             $(include_str!($prelude),)?
             include_str!($body),
+        )
+    };
+}
+
+/// A module, then, for the rolling algorithms, `moves()`: their own moves
+/// of a quota change (ADR 25) and `moved.lua`, made only in a call that
+/// needs them.
+macro_rules! decide {
+    ($body:literal $(, prelude = $prelude:literal)? $(, moves = [$($moves:literal),*])?) => {
+        concat!(
+            module!($body $(, prelude = $prelude)?),
             $(
                 "moves = function()\nif made then return made end\nmade = {}\nlocal m = made\n",
                 $(include_str!($moves),)*
@@ -76,14 +87,12 @@ const SLIDING_WINDOW_LUA: &str = batched!(
     wide = "false",
     moves = ["lua/sliding_window_moves.lua"]
 );
-const SLOT_LUA: &str = include_str!("lua/slot.lua");
 /// The calendar sums, then the window that uses them: one script.
 const CALENDAR_WINDOW_LUA: &str = batched!(
     "lua/calendar_window.lua",
     wide = "true",
     prelude = "lua/calendar.lua"
 );
-const INSTANCES_LUA: &str = include_str!("lua/instances.lua");
 const GRANT_GCRA_LUA: &str = granting!(
     "lua/gcra.lua",
     moves = ["lua/whole_at.lua", "lua/one_key.lua"]
@@ -101,15 +110,30 @@ const GRANT_SLIDING_WINDOW_LUA: &str = granting!(
     "lua/sliding_window.lua",
     moves = ["lua/sliding_window_moves.lua"]
 );
-/// The control handle's operations, for every algorithm.
-const CONTROL_LUA: &str = concat!(
-    include_str!("lua/calendar.lua"),
-    include_str!("lua/window_end.lua"),
-    include_str!("lua/control.lua")
+/// The control handle's operations over an algorithm's module.
+macro_rules! controlling {
+    ($body:literal $(, prelude = $prelude:literal)?) => {
+        concat!(
+            module!($body $(, prelude = $prelude)?),
+            include_str!("lua/control.lua")
+        )
+    };
+}
+const CONTROL_GCRA_LUA: &str = controlling!("lua/gcra.lua");
+const CONTROL_TOKEN_BUCKET_LUA: &str = controlling!("lua/token_bucket.lua");
+const CONTROL_FIXED_WINDOW_LUA: &str =
+    controlling!("lua/fixed_window.lua", prelude = "lua/window_end.lua");
+const CONTROL_SLIDING_WINDOW_LUA: &str = controlling!("lua/sliding_window.lua");
+const CONTROL_CALENDAR_LUA: &str =
+    controlling!("lua/calendar_window.lua", prelude = "lua/calendar.lua");
+const SLOT_LUA: &str = concat!(include_str!("lua/clock.lua"), include_str!("lua/slot.lua"));
+const INSTANCES_LUA: &str = concat!(
+    include_str!("lua/clock.lua"),
+    include_str!("lua/instances.lua")
 );
 
 /// Every script's source, for loading them all at start-up.
-pub(crate) const SOURCES: [&str; 12] = [
+pub(crate) const SOURCES: [&str; 16] = [
     GRANT_GCRA_LUA,
     GRANT_TOKEN_BUCKET_LUA,
     GRANT_FIXED_WINDOW_LUA,
@@ -120,7 +144,11 @@ pub(crate) const SOURCES: [&str; 12] = [
     SLIDING_WINDOW_LUA,
     SLOT_LUA,
     CALENDAR_WINDOW_LUA,
-    CONTROL_LUA,
+    CONTROL_GCRA_LUA,
+    CONTROL_TOKEN_BUCKET_LUA,
+    CONTROL_FIXED_WINDOW_LUA,
+    CONTROL_SLIDING_WINDOW_LUA,
+    CONTROL_CALENDAR_LUA,
     INSTANCES_LUA,
 ];
 
@@ -130,7 +158,14 @@ static FIXED_WINDOW: LazyLock<Script> = LazyLock::new(|| Script::new(FIXED_WINDO
 static SLIDING_WINDOW: LazyLock<Script> = LazyLock::new(|| Script::new(SLIDING_WINDOW_LUA));
 static SLOT: LazyLock<Script> = LazyLock::new(|| Script::new(SLOT_LUA));
 static CALENDAR_WINDOW: LazyLock<Script> = LazyLock::new(|| Script::new(CALENDAR_WINDOW_LUA));
-static CONTROL: LazyLock<Script> = LazyLock::new(|| Script::new(CONTROL_LUA));
+static CONTROL_GCRA: LazyLock<Script> = LazyLock::new(|| Script::new(CONTROL_GCRA_LUA));
+static CONTROL_TOKEN_BUCKET: LazyLock<Script> =
+    LazyLock::new(|| Script::new(CONTROL_TOKEN_BUCKET_LUA));
+static CONTROL_FIXED_WINDOW: LazyLock<Script> =
+    LazyLock::new(|| Script::new(CONTROL_FIXED_WINDOW_LUA));
+static CONTROL_SLIDING_WINDOW: LazyLock<Script> =
+    LazyLock::new(|| Script::new(CONTROL_SLIDING_WINDOW_LUA));
+static CONTROL_CALENDAR: LazyLock<Script> = LazyLock::new(|| Script::new(CONTROL_CALENDAR_LUA));
 static INSTANCES: LazyLock<Script> = LazyLock::new(|| Script::new(INSTANCES_LUA));
 static GRANT_GCRA: LazyLock<Script> = LazyLock::new(|| Script::new(GRANT_GCRA_LUA));
 static GRANT_TOKEN_BUCKET: LazyLock<Script> = LazyLock::new(|| Script::new(GRANT_TOKEN_BUCKET_LUA));
@@ -301,20 +336,33 @@ fn batch_args(
     }
 }
 
-/// The invocation of an algorithm's lease script: `need` units or none,
-/// up to `want`, for `holder`, lasting at most `lease`, after giving back
-/// `back` units of its last lease (for a window, of the window it names).
-#[allow(clippy::too_many_arguments)]
+/// A gateway's ask for a lease: `need` units or none, up to `want`, for
+/// `holder`, lasting at most `lease`, after giving back `back` units of its
+/// last lease (for a window, of the window it names).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LeaseAsk<'a> {
+    pub(crate) need: u32,
+    pub(crate) want: u32,
+    pub(crate) holder: &'a str,
+    pub(crate) lease: Duration,
+    pub(crate) back: (u32, Option<u64>),
+}
+
+/// The invocation of an algorithm's lease script for `ask`.
 pub(crate) fn grant(
     algorithm: Algorithm,
     key: Vec<u8>,
     quota: &Quota,
-    (need, want): (u32, u32),
-    holder: &str,
-    lease: Duration,
-    (back, back_window): (u32, Option<u64>),
+    ask: LeaseAsk<'_>,
     previous: Option<(Vec<Vec<u8>>, Previous)>,
 ) -> redis::ScriptInvocation<'static> {
+    let LeaseAsk {
+        need,
+        want,
+        holder,
+        lease,
+        back: (back, back_window),
+    } = ask;
     let script: &Script = match algorithm {
         Algorithm::Gcra => &GRANT_GCRA,
         Algorithm::TokenBucket => &GRANT_TOKEN_BUCKET,
@@ -452,14 +500,32 @@ pub(crate) struct Decided {
 }
 
 /// The invocation of `control.lua` on the key the rate script of
-/// `algorithm` (or the calendar's, when `quota` is one) names `key`.
+/// `algorithm` (or the calendar's, when `quota` is one) names `key`, over
+/// that script's module and with its quota arguments.
 pub(crate) fn control(
     algorithm: Algorithm,
     key: Vec<u8>,
     quota: &Quota,
     op: ControlOp,
 ) -> redis::ScriptInvocation<'static> {
-    let mut invocation = CONTROL.key(key);
+    let script: &Script = match (quota.period(), algorithm) {
+        (Some(_), _) => &CONTROL_CALENDAR,
+        (None, Algorithm::Gcra) => &CONTROL_GCRA,
+        (None, Algorithm::TokenBucket) => &CONTROL_TOKEN_BUCKET,
+        (None, Algorithm::FixedWindow) => &CONTROL_FIXED_WINDOW,
+        (None, Algorithm::SlidingWindow) => &CONTROL_SLIDING_WINDOW,
+    };
+    let mut invocation = script.key(key);
+    match quota.period() {
+        Some(period) => invocation
+            .arg(quota.limit())
+            .arg(period.as_str())
+            .arg(quota.utc_offset()),
+        None => invocation
+            .arg(quota.limit())
+            .arg(window_us(quota))
+            .arg(quota.burst()),
+    };
     let (name, units, block) = match op {
         ControlOp::Adjust(u) => ("adjust", u, Duration::ZERO),
         ControlOp::GiveBack(u, _) => ("adjust", -i64::from(u), Duration::ZERO),
@@ -467,23 +533,7 @@ pub(crate) fn control(
         ControlOp::Block(d) => ("block", 0, d),
         ControlOp::Unblock => ("unblock", 0, Duration::ZERO),
     };
-    let alg = match (quota.period(), algorithm) {
-        (Some(_), _) => "cal",
-        (None, Algorithm::Gcra) => "gcra",
-        (None, Algorithm::TokenBucket) => "tb",
-        (None, Algorithm::FixedWindow) => "fw",
-        (None, Algorithm::SlidingWindow) => "sw",
-    };
-    invocation
-        .arg(name)
-        .arg(alg)
-        .arg(quota.limit())
-        .arg(window_us(quota))
-        .arg(quota.burst())
-        .arg(units)
-        .arg(ms(block))
-        .arg(quota.period().map_or("", Period::as_str))
-        .arg(quota.utc_offset());
+    invocation.arg(name).arg(units).arg(ms(block));
     if let ControlOp::GiveBack(_, Some(window)) = op {
         invocation.arg(window);
     }

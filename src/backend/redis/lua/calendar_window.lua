@@ -66,3 +66,30 @@ local function decide(key, cost)
   if not current then redis.call('PEXPIREAT', key, finish * 1000 + 1000) end
   return 1, limit - count, reset_ms, reset_ms, finish - start
 end
+
+-- The control handle's (control.lua): what a one-unit request would be
+-- told, and `units` spent (down to empty) or given back (up to whole).
+local function counted(key)
+  local state = redis.call('HMGET', key, 's', 'e', 'c')
+  if tonumber(state[1]) == start and tonumber(state[2]) == finish then
+    return tonumber(state[3]) or 0
+  end
+  return 0
+end
+
+local function peek(key)
+  local count = counted(key)
+  local wait = 0
+  if count >= limit then wait = reset_ms end
+  return math.max(0, limit - count), wait, reset_ms
+end
+
+local function adjust(key, units)
+  local count = math.max(0, math.min(limit, counted(key) + units))
+  redis.call('HSET', key, 's', start, 'e', finish, 'c', count, 'l', limit)
+  redis.call('PEXPIREAT', key, finish * 1000 + 1000)
+end
+
+local function reset(key)
+  redis.call('DEL', key)
+end

@@ -76,3 +76,38 @@ local function decide(key, cost, of_window)
   window_id = now_ms + ttl
   return 1, limit - n, ttl, ttl
 end
+
+-- The control handle's (control.lua): what a one-unit request would be
+-- told, and `units` spent (down to empty) or given back (up to whole), to
+-- the window `of_window` when it names one.
+-- The units spent (a residue above the limit reads as the limit) and the
+-- window's time left (a new window's when there is none).
+local function counted(key)
+  local count = math.min(limit, tonumber(redis.call('GET', key)) or 0)
+  local ttl = redis.call('PTTL', key)
+  if ttl < 0 then ttl = window_ms end
+  return count, ttl
+end
+
+local function peek(key)
+  local count, ttl = counted(key)
+  if count == 0 then return limit, 0, 0 end
+  local wait = 0
+  if count >= limit then wait = ttl end
+  return limit - count, wait, ttl
+end
+
+local function adjust(key, units, of_window)
+  local count, ttl = counted(key)
+  if of_window and not same_window(of_window, window_ms, now_ms, ttl) then return end
+  count = math.max(0, math.min(limit, count + units))
+  if count > 0 then
+    redis.call('SET', key, count, 'PX', ttl)
+  else
+    redis.call('DEL', key)
+  end
+end
+
+local function reset(key)
+  redis.call('DEL', key)
+end

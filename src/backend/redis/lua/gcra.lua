@@ -26,6 +26,34 @@ local reads = 1
 -- Absorbs float error on exact boundaries.
 local eps = 1e-6
 
+-- What a state `tat` (not before now) tells: the units that fit now, the
+-- wait until one more does (0 when whole), and until the bucket is whole.
+local function told(tat)
+  -- Single cells allowed now: those with tat + j*interval - tolerance <= now.
+  local room = now + tolerance - tat
+  local remaining = 0
+  if room + eps >= 0 then
+    remaining = math.floor(room / interval + eps) + 1
+  end
+  -- Cell `remaining + 1` fits once tat + remaining * interval - tolerance <= now.
+  local next_ms = 0
+  if remaining < burst then
+    next_ms = math.max(1, math.ceil((tat + remaining * interval - tolerance - now) / 1000))
+  end
+  return remaining, next_ms, math.max(0, math.ceil((tat - now) / 1000))
+end
+
+-- Writes `tat`, or nothing for a whole bucket; the ms until it is whole.
+local function store(key, tat)
+  local whole_ms = math.ceil((tat - now) / 1000)
+  if whole_ms > 0 then
+    redis.call('SET', key, string.format('%.17g', tat), 'PX', whole_ms)
+  else
+    redis.call('DEL', key)
+  end
+  return whole_ms
+end
+
 local function decide(key, cost, of_window, vals, at)
   local v
   if vals then v = vals[at] else v = redis.call('GET', key) end
@@ -41,23 +69,28 @@ local function decide(key, cost, of_window, vals, at)
   end
 
   local new_tat = math.max(tat, now) + cost * interval
-  local reset_ms = math.ceil((new_tat - now) / 1000)
-  if reset_ms > 0 then
-    redis.call('SET', key, string.format('%.17g', new_tat), 'PX', reset_ms)
-  else
-    -- Only a negative cost (units given back) gets here: whole.
-    redis.call('DEL', key)
-  end
-  -- Single cells still allowed now: those with new_tat + j*interval - tolerance <= now.
-  local room = now + tolerance - new_tat
-  local remaining = 0
-  if room + eps >= 0 then
-    remaining = math.floor(room / interval + eps) + 1
-  end
-  -- Cell `remaining + 1` fits once new_tat + remaining * interval - tolerance <= now.
-  local next_ms = 0
-  if remaining < burst then
-    next_ms = math.max(1, math.ceil((new_tat + remaining * interval - tolerance - now) / 1000))
-  end
+  -- Only a negative cost (units given back) can leave the bucket whole.
+  local reset_ms = store(key, new_tat)
+  local remaining, next_ms = told(math.max(new_tat, now))
   return 1, remaining, next_ms, reset_ms
+end
+
+-- The control handle's (control.lua): what a one-unit request would be
+-- told, and `units` spent (down to empty) or given back (up to whole).
+local function peek(key)
+  return told(math.max(tonumber(redis.call('GET', key)) or now, now))
+end
+
+local function adjust(key, units)
+  local tat = tonumber(redis.call('GET', key)) or now
+  if units > 0 then
+    tat = math.min(math.max(tat, now) + units * interval, now + burst * interval)
+  else
+    tat = tat + units * interval
+  end
+  store(key, tat)
+end
+
+local function reset(key)
+  redis.call('DEL', key)
 end

@@ -2,8 +2,8 @@
 -- by when its announcement expires (ms, Redis time).
 -- ARGV: op ('announce' | 'leave'), id, ttl_ms.
 -- Returns how many gateways announced within their TTL, this one included.
-local now_t = redis.call('TIME')
-local now = tonumber(now_t[1]) * 1000 + math.floor(tonumber(now_t[2]) / 1000)
+-- Redis time in ms (clock.lua comes first).
+local now = now_ms
 if ARGV[1] == 'leave' then
   redis.call('ZREM', KEYS[1], ARGV[2])
 else

@@ -51,6 +51,14 @@ local function read_keys(key, list, n)
 end
 local reads = 2
 
+-- The time until every unit counted now has left: the next window's end
+-- while this window counts any, this one's while only the last one does.
+local function reset_after(curr, prev)
+  if curr > 0 then return 2 * window - elapsed end
+  if prev > 0 then return window - elapsed end
+  return 0
+end
+
 local function decide(key, cost, of_window, vals, at)
   if of_window and of_window ~= idx then return 0, 0, 1, 1 end
   local curr_key = key .. curr_suffix
@@ -70,8 +78,8 @@ local function decide(key, cost, of_window, vals, at)
   local estimate = prev * decay + curr
   if estimate + cost > limit + eps then
     local wait = wait_for(cost, curr, prev)
-    local reset
-    if curr > 0 then reset = 2 * window - elapsed else reset = window - elapsed end
+    -- A deny's reset is at least this window's end.
+    local reset = math.max(reset_after(curr, prev), window - elapsed)
     return 0, 0, math.max(1, math.ceil(wait / 1000)), math.ceil(reset / 1000)
   end
 
@@ -86,4 +94,34 @@ local function decide(key, cost, of_window, vals, at)
   -- After spending, one unit more than `remaining` always waits a little.
   local next_ms = math.max(1, math.ceil(wait_for(remaining + 1, n, prev) / 1000))
   return 1, remaining, next_ms, keep_ms
+end
+
+-- The control handle's (control.lua): what a one-unit request would be
+-- told, and `units` spent (down to empty) or given back (up to whole), to
+-- this window only when `of_window` names one.
+local function counts(key)
+  local v = redis.call('MGET', key .. curr_suffix, key .. prev_suffix)
+  return tonumber(v[1]) or 0, tonumber(v[2]) or 0
+end
+
+local function peek(key)
+  local curr, prev = counts(key)
+  local remaining = math.max(0, math.floor(limit - (prev * decay + curr) + eps))
+  local wait = 0
+  if remaining == 0 then wait = math.max(1, math.ceil(wait_for(1, curr, prev) / 1000)) end
+  return remaining, wait, math.ceil(reset_after(curr, prev) / 1000)
+end
+
+local function adjust(key, units, of_window)
+  if of_window and of_window ~= idx then return end
+  local curr, prev = counts(key)
+  -- Spending stops where the estimate reaches the limit.
+  local n = math.max(0, math.min(curr + units, math.max(curr, math.floor(limit - prev * decay + eps))))
+  if n ~= curr then
+    redis.call('SET', key .. curr_suffix, n, 'PX', keep_arg)
+  end
+end
+
+local function reset(key)
+  redis.call('DEL', key, key .. curr_suffix, key .. prev_suffix)
 end

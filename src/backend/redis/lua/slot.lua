@@ -26,8 +26,8 @@
 --   release: {1 if the slot was held else 0, in_flight_after, 0}
 --   renew:   one flag per id: 1 if the slot was held (and is extended) else 0
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- Redis time in ms (clock.lua comes first).
+local now = now_ms
 local key, op, id = KEYS[1], ARGV[1], ARGV[2]
 
 redis.call('ZREMRANGEBYSCORE', key, '-inf', now)

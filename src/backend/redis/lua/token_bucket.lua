@@ -28,6 +28,36 @@ local reads = 1
 -- Absorbs float error so an exactly refilled token counts.
 local eps = 1e-9
 
+-- The tokens a state `full_at` leaves now. A clock step back (failover)
+-- only ever leaves fewer.
+local function tokens_at(full_at)
+  return burst - math.max(0, full_at - now) / us_per_token
+end
+
+-- What `tokens` tell: whole units now, the wait until one more (0 when
+-- whole), and until the bucket is whole.
+local function told(tokens)
+  local remaining = math.floor(tokens + eps)
+  local next_ms = 0
+  if tokens + eps < burst then
+    next_ms = math.max(1, math.ceil((remaining + 1 - tokens) * us_per_token / 1000))
+  end
+  return remaining, next_ms, math.max(0, math.ceil((burst - tokens) * us_per_token / 1000))
+end
+
+-- Writes the state of `tokens` now, or nothing for a whole bucket; the ms
+-- until it is whole.
+local function store(key, tokens)
+  local deficit_us = (burst - tokens) * us_per_token
+  local full_ms = math.ceil(deficit_us / 1000)
+  if full_ms > 0 then
+    redis.call('SET', key, string.format('%.17g', now + deficit_us), 'PX', full_ms)
+  else
+    redis.call('DEL', key)
+  end
+  return full_ms
+end
+
 local function decide(key, cost, of_window, vals, at)
   local v
   if vals then v = vals[at] else v = redis.call('GET', key) end
@@ -36,8 +66,7 @@ local function decide(key, cost, of_window, vals, at)
     if v then return moves().follow(key, v, cost, of_window) end
     full_at = now
   end
-  -- A clock step back (failover) only ever leaves fewer tokens.
-  local tokens = burst - math.max(0, full_at - now) / us_per_token
+  local tokens = tokens_at(full_at)
   if tokens + eps < cost then
     local wait = math.ceil((cost - tokens) * us_per_token / 1000)
     local reset = math.ceil((burst - tokens) * us_per_token / 1000)
@@ -45,17 +74,22 @@ local function decide(key, cost, of_window, vals, at)
   end
 
   tokens = math.min(burst, tokens - cost)
-  local deficit_us = (burst - tokens) * us_per_token
-  local full_ms = math.ceil(deficit_us / 1000)
-  if full_ms > 0 then
-    redis.call('SET', key, string.format('%.17g', now + deficit_us), 'PX', full_ms)
-  else
-    redis.call('DEL', key)
-  end
-  local remaining = math.floor(tokens + eps)
-  local next_ms = 0
-  if tokens + eps < burst then
-    next_ms = math.max(1, math.ceil((remaining + 1 - tokens) * us_per_token / 1000))
-  end
+  local full_ms = store(key, tokens)
+  local remaining, next_ms = told(tokens)
   return 1, remaining, next_ms, full_ms
+end
+
+-- The control handle's (control.lua): what a one-unit request would be
+-- told, and `units` spent (down to empty) or given back (up to whole).
+local function peek(key)
+  return told(tokens_at(tonumber(redis.call('GET', key)) or now))
+end
+
+local function adjust(key, units)
+  local tokens = tokens_at(tonumber(redis.call('GET', key)) or now)
+  store(key, math.max(0, math.min(burst, tokens - units)))
+end
+
+local function reset(key)
+  redis.call('DEL', key)
 end
