@@ -4,6 +4,11 @@
 # per decision"). Starts a private redis-server on a free port, loads each
 # algorithm's batch script as the backend builds it, and runs
 # redis-benchmark (-P 16 -c 8) with batches of N requests over 10,000 keys.
+# Each row ends with its breakdown per decision from INFO commandstats:
+# the wrapper (the call's way in and out: parsing, the event loop, the
+# reply), TIME, reads, writes, and Lua (the script's own work and each
+# redis.call's way in and out). REDIS_SERVER_BIN picks another server
+# (valkey-server); redis-benchmark and redis-cli speak to either.
 # Usage: bench/scripts/lua_cost.sh [N=8] [CALLS=20000]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -11,7 +16,7 @@ n=${1:-8}; calls=${2:-20000}
 lua=src/backend/redis/lua
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 dir=$(mktemp -d)
-redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" --daemonize yes --logfile "$dir/log"
+${REDIS_SERVER_BIN:-redis-server} --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" --daemonize yes --logfile "$dir/log"
 trap 'redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
 until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.1; done
 cli() { redis-cli -p "$port" "$@"; }
@@ -37,9 +42,19 @@ for alg in gcra token_bucket fixed_window sliding_window; do
   # quota, mode 1, at 0); each key once for one unit (no item pairs).
   redis-benchmark -p "$port" -P 16 -c 8 -n "$calls" -r 10000 EVALSHA "$sha" "$n" "${keys[@]}" \
     1000000 1000000 1000000 0 0 1 1 1 0 1 0 >/dev/null
-  per "$alg" "$a" "$(cpu)" $((calls * n))
-  cli INFO commandstats | grep -E '^cmdstat_(evalsha|get|mget|set|incrby|decrby|pttl|pexpire|time):' \
-    | sed 's/^cmdstat_/    /; s/,rejected.*//'
+  b=$(cpu)
+  per "$alg" "$a" "$b" $((calls * n))
+  cli INFO commandstats | python3 -c '
+import re, sys
+total, n = float(sys.argv[1]) * 1e6, int(sys.argv[2])
+usec = {m[1]: float(m[2]) for m in re.finditer(r"cmdstat_(\w+):calls=\d+,usec=(\d+)", sys.stdin.read())}
+reads = sum(usec.get(c, 0) for c in ("get", "mget", "hmget", "pttl"))
+writes = sum(usec.get(c, 0) for c in ("set", "incrby", "decrby", "pexpire", "pexpireat", "hset", "hincrby", "del"))
+rest = sum(v for c, v in usec.items() if c not in ("evalsha", "time", "get", "mget", "hmget", "pttl", "set", "incrby", "decrby", "pexpire", "pexpireat", "hset", "hincrby", "del"))
+ev = usec.get("evalsha", 0)
+parts = [("wrapper", total - ev), ("TIME", usec.get("time", 0)), ("reads", reads), ("writes", writes), ("other", rest), ("Lua", ev - usec.get("time", 0) - reads - writes - rest)]
+print("    per decision: " + ", ".join("%s %.2f" % (k, v / n) for k, v in parts) + " us")
+' "$(python3 -c "print($b - $a)")" $((calls * n))
 done
 cli FLUSHALL >/dev/null; a=$(cpu)
 redis-benchmark -p "$port" -P 16 -c 8 -n $((calls * n)) -r 10000 INCRBY 'b:__rand_int__' 1 >/dev/null

@@ -403,12 +403,19 @@ pub fn section(server: &RedisServer, quota: Quota) {
             .arg("server")
             .query(&mut c)
             .expect("INFO");
-        let v = info.lines().find_map(|l| l.strip_prefix("redis_version:"));
-        v.unwrap_or("?").trim().to_owned()
+        // Valkey answers `redis_version` with the Redis it is compatible with.
+        let field = |name: &str| info.lines().find_map(|l| l.strip_prefix(name));
+        match field("valkey_version:") {
+            Some(v) => format!("valkey-server {}", v.trim()),
+            None => format!(
+                "redis-server {}",
+                field("redis_version:").unwrap_or("?").trim()
+            ),
+        }
     };
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!(
-        "\nredis cpu: redis-server {version}, {cpus} CPUs shared by client and servers; \
+        "\nredis cpu: {version}, {cpus} CPUs shared by client and servers; \
          {} gateways, quota {quota} (never reached), at most {dur:?} or {CAP} decisions per gateway \
          per row, {rounds} rounds in alternating order, warm-up {WARM:?}",
         fleet::GATEWAYS
