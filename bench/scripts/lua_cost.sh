@@ -25,7 +25,11 @@ per() { python3 -c "print('%-16s %6.2f us Redis CPU per decision' % ('$1', ($3 -
 keys=(); items=()
 for i in $(seq 1 "$n"); do keys+=("p:{k:__rand_int__}:s$i"); done
 for alg in gcra token_bucket fixed_window sliding_window; do
-  prelude=(); [ "$alg" = fixed_window ] && prelude=("$lua/window_end.lua")
+  case $alg in
+    gcra|token_bucket) prelude=("$lua/one_number.lua");;
+    fixed_window) prelude=("$lua/window_end.lua");;
+    *) prelude=();;
+  esac
   case $alg in
     gcra|token_bucket) moves=("$lua/whole_at.lua" "$lua/one_key.lua");;
     fixed_window) moves=("$lua/fixed_window_moves.lua" "$lua/one_key.lua");;

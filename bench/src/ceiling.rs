@@ -10,6 +10,7 @@ use keyed_rate_limit::Quota;
 pub const GCRA: &str = concat!(
     include_str!("../../src/backend/redis/lua/clock.lua"),
     include_str!("../../src/backend/redis/lua/quota_change.lua"),
+    include_str!("../../src/backend/redis/lua/one_number.lua"),
     include_str!("../../src/backend/redis/lua/gcra.lua"),
     "moves = function()\nif made then return made end\nmade = {}\nlocal m = made\n",
     include_str!("../../src/backend/redis/lua/whole_at.lua"),

@@ -69,11 +69,13 @@ macro_rules! granting {
 const GCRA_LUA: &str = batched!(
     "lua/gcra.lua",
     wide = "false",
+    prelude = "lua/one_number.lua",
     moves = ["lua/whole_at.lua", "lua/one_key.lua"]
 );
 const TOKEN_BUCKET_LUA: &str = batched!(
     "lua/token_bucket.lua",
     wide = "false",
+    prelude = "lua/one_number.lua",
     moves = ["lua/whole_at.lua", "lua/one_key.lua"]
 );
 const FIXED_WINDOW_LUA: &str = batched!(
@@ -95,10 +97,12 @@ const CALENDAR_WINDOW_LUA: &str = batched!(
 );
 const GRANT_GCRA_LUA: &str = granting!(
     "lua/gcra.lua",
+    prelude = "lua/one_number.lua",
     moves = ["lua/whole_at.lua", "lua/one_key.lua"]
 );
 const GRANT_TOKEN_BUCKET_LUA: &str = granting!(
     "lua/token_bucket.lua",
+    prelude = "lua/one_number.lua",
     moves = ["lua/whole_at.lua", "lua/one_key.lua"]
 );
 const GRANT_FIXED_WINDOW_LUA: &str = granting!(
@@ -119,8 +123,9 @@ macro_rules! controlling {
         )
     };
 }
-const CONTROL_GCRA_LUA: &str = controlling!("lua/gcra.lua");
-const CONTROL_TOKEN_BUCKET_LUA: &str = controlling!("lua/token_bucket.lua");
+const CONTROL_GCRA_LUA: &str = controlling!("lua/gcra.lua", prelude = "lua/one_number.lua");
+const CONTROL_TOKEN_BUCKET_LUA: &str =
+    controlling!("lua/token_bucket.lua", prelude = "lua/one_number.lua");
 const CONTROL_FIXED_WINDOW_LUA: &str =
     controlling!("lua/fixed_window.lua", prelude = "lua/window_end.lua");
 const CONTROL_SLIDING_WINDOW_LUA: &str = controlling!("lua/sliding_window.lua");

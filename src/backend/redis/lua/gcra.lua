@@ -43,20 +43,8 @@ local function told(tat)
   return remaining, next_ms, math.max(0, math.ceil((tat - now) / 1000))
 end
 
--- Writes `tat`, or nothing for a whole bucket; the ms until it is whole.
-local function store(key, tat)
-  local whole_ms = math.ceil((tat - now) / 1000)
-  if whole_ms > 0 then
-    redis.call('SET', key, string.format('%.17g', tat), 'PX', whole_ms)
-  else
-    redis.call('DEL', key)
-  end
-  return whole_ms
-end
-
 local function decide(key, cost, of_window, vals, at)
-  local v
-  if vals then v = vals[at] else v = redis.call('GET', key) end
+  local v = value(key, vals, at)
   local tat = tonumber(v)
   if not tat then
     if v then return moves().follow(key, v, cost, of_window) end
@@ -70,7 +58,7 @@ local function decide(key, cost, of_window, vals, at)
 
   local new_tat = math.max(tat, now) + cost * interval
   -- Only a negative cost (units given back) can leave the bucket whole.
-  local reset_ms = store(key, new_tat)
+  local reset_ms = store_at(key, new_tat)
   local remaining, next_ms = told(math.max(new_tat, now))
   return 1, remaining, next_ms, reset_ms
 end
@@ -88,7 +76,7 @@ local function adjust(key, units)
   else
     tat = tat + units * interval
   end
-  store(key, tat)
+  store_at(key, tat)
 end
 
 local function reset(key)

@@ -48,19 +48,11 @@ end
 -- Writes the state of `tokens` now, or nothing for a whole bucket; the ms
 -- until it is whole.
 local function store(key, tokens)
-  local deficit_us = (burst - tokens) * us_per_token
-  local full_ms = math.ceil(deficit_us / 1000)
-  if full_ms > 0 then
-    redis.call('SET', key, string.format('%.17g', now + deficit_us), 'PX', full_ms)
-  else
-    redis.call('DEL', key)
-  end
-  return full_ms
+  return store_at(key, now + (burst - tokens) * us_per_token)
 end
 
 local function decide(key, cost, of_window, vals, at)
-  local v
-  if vals then v = vals[at] else v = redis.call('GET', key) end
+  local v = value(key, vals, at)
   local full_at = tonumber(v)
   if not full_at then
     if v then return moves().follow(key, v, cost, of_window) end
