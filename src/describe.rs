@@ -57,7 +57,8 @@ pub struct DescribedRule {
     pub failure_mode: Option<String>,
     /// The answer to a request over quota: `429 + Retry-After`, or
     /// `log only (shadow)`; with `, lockout: 5 denies/1min -> 15min` for a
-    /// rule with a [`Lockout`](crate::policy::Lockout), `, hidden from
+    /// rule with a [`Lockout`](crate::policy::Lockout), `, blockable` for
+    /// a [blockable](crate::Rule::blockable) rule without one, `, hidden from
     /// headers` for a rule kept out of the rate-limit headers and `, pk`
     /// for one that sends its partition key; `, exempt: 10.0.0.0/8 + fn`
     /// for a rule with [`exempt_ips`](crate::Rule::exempt_ips) and
@@ -155,6 +156,8 @@ impl DescribedRule {
                         window(l.within),
                         window(l.block_for)
                     );
+                } else if rule.blockable {
+                    s.push_str(", blockable");
                 }
                 if rule.hidden {
                     s.push_str(", hidden from headers");

@@ -66,6 +66,36 @@ fn a_lockout_from_the_file_reaches_the_rule_and_describe() {
     );
 }
 
+/// `blockable` in a rule file lets the control handle block the rule's
+/// keys, and `describe()` says so.
+#[tokio::test]
+async fn a_blockable_rule_from_the_file_can_be_blocked() {
+    let config = RulesConfig::from_toml_str(
+        "[[rules]]\nname = \"api\"\nkey = \"header:x-user\"\nquota = \"5/min\"\nblockable = true\n\n[[rules]]\nname = \"plain\"\nkey = \"header:x-user\"\nquota = \"5/min\"\n",
+    )
+    .unwrap();
+    let layer = config.into_layer(&Registry::new()).unwrap();
+    assert!(layer.rules()[0].is_blockable() && !layer.rules()[1].is_blockable());
+    assert_eq!(
+        layer.describe().rules()[0].on_deny,
+        "429 + Retry-After, blockable"
+    );
+    let control = layer.control();
+    control
+        .block("api", "u", Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(!control.peek("api", "u").await.unwrap().is_allowed());
+    let err = control
+        .block("plain", "u", Duration::from_secs(60))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "rule \"plain\" is not blockable: set `blockable(true)` or a lockout"
+    );
+}
+
 #[test]
 fn invalid_configs_point_at_the_field() {
     #[allow(unused_mut)] // extended with the `redis` feature
