@@ -7,7 +7,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::conn::Conn;
+use super::conn::{Call, Conn};
 use super::error::RedisBackendError;
 use super::keys;
 use super::membership::Membership;
@@ -54,7 +54,9 @@ impl Drop for Inner {
             let conn = self.conn.clone();
             let leave = m.leave(&self.prefix);
             rt.spawn(async move {
-                let _ = tokio::time::timeout(m.ttl, conn.invoke::<i64>(None, &leave)).await;
+                let _ =
+                    tokio::time::timeout(m.ttl, conn.invoke::<i64>(None, Call::Invocation(&leave)))
+                        .await;
             });
         }
     }
@@ -172,7 +174,7 @@ impl RedisBackend {
                 (i, cost)
             })
             .collect();
-        let (invocation, width) = match quota.period() {
+        let (eval, width) = match quota.period() {
             Some(period) => (
                 script::calendar(keys, quota, period, &items, locks, previous),
                 script::WIDE,
@@ -182,7 +184,7 @@ impl RedisBackend {
                 script::NARROW,
             ),
         };
-        let flat: Vec<i64> = self.invoke(&invocation).await?;
+        let flat: Vec<i64> = self.eval(&eval).await?;
         // One reply per request, whole: anything else is not our script's.
         if flat.len() != width * requests.len() {
             let short = (
@@ -342,7 +344,18 @@ impl RedisBackend {
     ) -> Result<T, RedisBackendError> {
         self.inner
             .conn
-            .invoke(Some(&self.inner.reachability), invocation)
+            .invoke(Some(&self.inner.reachability), Call::Invocation(invocation))
+            .await
+    }
+
+    /// [`invoke`](Self::invoke) for a call written straight into its command.
+    pub(super) async fn eval<T: redis::FromRedisValue>(
+        &self,
+        eval: &script::Eval,
+    ) -> Result<T, RedisBackendError> {
+        self.inner
+            .conn
+            .invoke(Some(&self.inner.reachability), Call::Eval(eval))
             .await
     }
 

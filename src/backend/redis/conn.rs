@@ -13,6 +13,7 @@ use redis::cluster_async::ClusterConnection;
 use super::error::RedisBackendError;
 #[cfg(feature = "redis-cluster")]
 use super::reconnect::Reconnecting;
+use super::script::Eval;
 use crate::failure::Reachability;
 
 /// Extra `EVALSHA`/`SCRIPT LOAD` rounds after the redis crate's own one.
@@ -21,6 +22,28 @@ use crate::failure::Reachability;
 /// (5 lost 5 of 600 decisions to a `SCRIPT FLUSH` every 2 ms on a busy
 /// 2-core machine); the layer's timeout still bounds the whole.
 const NOSCRIPT_ROUNDS: u32 = 20;
+
+/// A script call: through the client's invocation (which loads the script
+/// itself after `NOSCRIPT`), or written straight into its command
+/// ([`Eval`]), loaded here from its source.
+#[derive(Clone, Copy)]
+pub(super) enum Call<'a> {
+    Invocation(&'a redis::ScriptInvocation<'a>),
+    Eval(&'a Eval),
+}
+
+impl Call<'_> {
+    async fn send<T, C>(self, conn: &mut C) -> redis::RedisResult<T>
+    where
+        T: redis::FromRedisValue,
+        C: redis::aio::ConnectionLike + Send,
+    {
+        match self {
+            Call::Invocation(invocation) => invocation.invoke_async(conn).await,
+            Call::Eval(eval) => eval.cmd.query_async(conn).await,
+        }
+    }
+}
 
 #[derive(Clone)]
 pub(super) enum Conn {
@@ -45,21 +68,21 @@ impl Conn {
     pub(super) async fn invoke<T: redis::FromRedisValue>(
         &self,
         reachability: Option<&Reachability>,
-        invocation: &redis::ScriptInvocation<'_>,
+        call: Call<'_>,
     ) -> Result<T, RedisBackendError> {
         let (mut rounds, mut retried) = (0, false);
         loop {
             let reply = match self {
-                Conn::Multiplexed(conn) => invocation.invoke_async(&mut conn.clone()).await,
-                Conn::Pool(pool) => invocation.invoke_async(&mut *pool.get().await?).await,
+                Conn::Multiplexed(conn) => call.send(&mut conn.clone()).await,
+                Conn::Pool(pool) => call.send(&mut *pool.get().await?).await,
                 #[cfg(feature = "redis-cluster")]
                 Conn::Cluster(c) => match c.get().await {
-                    Ok((mut conn, _)) => invocation.invoke_async(&mut conn).await,
+                    Ok((mut conn, _)) => call.send(&mut conn).await,
                     Err(e) => Err(e),
                 },
                 #[cfg(feature = "redis-sentinel")]
                 Conn::Sentinel(m) => {
-                    super::sentinel::on_master(m, async |c| invocation.invoke_async(c).await).await
+                    super::sentinel::on_master(m, async |c| call.send(c).await).await
                 }
             };
             // A cluster's replies come from whichever node owns the key, so
@@ -77,6 +100,11 @@ impl Conn {
                         && rounds < NOSCRIPT_ROUNDS =>
                 {
                     rounds += 1;
+                    if let Call::Eval(eval) = call {
+                        let mut load = redis::cmd("SCRIPT");
+                        load.arg("LOAD").arg(eval.source);
+                        self.query::<redis::Value>(&load).await?;
+                    }
                 }
                 // A connection found dead (Redis restarted while this one
                 // was idle, or a reconnect failed while it was down): once

@@ -194,14 +194,14 @@ pub(crate) fn instances(
     invocation
 }
 
-/// The script for an algorithm; all take `ARGV = limit, window_us, burst`,
-/// then the batch (see [`batch_args`]).
-fn script(algorithm: Algorithm) -> &'static Script {
+/// The script for an algorithm and its text; all take `ARGV = limit,
+/// window_us, burst`, then the batch (see [`batch_args`]).
+fn script(algorithm: Algorithm) -> (&'static Script, &'static str) {
     match algorithm {
-        Algorithm::Gcra => &GCRA,
-        Algorithm::TokenBucket => &TOKEN_BUCKET,
-        Algorithm::FixedWindow => &FIXED_WINDOW,
-        Algorithm::SlidingWindow => &SLIDING_WINDOW,
+        Algorithm::Gcra => (&GCRA, GCRA_LUA),
+        Algorithm::TokenBucket => (&TOKEN_BUCKET, TOKEN_BUCKET_LUA),
+        Algorithm::FixedWindow => (&FIXED_WINDOW, FIXED_WINDOW_LUA),
+        Algorithm::SlidingWindow => (&SLIDING_WINDOW, SLIDING_WINDOW_LUA),
     }
 }
 
@@ -213,6 +213,30 @@ pub(crate) type Item = (usize, u32);
 /// can be locked, and when a reload changed the quota of a rolling rule,
 /// its states under the previous quotas.
 pub(crate) type BatchKeys = (Vec<u8>, Option<Vec<u8>>, Vec<Vec<u8>>);
+
+/// A script call written straight into its command, `EVALSHA sha n keys…
+/// args…`: the client's `ScriptInvocation` allocates each argument, then
+/// copies them all into the command, on every decision.
+pub(crate) struct Eval {
+    pub(super) cmd: redis::Cmd,
+    /// Loaded after `NOSCRIPT`.
+    pub(super) source: &'static str,
+}
+
+impl Eval {
+    /// A call of `script` (whose text is `source`) with `keys` keys, which
+    /// the caller then adds before any argument.
+    fn new(script: &Script, source: &'static str, keys: usize) -> Self {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(script.get_hash()).arg(keys);
+        Self { cmd, source }
+    }
+
+    fn arg<T: redis::ToRedisArgs>(&mut self, arg: T) -> &mut Self {
+        self.cmd.arg(arg);
+        self
+    }
+}
 
 /// What a rule decides with in Redis: its name, algorithm and quota, and
 /// what its scripts do with a key's lock.
@@ -287,14 +311,13 @@ pub(crate) fn rate(
     items: &[Item],
     locks: Locking,
     previous: Option<Previous>,
-) -> redis::ScriptInvocation<'static> {
-    let mut invocation = script(algorithm).prepare_invoke();
-    invocation
-        .arg(quota.limit())
-        .arg(window_us(quota))
-        .arg(quota.burst());
-    batch_args(&mut invocation, keys, items, locks, previous);
-    invocation
+) -> Eval {
+    let (script, source) = script(algorithm);
+    batch_call(script, source, keys, items, locks, previous, |eval| {
+        eval.arg(quota.limit())
+            .arg(window_us(quota))
+            .arg(quota.burst());
+    })
 }
 
 /// `batch.lua`'s keys: per key its state, its lock when the rule reads
@@ -304,13 +327,15 @@ pub(crate) fn rate(
 /// quota_change.lua), then a pair (key number, from 1, and cost) per
 /// request, or none when each key is decided once for one unit, in order
 /// (the script then reads the batch's states in one MGET).
-fn batch_args(
-    invocation: &mut redis::ScriptInvocation<'_>,
+fn batch_call(
+    script: &Script,
+    source: &'static str,
     keys: Vec<BatchKeys>,
     items: &[Item],
     locks: Locking,
     previous: Option<Previous>,
-) {
+    quota_args: impl FnOnce(&mut Eval),
+) -> Eval {
     let n = previous.map_or(0, |p| p.quotas().count());
     let declared = n > 0 && keys.iter().all(|k| k.2.len() == n);
     let once = items.len() == keys.len()
@@ -319,26 +344,32 @@ fn batch_args(
             .enumerate()
             .all(|(i, &(index, cost))| index == i && cost == 1);
     let stride = 1 + usize::from(locks.read) + if declared { n } else { 0 };
-    for (state, lock, old) in keys {
-        invocation.key(state);
-        if let Some(lock) = lock.filter(|_| locks.read) {
-            invocation.key(lock);
+    let mut eval = Eval::new(script, source, stride * keys.len());
+    for (state, lock, old) in &keys {
+        eval.arg(&state[..]);
+        if let Some(lock) = lock.as_ref().filter(|_| locks.read) {
+            eval.arg(&lock[..]);
         }
         if declared {
             for old in old {
-                invocation.key(old);
+                eval.arg(&old[..]);
             }
         }
     }
-    invocation.arg(u8::from(locks.read));
-    lockout_args(invocation, locks.lockout.filter(|_| locks.read));
-    invocation.arg(stride);
-    change_args(invocation, previous.as_ref());
+    quota_args(&mut eval);
+    eval.arg(u8::from(locks.read));
+    match locks.lockout.filter(|_| locks.read) {
+        Some(l) => eval.arg(l.after).arg(ms(l.within)).arg(ms(l.block_for)),
+        None => eval.arg(0).arg(1).arg(1),
+    };
+    eval.arg(stride);
+    change_args(&mut eval, previous.as_ref());
     if !once {
         for &(index, cost) in items {
-            invocation.arg(index + 1).arg(cost);
+            eval.arg(index + 1).arg(cost);
         }
     }
+    eval
 }
 
 /// A gateway's ask for a lease: `need` units or none, up to `want`, for
@@ -396,15 +427,33 @@ pub(crate) fn grant(
 
 /// `changed_from`'s arguments (quota_change.lua): how many previous quotas,
 /// each one's limit, window_us and burst, the mode and the reload's second.
-fn change_args(invocation: &mut redis::ScriptInvocation<'_>, previous: Option<&Previous>) {
+fn change_args(call: &mut impl Args, previous: Option<&Previous>) {
     let quotas = || previous.into_iter().flat_map(Previous::quotas);
-    invocation.arg(quotas().count());
+    call.push(quotas().count());
     for q in quotas() {
-        invocation.arg(q.limit()).arg(window_us(q)).arg(q.burst());
+        call.push(q.limit());
+        call.push(window_us(q));
+        call.push(q.burst());
     }
-    invocation
-        .arg(Previous::mode(previous))
-        .arg(previous.map_or(0, |p| p.at));
+    call.push(Previous::mode(previous));
+    call.push(previous.map_or(0, |p| p.at));
+}
+
+/// Where a script's arguments go: the client's invocation or an [`Eval`].
+trait Args {
+    fn push<T: redis::ToRedisArgs>(&mut self, arg: T);
+}
+
+impl Args for redis::ScriptInvocation<'_> {
+    fn push<T: redis::ToRedisArgs>(&mut self, arg: T) {
+        self.arg(arg);
+    }
+}
+
+impl Args for Eval {
+    fn push<T: redis::ToRedisArgs>(&mut self, arg: T) {
+        self.arg(arg);
+    }
 }
 
 /// `grant.lua` returns `{granted, remaining, wait_ms, reset_ms, lease_ms,
@@ -441,17 +490,6 @@ pub(crate) fn grant_reply((granted, remaining, wait, reset, lease, window): Gran
     }
 }
 
-/// `batch.lua`'s `ARGV[5..7]`: denies, period and block, or none.
-fn lockout_args(invocation: &mut redis::ScriptInvocation<'_>, lockout: Option<Lockout>) {
-    match lockout {
-        Some(l) => invocation
-            .arg(l.after)
-            .arg(ms(l.within))
-            .arg(ms(l.block_for)),
-        None => invocation.arg(0).arg(1).arg(1),
-    };
-}
-
 /// The invocation of `calendar_window.lua` for a calendar quota deciding
 /// `items` in turn over `keys`.
 pub(crate) fn calendar(
@@ -461,14 +499,20 @@ pub(crate) fn calendar(
     items: &[Item],
     locks: Locking,
     previous: Option<Previous>,
-) -> redis::ScriptInvocation<'static> {
-    let mut invocation = CALENDAR_WINDOW.prepare_invoke();
-    invocation
-        .arg(quota.limit())
-        .arg(period.as_str())
-        .arg(quota.utc_offset());
-    batch_args(&mut invocation, keys, items, locks, previous);
-    invocation
+) -> Eval {
+    batch_call(
+        &CALENDAR_WINDOW,
+        CALENDAR_WINDOW_LUA,
+        keys,
+        items,
+        locks,
+        previous,
+        |eval| {
+            eval.arg(quota.limit())
+                .arg(period.as_str())
+                .arg(quota.utc_offset());
+        },
+    )
 }
 
 /// Values per request in a rate script's reply: code, wait_ms, reset_ms.
