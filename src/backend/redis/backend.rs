@@ -162,15 +162,21 @@ impl RedisBackend {
             locks,
             ..
         } = target;
-        let mut index: HashMap<&Key, usize> = HashMap::with_capacity(requests.len());
+        // A lone request (most calls at low concurrency) needs no index.
+        let mut index: HashMap<&Key, usize> = HashMap::new();
         let mut keys = Vec::with_capacity(requests.len());
         let items: Vec<script::Item> = requests
             .iter()
             .map(|&(key, cost)| {
-                let i = *index.entry(key).or_insert_with(|| {
+                let mut add = || {
                     keys.push(self.batch_keys(target, key, previous.as_ref()));
                     keys.len() - 1
-                });
+                };
+                let i = if requests.len() == 1 {
+                    add()
+                } else {
+                    *index.entry(key).or_insert_with(add)
+                };
                 (i, cost)
             })
             .collect();

@@ -226,9 +226,11 @@ pub(crate) struct Eval {
 impl Eval {
     /// A call of `script` (whose text is `source`) with `keys` keys, which
     /// the caller then adds before any argument.
-    fn new(script: &Script, source: &'static str, keys: usize) -> Self {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(script.get_hash()).arg(keys);
+    fn new(script: &Script, source: &'static str, keys: usize, key_bytes: usize) -> Self {
+        // Sized once: the batch's arguments past the keys are a few dozen
+        // short numbers.
+        let mut cmd = redis::Cmd::with_capacity(keys + 32, key_bytes + 160);
+        cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys);
         Self { cmd, source }
     }
 
@@ -344,7 +346,15 @@ fn batch_call(
             .enumerate()
             .all(|(i, &(index, cost))| index == i && cost == 1);
     let stride = 1 + usize::from(locks.read) + if declared { n } else { 0 };
-    let mut eval = Eval::new(script, source, stride * keys.len());
+    let key_bytes = keys
+        .iter()
+        .map(|(state, lock, old)| {
+            state.len()
+                + lock.as_ref().map_or(0, Vec::len)
+                + old.iter().map(Vec::len).sum::<usize>()
+        })
+        .sum();
+    let mut eval = Eval::new(script, source, stride * keys.len(), key_bytes);
     for (state, lock, old) in &keys {
         eval.arg(&state[..]);
         if let Some(lock) = lock.as_ref().filter(|_| locks.read) {
