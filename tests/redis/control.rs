@@ -400,3 +400,44 @@ async fn only_a_blockable_rule_reads_locks() {
     guarded_control.unblock("guarded", "u").await.unwrap();
     assert_eq!(hit(&c, &guarded, "u").await.0, 200);
 }
+
+/// The fixed window counts first and compares after: a one-unit deny
+/// leaves its increment (read as the limit), a larger deny gives its units
+/// back, and a refund after denies is exact.
+#[tokio::test]
+async fn the_fixed_windows_denies_leave_no_debt() {
+    let server = RedisServer::start();
+    let redis = server.backend("fw").await;
+    let q = Quota::per_minute(5);
+    let key = keyed_rate_limit::Key::from("u");
+    let check = async |cost| {
+        redis
+            .check("api", &key, Algorithm::FixedWindow, &q, cost)
+            .await
+            .unwrap()
+    };
+    for _ in 0..3 {
+        assert!(check(1).await.is_allowed());
+    }
+    assert!(!check(3).await.is_allowed(), "3 + 3 > 5");
+    let d = check(2).await;
+    assert!(d.is_allowed(), "the larger deny gave its units back");
+    assert_eq!(d.remaining(), 0);
+    for _ in 0..3 {
+        assert!(!check(1).await.is_allowed());
+    }
+    let layer = RateLimitLayer::builder()
+        .rule(global(
+            Rule::new("api", KeyExtractor::header("x-user"), q).algorithm(Algorithm::FixedWindow),
+            redis.clone(),
+        ))
+        .build()
+        .unwrap();
+    let control = layer.control();
+    assert_eq!(control.peek("api", "u").await.unwrap().remaining(), 0);
+    let d = control.reward("api", "u", 2).await.unwrap();
+    assert_eq!(d.remaining(), 2, "the denies' residue reads as the limit");
+    assert!(check(1).await.is_allowed());
+    assert_eq!(check(1).await.remaining(), 0);
+    assert!(!check(1).await.is_allowed());
+}
