@@ -86,7 +86,8 @@ end
 
 local function adjust(key, units)
   local count = math.max(0, math.min(limit, counted(key) + units))
-  redis.call('HSET', key, 's', start, 'e', finish, 'c', count, 'l', limit)
+  -- `l` stays: a count of another limit still converts at its next decision.
+  redis.call('HSET', key, 's', start, 'e', finish, 'c', count)
   redis.call('PEXPIREAT', key, finish * 1000 + 1000)
 end
 

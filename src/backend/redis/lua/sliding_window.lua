@@ -122,6 +122,8 @@ local function adjust(key, units, of_window)
   end
 end
 
+-- The counts only: a tombstone at the state key keeps pointing gateways on
+-- an older quota at the moved state.
 local function reset(key)
-  redis.call('DEL', key, key .. curr_suffix, key .. prev_suffix)
+  redis.call('DEL', key .. curr_suffix, key .. prev_suffix)
 end
