@@ -195,7 +195,7 @@ pub(crate) fn instances(
 }
 
 /// The script for an algorithm and its text; all take `ARGV = limit,
-/// window_us, burst`, then the batch (see [`batch_args`]).
+/// window_us, burst`, then the batch (see [`batch_call`]).
 fn script(algorithm: Algorithm) -> (&'static Script, &'static str) {
     match algorithm {
         Algorithm::Gcra => (&GCRA, GCRA_LUA),
@@ -357,7 +357,8 @@ fn batch_call(
     let mut eval = Eval::new(script, source, stride * keys.len(), key_bytes);
     for (state, lock, old) in &keys {
         eval.arg(&state[..]);
-        if let Some(lock) = lock.as_ref().filter(|_| locks.read) {
+        // `batch_keys` builds a lock exactly when the rule reads locks.
+        if let Some(lock) = lock {
             eval.arg(&lock[..]);
         }
         if declared {
