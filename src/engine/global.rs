@@ -60,15 +60,18 @@ pub(super) struct Global {
     pub(super) rule: (Arc<str>, crate::algorithm::Algorithm, Duration),
     /// At most one unsettled-units line a second.
     pub(super) settle_log: observe::Sampled,
-    /// Set when a reload changed the rule's static quota.
-    pub(super) previous: std::sync::OnceLock<Converting>,
+    /// Set when a reload changed the rule's static quota, or the fleet's
+    /// record shows older quotas in play.
+    pub(super) previous: std::sync::RwLock<Option<Converting>>,
+    /// Set once this rule's quota is in the fleet's record.
+    pub(super) fleet: tokio::sync::OnceCell<()>,
     /// The rule has a static quota (a `quota_fn` rule's calendar counts
     /// stay as they are when its plan changes).
     pub(super) fixed: bool,
 }
 
-/// What a reload left a global rule converting from.
-#[derive(Debug)]
+/// What a reload, or the fleet's record, left a global rule converting from.
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Converting {
     /// Each previous quota, as Redis counted it, most recent first, with
     /// until when a state under it may still matter.
@@ -170,7 +173,8 @@ impl Global {
                 rule.failure.timeout.saturating_mul(PATIENCE),
             ),
             settle_log: observe::Sampled::default(),
-            previous: std::sync::OnceLock::new(),
+            previous: std::sync::RwLock::new(None),
+            fleet: tokio::sync::OnceCell::new(),
             fixed: rule.static_quota().is_some(),
         }
     }
@@ -257,6 +261,14 @@ impl Global {
     }
 
     pub(super) fn cleanup(self: &Arc<Self>, rule: &Rule) {
+        if self.fixed
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            // The entry lasts past a few sweeps; the conversion follows
+            // the fleet's.
+            let (this, rule) = (self.clone(), rule.clone());
+            rt.spawn(async move { this.enter(&rule).await });
+        }
         self.fallback.cleanup();
         self.learned.cleanup();
         self.denies.cleanup();
@@ -391,6 +403,7 @@ impl Global {
         quota: Quota,
         cost: NonZeroU32,
     ) -> Answer {
+        self.know_fleet(rule).await;
         let previous = self.previous(quota);
         let one = || {
             let target = Target {

@@ -71,6 +71,7 @@ impl Global {
                 lease: ttl,
                 back,
             };
+            self.know_fleet(rule).await;
             let previous = self.previous(counted);
             let call = self.redis.grant(target, key, ask, previous);
             let granted = self.guard.call(self.redis.reachability(), call).await;

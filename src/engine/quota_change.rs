@@ -1,12 +1,15 @@
-//! A global rule after a reload changed its quota (ADR 21 and 25): which
-//! previous quotas its calls convert from, and for how long. Redis converts
-//! each key in the script, and leaves the old states pointing at the new
-//! one for gateways still on older rules; local rules convert in `rule`.
+//! A global rule whose quota changed (ADR 21, 25 and 33): which previous
+//! quotas its calls convert from, and for how long. A reload knows the
+//! quota it replaces; a gateway started with new rules learns the quotas
+//! in play from the fleet's record in Redis. Redis converts each key in
+//! the script, and leaves the old states pointing at the new one for
+//! gateways still on older rules; local rules convert in `rule`.
 
 use std::time::{Duration, Instant};
 
 use super::global::{Converting, Global};
-use crate::backend::redis::{MAX_PREVIOUS, Previous};
+use crate::backend::redis::{MAX_PREVIOUS, Previous, Record};
+use crate::failure::BreakerState;
 use crate::policy::QuotaChange;
 use crate::quota::Quota;
 use crate::rule::Rule;
@@ -14,6 +17,10 @@ use crate::rule::Rule;
 /// The shortest conversion: a gateway still on the old rules this long
 /// after another reloaded follows the keys it moved.
 const AT_LEAST: Duration = Duration::from_secs(600);
+
+/// The quotas converted from, most recent first, with until when a state
+/// under each may matter.
+type From = [Option<(Quota, Instant)>; MAX_PREVIOUS];
 
 impl Global {
     /// After a reload that changed `rule`'s static quota from `old` (and
@@ -27,25 +34,89 @@ impl Global {
         let (old, to) = (self.counting(rule, old), self.counting(rule, new));
         let now = Instant::now();
         let lasts = lasting(old).max(lasting(to));
-        let mut from = [None; MAX_PREVIOUS];
-        let older = was
-            .previous
-            .get()
-            .into_iter()
-            .flat_map(|c| c.from.iter().flatten());
+        let older = was.converting().map(|c| c.from).unwrap_or_default();
         let alive = std::iter::once((old, crate::util::instant::after(now, lasts)))
-            .chain(older.copied())
-            .filter(|&(q, until)| q != to && now < until);
-        let mut n = 0;
-        for (q, until) in alive {
-            if n < MAX_PREVIOUS && !from[..n].iter().flatten().any(|(p, _)| *p == q) {
-                from[n] = Some((q, until));
-                n += 1;
-            }
-        }
+            .chain(older.into_iter().flatten());
         let at = crate::util::instant::unix_us().div_euclid(1_000_000);
         let how = rule.on_quota_change;
-        let _ = self.previous.set(Converting { from, to, how, at });
+        self.set_converting(Converting {
+            from: collect(alive, to, now),
+            to,
+            how,
+            at,
+        });
+    }
+
+    /// Enters the rule's quota in the fleet's record and converts from the
+    /// quotas in play that were first seen before it: once before the
+    /// rule's first Redis decision (so a gateway started with new rules
+    /// converts as a reload would), again at each sweep. Skipped while
+    /// the breaker is not closed; a failed read is tried again by the next
+    /// decision.
+    pub(super) async fn know_fleet(&self, rule: &Rule) {
+        if self.fleet.initialized() {
+            return;
+        }
+        let _ = self.fleet.get_or_try_init(|| self.enter(rule)).await;
+    }
+
+    /// One entry in the fleet's record, and what it says.
+    pub(super) async fn enter(&self, rule: &Rule) -> Result<(), ()> {
+        let Some(quota) = rule.static_quota().filter(|q| q.period().is_none()) else {
+            return Ok(());
+        };
+        if self.breaker_status().state != BreakerState::Closed {
+            return Err(());
+        }
+        let to = self.counting(rule, quota);
+        let read = self
+            .redis
+            .quotas_in_play(&rule.name, rule.algorithm, &to, lasting(to));
+        match tokio::time::timeout(rule.failure.timeout, read).await {
+            Ok(Ok(record)) => {
+                self.converting_in_fleet(rule, to, &record);
+                Ok(())
+            }
+            _ => Err(()),
+        }
+    }
+
+    /// Adds the quotas of `record` first seen before this gateway's to
+    /// what it converts from.
+    fn converting_in_fleet(&self, rule: &Rule, to: Quota, record: &Record) {
+        let now = Instant::now();
+        let mut older: Vec<_> = record
+            .others
+            .iter()
+            .filter(|o| o.first_ms < record.first_ms)
+            .collect();
+        older.sort_by_key(|o| std::cmp::Reverse(o.first_ms));
+        let until = |ms: i64| {
+            let left = u64::try_from(ms - record.now_ms).unwrap_or(0);
+            crate::util::instant::after(now, Duration::from_millis(left))
+        };
+        let fleet = older.into_iter().map(|o| (o.quota, until(o.until_ms)));
+        let current = self.converting().filter(|c| c.to == to);
+        let from = match current {
+            Some(c) => collect(c.from.into_iter().flatten().chain(fleet), to, now),
+            None => collect(fleet, to, now),
+        };
+        if from[0].is_none() {
+            return;
+        }
+        let (how, at) = match current {
+            Some(c) => (c.how, c.at),
+            None => (rule.on_quota_change, record.first_ms.div_euclid(1000)),
+        };
+        self.set_converting(Converting { from, to, how, at });
+    }
+
+    fn converting(&self) -> Option<Converting> {
+        *self.previous.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set_converting(&self, c: Converting) {
+        *self.previous.write().unwrap_or_else(|e| e.into_inner()) = Some(c);
     }
 
     /// How a decision of `quota` treats usage counted under another.
@@ -53,7 +124,7 @@ impl Global {
         if !self.fixed {
             return Some(Previous::AS_COUNTED);
         }
-        let c = self.previous.get()?;
+        let c = self.converting()?;
         if c.to != quota {
             return None;
         }
@@ -72,6 +143,21 @@ impl Global {
             at: c.at,
         })
     }
+}
+
+/// The first [`MAX_PREVIOUS`] of `alive` that may still matter, each once
+/// (by the state key it names), `to` left out.
+fn collect(alive: impl Iterator<Item = (Quota, Instant)>, to: Quota, now: Instant) -> From {
+    let spec = |q: &Quota| (q.limit(), q.window(), q.burst());
+    let mut from = [None; MAX_PREVIOUS];
+    let mut n = 0;
+    for (q, until) in alive.filter(|&(q, until)| spec(&q) != spec(&to) && now < until) {
+        if n < MAX_PREVIOUS && !from[..n].iter().flatten().any(|(p, _)| spec(p) == spec(&q)) {
+            from[n] = Some((q, until));
+            n += 1;
+        }
+    }
+    from
 }
 
 /// The longest an old state lives, twice over: a whole bucket refilling,

@@ -40,24 +40,30 @@
 /// (up to three). The conversion lasts ten minutes, or twice the longer
 /// refill time (window, for the windows) of the two quotas if longer.
 ///
-/// A reload is rolling in a fleet: each gateway's watcher fires on its own
-/// schedule. The gateway that converts a key leaves a tombstone where the
+/// A change is rolling in a fleet: each gateway's watcher fires on its own
+/// schedule, or new gateways start with the new rules beside the old ones,
+/// which then stop. A gateway started with new rules learns the quotas in
+/// play from the fleet's record in Redis (one hash per rule, read at its
+/// first decision and at each sweep) and converts from those first seen
+/// before its own, exactly as a reloaded gateway does. The gateway that
+/// converts a key leaves a tombstone where the
 /// old state was, and a gateway still on the old rules follows it: it
 /// decides in the moved state, its cost converted proportionally (exactly
 /// for GCRA and the token bucket; rounded up to whole units for the
 /// windows, so a lagging gateway's requests may cost a fraction of a unit
 /// more). The fleet thus counts one state per key, and, whatever the order
-/// of the reloads, admits no more than the most generous quota in play
-/// would alone from the same usage: with `Proportional`, no more than
-/// that quota's unused fraction. Calendar counts (one per key, whatever
+/// of the reloads and restarts, **admits no more than the most generous
+/// quota in play would alone from the same usage**: with `Proportional`,
+/// no more than that quota's unused fraction. This is the invariant the
+/// other pages point to. Calendar counts (one per key, whatever
 /// the limit) carry the limit they were counted under: a reloaded gateway
 /// converts a count of its previous limit by this setting once per window,
 /// any other gateway proportionally.
 ///
-/// Bounds: a gateway that starts with the new rules, rather than reloading
-/// them, knows no previous quota, so a key it decides first starts afresh
-/// (and counts apart from gateways on the old rules until one that
-/// reloaded moves it); a gateway still on the old rules when the
+/// Bounds: a gateway started with new rules that cannot read the record
+/// (Redis failing at its first decision) decides without it until a later
+/// decision reads it, and a key it decides meanwhile starts afresh; a
+/// gateway still on the old rules when the
 /// conversion has ended counts apart for keys first decided after that;
 /// `Reset` on a rolling quota counts afresh in a state of its own, beside
 /// the old rules' state. The control handle reads a key that has not been

@@ -2,7 +2,8 @@
 //! one private `redis-server`, which is SIGKILLed. A key Redis refused stays
 //! refused, a key with units left keeps at most those (plus what comes
 //! back), and only a key never seen starts from the local share, which the
-//! live instance count (on by default) makes half the quota.
+//! live instance count (on by default) makes half the quota: a key spent
+//! through one gateway alone starts whole on the other.
 
 use std::time::{Duration, Instant};
 
@@ -93,8 +94,16 @@ async fn the_fallback_starts_each_key_from_what_redis_said() {
         last = remaining;
     }
     assert_eq!(last, Some(3));
+    // Spent to nothing through B alone: A never had an answer for it.
+    for _ in 0..10 {
+        assert_eq!(ask(&c, &b, "b-only").await.0, 200);
+    }
 
     server.kill();
+    // The bound that holds is per gateway (docs/failure.md): B starts from
+    // its empty answer, A, which learned nothing, from its whole share.
+    let b_only = admitted(&c, &urls, "b-only", 8).await;
+    assert_eq!(b_only, [5, 0], "each gateway from what it learned");
     let fresh = admitted(&c, &urls, "fresh", 8).await;
     assert_eq!(fresh, [5, 5], "a key never seen: half the quota each");
     let three = admitted(&c, &urls, "three", 8).await;

@@ -35,6 +35,7 @@ mod operators;
 mod quota_change;
 mod recovery;
 mod rolling_reload;
+mod rolling_restart;
 #[cfg(feature = "redis-sentinel")]
 mod sentinel;
 mod soak;

@@ -107,8 +107,9 @@ async fn a_rolling_reload_hands_nobody_a_fresh_quota() {
 }
 
 /// One step of a fleet: gateway `g` reloads to `QUOTAS[q]` when `q` is
-/// set, then asks for the key `n` times.
-type Step = (usize, Option<usize>, u32);
+/// set (or, when the flag is set, is replaced by a gateway started with
+/// it: a rolling restart), then asks for the key `n` times.
+type Step = (usize, Option<(usize, bool)>, u32);
 
 const QUOTAS: [u32; 3] = [5, 10, 20];
 
@@ -134,11 +135,26 @@ async fn fleet(
     }
     let (mut admitted, mut most) = (0, 10);
     for &(g, q, n) in steps {
-        let (redis, layer) = &gateways[g];
-        if let Some(q) = q {
-            layer.reload([rule(redis, algorithm, QUOTAS[q])]).unwrap();
+        match q {
+            Some((q, true)) => {
+                let redis = server.backend(prefix).await;
+                let layer = RateLimitLayer::builder()
+                    .decision_extension(true)
+                    .rule(rule(&redis, algorithm, QUOTAS[q]))
+                    .build()
+                    .unwrap();
+                gateways[g] = (redis, layer);
+            }
+            Some((q, false)) => {
+                let (redis, layer) = &gateways[g];
+                layer.reload([rule(redis, algorithm, QUOTAS[q])]).unwrap();
+            }
+            None => {}
+        }
+        if let Some((q, _)) = q {
             most = most.max(QUOTAS[q]);
         }
+        let layer = &gateways[g].1;
         for _ in 0..n {
             let req = http::Request::get("/")
                 .header("x-api-key", "k")
@@ -155,12 +171,13 @@ async fn fleet(
     (admitted, most)
 }
 
-/// Random reloads on three gateways, with random requests between them:
+/// Random reloads and restarts with new rules on three gateways, with
+/// random requests between them:
 /// a key never gets more than the most generous quota in play would give
 /// it alone (the fraction used is one state, whichever quota reads it; an
 /// hour's quota gives nothing back within a case).
 #[test]
-fn random_rolling_reloads_never_admit_more_than_the_most_generous_quota() {
+fn random_rolling_reloads_and_restarts_never_admit_more_than_the_most_generous_quota() {
     use proptest::prelude::*;
     let server = RedisServer::start();
     let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -170,8 +187,14 @@ fn random_rolling_reloads_never_admit_more_than_the_most_generous_quota() {
         max_shrink_iters: 64,
         ..ProptestConfig::default()
     });
-    let steps =
-        proptest::collection::vec((0usize..3, proptest::option::of(0usize..3), 0u32..8), 1..16);
+    let steps = proptest::collection::vec(
+        (
+            0usize..3,
+            proptest::option::of((0usize..3, proptest::bool::ANY)),
+            0u32..8,
+        ),
+        1..16,
+    );
     runner
         .run(&(0usize..4, steps), |(a, steps)| {
             let algorithm = ALGORITHMS[a];

@@ -7,7 +7,9 @@
 //! the Lua scripts alone, from the hash tag, so no Rust function here
 //! names them: `…}:denies`, the denies counted toward a lockout (beside
 //! `:lock`), and `…}:holders`, the gateways holding a lease of its quota
-//! (a sorted set scored by lease end). After a reload moved a rolling
+//! (a sorted set scored by lease end). `prefix:{<len>:rule:}:quotas`,
+//! under the empty key, records the quotas a rule has in play across the
+//! fleet (`quotas.lua`). After a reload moved a rolling
 //! state, the old state key holds a tombstone: `>` and the quota that ends
 //! the key it moved to (`quota_change.lua`).
 //!
@@ -74,6 +76,12 @@ pub(crate) fn redis_key(
     algorithm: Algorithm,
     quota: &crate::quota::Quota,
 ) -> Vec<u8> {
+    tagged_key(prefix, rule, key, &state_suffix(algorithm, quota))
+}
+
+/// What follows the hash tag in a rolling quota's state key
+/// (`gcra:100/60000000/100`): the algorithm's shape, then the quota.
+pub(crate) fn state_suffix(algorithm: Algorithm, quota: &crate::quota::Quota) -> Vec<u8> {
     let mut suffix = suffix(algorithm).to_vec();
     let mut n = itoa::Buffer::new();
     let window = u64::try_from(quota.window().as_micros()).unwrap_or(u64::MAX);
@@ -85,8 +93,12 @@ pub(crate) fn redis_key(
         suffix.push(sep);
         suffix.extend_from_slice(n.format(v).as_bytes());
     }
-    tagged_key(prefix, rule, key, &suffix)
+    suffix
 }
+
+/// The suffix of a rule's record of the quotas in play (`quotas.lua`),
+/// under the empty key: `prefix:{<len>:rule:}:quotas`.
+pub(crate) const QUOTAS: &[u8] = b"quotas";
 
 /// `prefix:{<len>:name:key}:suffix`, the layout every script's key shares.
 pub(crate) fn tagged_key(prefix: &str, rule: &str, key: &Key, suffix: &[u8]) -> Vec<u8> {

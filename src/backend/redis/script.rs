@@ -138,7 +138,7 @@ const INSTANCES_LUA: &str = concat!(
 );
 
 /// Every script's source, for loading them all at start-up.
-pub(crate) const SOURCES: [&str; 16] = [
+pub(crate) const SOURCES: [&str; 17] = [
     GRANT_GCRA_LUA,
     GRANT_TOKEN_BUCKET_LUA,
     GRANT_FIXED_WINDOW_LUA,
@@ -155,6 +155,7 @@ pub(crate) const SOURCES: [&str; 16] = [
     CONTROL_SLIDING_WINDOW_LUA,
     CONTROL_CALENDAR_LUA,
     INSTANCES_LUA,
+    super::quotas::QUOTAS_LUA,
 ];
 
 static GCRA: LazyLock<Script> = LazyLock::new(|| Script::new(GCRA_LUA));
