@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue as PbHeader;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit, rate_limit::Unit as PbUnit,
 };
@@ -24,11 +25,6 @@ use crate::key::{Key, KeyExtractor, OnMissingKey};
 use crate::quota::Quota;
 use crate::rate_limit::RateLimitLayer;
 use crate::rule::Rule;
-
-/// The longest descriptor key or value taken, in bytes: past it a request
-/// is `INVALID_ARGUMENT` (the counter key is hashed anyway, but a client
-/// sending megabytes is broken).
-const MAX_ENTRY: usize = 4096;
 
 /// The rate-limit service: Envoy's RLS v3 over this crate's rules and
 /// counters. Cheap to clone; see the [module page](super).
@@ -270,16 +266,6 @@ impl RateLimitServer {
                     "descriptor {i} has no entries"
                 )));
             }
-            if let Some(e) = d
-                .entries
-                .iter()
-                .find(|e| e.key.len() > MAX_ENTRY || e.value.len() > MAX_ENTRY)
-            {
-                return Err(Status::invalid_argument(format!(
-                    "descriptor {i}: an entry of {} bytes; at most {MAX_ENTRY} are taken",
-                    e.key.len().max(e.value.len())
-                )));
-            }
             let entries: Vec<(&str, &str)> = d
                 .entries
                 .iter()
@@ -350,13 +336,7 @@ impl RateLimitServer {
             Some(_) => override_name(&path).into(),
             None => path.into(),
         };
-        let key = Key::from(
-            d.entries
-                .iter()
-                .map(|e| format!("{}={}", e.key, e.value))
-                .collect::<Vec<_>>()
-                .join("|"),
-        );
+        let key = counter_key(&d.entries);
         let hits = match &d.hits_addend {
             Some(h) => h.value,
             None if req.hits_addend == 0 => 1,
@@ -536,4 +516,28 @@ impl RateLimitService for RateLimitServer {
     ) -> Result<Response<RateLimitResponse>, Status> {
         self.decide(request.into_inner()).await.map(Response::new)
     }
+}
+
+/// A descriptor's counter key: each entry's key and value, each after its
+/// length, so that no two descriptors share one (`a` = `x|b=y` is not `a`
+/// = `x`, `b` = `y`). Whatever a client sends is counted: the layer hashes
+/// a key past its `max_key_len` to a fixed size.
+fn counter_key(entries: &[Entry]) -> Key {
+    use std::fmt::Write as _;
+    let len: usize = entries
+        .iter()
+        .map(|e| e.key.len() + e.value.len() + 8)
+        .sum();
+    let mut out = String::with_capacity(len);
+    for e in entries {
+        let _ = write!(
+            out,
+            "{}:{}{}:{}",
+            e.key.len(),
+            e.key,
+            e.value.len(),
+            e.value
+        );
+    }
+    Key::from(out)
 }

@@ -147,3 +147,42 @@ fn the_filters_timeout_applies_to_a_service_that_hangs() {
     assert_eq!(get(&open.url, "/a", "heidi").status(), 200);
     assert_eq!(get(&closed.url, "/a", "heidi").status(), 500);
 }
+
+/// A descriptor value a client sends, however long, is counted under
+/// Envoy's default `failure_mode_deny: false` (an error there would let
+/// the request through): 5 KB is limited like any user; 64 KB and 1 MB
+/// never reach the service, Envoy refuses the headers itself (its
+/// `max_request_headers_kb` is 60 by default).
+#[test]
+fn envoy_counts_a_long_descriptor_value_like_any_other() {
+    let Some(venv) = venv() else { return };
+    let up = upstream();
+    let config = temp_file("edge.yaml", CONFIG);
+    let rls = Rls::start(&config, free_port());
+    let edge = Envoy::start(&venv.join("bin/envoy"), up, Some(rls.addr), false, "1s");
+    let long = "u".repeat(5_000);
+    for _ in 0..3 {
+        assert_eq!(get(&edge.url, "/items", &long).status(), 200);
+    }
+    let res = get(&edge.url, "/items", &long);
+    assert_eq!(res.status(), 429, "a 5 KB user: 3 a minute as any other");
+    for len in [64 * 1024, 1024 * 1024] {
+        let huge = "u".repeat(len);
+        let sent = reqwest::blocking::Client::builder()
+            .no_proxy()
+            .timeout(Duration::from_secs(10))
+            .build()
+            .unwrap()
+            .get(format!("{}/items", edge.url))
+            .header("x-user", &huge)
+            .send();
+        // Envoy answers 431, or closes the connection on a megabyte.
+        if let Ok(res) = sent {
+            assert_eq!(
+                res.status(),
+                431,
+                "{len} bytes: refused by Envoy, not let through"
+            );
+        }
+    }
+}

@@ -108,6 +108,7 @@ code, details = status_of(lambda: ask(descriptor(("user", "x")), domain=""))
 check("empty domain", (code, "domain" in details), (grpc.StatusCode.INVALID_ARGUMENT, True))
 code, details = status_of(lambda: ask())
 check("no descriptors", (code, "no descriptors" in details), (grpc.StatusCode.INVALID_ARGUMENT, True))
-code, details = status_of(lambda: ask(descriptor(("user", "x" * 100_000))))
-check("huge value", (code, "at most 4096" in details), (grpc.StatusCode.INVALID_ARGUMENT, True))
+# A value a client controls is counted, whatever its length: 3 a minute.
+huge = [codes(ask(descriptor(("user", "x" * 100_000)))) for _ in range(4)]
+check("a huge value is counted", huge, [[OK], [OK], [OK], [OVER]])
 print("all protocol cases passed")
