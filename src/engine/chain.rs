@@ -53,8 +53,58 @@ pub(crate) struct Chain {
     pub(crate) converted: usize,
     /// The local ones, which the reload settles after the swap.
     pub(crate) carries: Vec<Carry>,
-    cleanup_every: Duration,
+    /// The layer's sweep schedule, carried from chain to chain by reloads.
+    sweeps: Arc<Sweeps>,
     sweeper: OnceLock<()>,
+}
+
+/// A layer's sweeps: every `every` from its first request, whatever the
+/// reloads. Each reload builds a chain; the newest one that serves
+/// requests sweeps, at the schedule's next time, so a layer reloaded more
+/// often than `every` still forgets its idle keys.
+pub(crate) struct Sweeps {
+    every: Duration,
+    /// The chain that sweeps (the last to serve a request), and when.
+    state: std::sync::Mutex<(u64, Option<tokio::time::Instant>)>,
+}
+
+impl Sweeps {
+    fn state(&self) -> std::sync::MutexGuard<'_, (u64, Option<tokio::time::Instant>)> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Makes the chain that starts sweeping now the one that sweeps.
+    fn enter(&self) -> u64 {
+        let mut s = self.state();
+        s.0 += 1;
+        s.0
+    }
+
+    /// When chain `generation` sweeps next; `None` once a newer one sweeps.
+    fn next(&self, generation: u64) -> Option<tokio::time::Instant> {
+        let mut s = self.state();
+        if s.0 != generation {
+            return None;
+        }
+        Some(*s.1.get_or_insert_with(|| later(tokio::time::Instant::now(), self.every)))
+    }
+
+    /// The sweep due at `at` is done: the next is one period later.
+    fn done(&self, at: tokio::time::Instant) {
+        let mut s = self.state();
+        if s.1 == Some(at) {
+            s.1 = Some(later(at, self.every));
+        }
+    }
+}
+
+/// `every` after `at`; an interval past the clock's range (a sweep never
+/// wanted) is thirty years.
+fn later(at: tokio::time::Instant, every: Duration) -> tokio::time::Instant {
+    const NEVER: Duration = Duration::from_secs(30 * 365 * 86_400);
+    at.checked_add(every.min(NEVER)).unwrap_or(at)
 }
 
 impl Chain {
@@ -149,7 +199,15 @@ impl Chain {
             rules: out,
             converted,
             carries,
-            cleanup_every: cfg.cleanup_every,
+            sweeps: previous.map_or_else(
+                || {
+                    Arc::new(Sweeps {
+                        every: cfg.cleanup_every,
+                        state: Default::default(),
+                    })
+                },
+                |p| p.sweeps.clone(),
+            ),
             sweeper: OnceLock::new(),
         })
     }
@@ -163,7 +221,9 @@ impl Chain {
     }
 
     /// The sweep needs a Tokio runtime, which may not exist when the layer
-    /// is built, so it starts with the first request and ends with the chain.
+    /// is built, so it starts with the chain's first request, on the
+    /// layer's schedule, and ends when a newer chain takes over or this
+    /// one is dropped.
     pub(super) fn start_sweeper(self: &Arc<Self>) {
         if self.sweeper.get().is_some() {
             return;
@@ -175,14 +235,16 @@ impl Chain {
             return;
         }
         let weak: Weak<Self> = Arc::downgrade(self);
-        let every = self.cleanup_every;
+        let sweeps = self.sweeps.clone();
+        let generation = sweeps.enter();
         handle.spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            tick.tick().await;
-            loop {
-                tick.tick().await;
+            while let Some(at) = sweeps.next(generation) {
+                tokio::time::sleep_until(at).await;
                 let Some(chain) = weak.upgrade() else { break };
+                if sweeps.next(generation) != Some(at) {
+                    continue;
+                }
+                sweeps.done(at);
                 chain.cleanup();
             }
         });

@@ -470,12 +470,15 @@ impl CompiledRule {
             && spent
             && let Outcome::Decided(_, spend) = &mut out
         {
+            // A window's refund is void once the window ends: when it began.
+            let windowed = quota.period().is_some() || !self.rule.algorithm.has_burst();
             *spend = Some(Box::new(Spend {
                 rule: self.clone(),
                 key: self.bounded(&key).into_owned(),
                 quota,
                 cost: cost.get(),
                 source,
+                charged: windowed.then(|| (std::time::Instant::now(), decision.reset())),
             }));
         }
         out

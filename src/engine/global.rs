@@ -119,9 +119,14 @@ pub(super) async fn return_unspent(
         return Ok(());
     }
     let op = ControlOp::GiveBack(units, unspent.window);
-    let (key, counted) = (&unspent.key, &unspent.counted);
+    let target = Target {
+        rule: name,
+        algorithm,
+        quota: &unspent.counted,
+        locks: Locking::default(),
+    };
     redis
-        .control(name, key, algorithm, counted, op)
+        .control(target, &unspent.key, op, true)
         .await
         .map(drop)
 }
@@ -521,10 +526,10 @@ impl Global {
             .unwrap_or(quota);
         let call = self
             .redis
-            .control(&rule.name, key, rule.algorithm, &quota, op);
+            .control(self.target(rule, &quota), key, op, self.fixed);
         let patience = rule.failure.timeout.saturating_mul(PATIENCE);
         match tokio::time::timeout(patience, call).await {
-            Ok(Ok(d)) => Ok(match op {
+            Ok(Ok((d, _))) => Ok(match op {
                 ControlOp::Adjust(_) => {
                     self.learn(rule, key, &quota, &d);
                     Some(d)
@@ -533,7 +538,10 @@ impl Global {
                     self.learned.forget(key);
                     None
                 }
-                ControlOp::Block(_) | ControlOp::Unblock | ControlOp::GiveBack(..) => None,
+                ControlOp::Block(_)
+                | ControlOp::Unblock
+                | ControlOp::GiveBack(..)
+                | ControlOp::Refund(..) => None,
             }),
             Ok(Err(e)) => Err(ControlError::Redis(e)),
             Err(_) => Err(ControlError::Timeout(patience)),
@@ -552,19 +560,39 @@ impl Global {
         let op = ControlOp::Adjust(0);
         let call = self
             .redis
-            .control(&rule.name, key, rule.algorithm, &quota, op);
-        tokio::time::timeout(rule.failure.timeout, call)
+            .control(self.target(rule, &quota), key, op, self.fixed);
+        let (d, _) = tokio::time::timeout(rule.failure.timeout, call)
             .await
             .ok()?
-            .ok()
+            .ok()?;
+        Some(d)
+    }
+
+    /// What `rule`'s control calls decide with in `quota`: no lock reads.
+    fn target<'a>(&self, rule: &'a Rule, quota: &'a Quota) -> Target<'a> {
+        Target {
+            rule: &rule.name,
+            algorithm: rule.algorithm,
+            quota,
+            locks: Locking::default(),
+        }
     }
 
     /// Gives back (`units < 0`) or charges units a request spent in Redis,
     /// after its response (or its refusal) is out: one `control.lua` call
-    /// behind the rule's breaker and timeout. A failure is logged and
-    /// counted (`outcome="settle_failed"`); a charge then lands in this
-    /// instance's share under `LocalFallback`, and is dropped otherwise.
-    pub(super) async fn adjust_redis(&self, rule: &Rule, key: &Key, quota: Quota, units: i64) {
+    /// behind the rule's breaker and timeout. A refund of a charge whose
+    /// window ends `ends_in` ms from now is void when that window is no
+    /// longer the current one (`outcome="refund_void"`). A failure is logged and counted
+    /// (`outcome="settle_failed"`); a charge then lands in this instance's
+    /// share under `LocalFallback`, and is dropped otherwise.
+    pub(super) async fn adjust_redis(
+        &self,
+        rule: &Rule,
+        key: &Key,
+        quota: Quota,
+        units: i64,
+        ends_in: Option<i64>,
+    ) {
         let counted = self.counting(rule, quota);
         if units < 0 {
             // A cached deny may no longer hold.
@@ -573,12 +601,23 @@ impl Global {
         let cause = match self.guard.admit() {
             Admit::Skip(_) => Cause::CircuitOpen,
             Admit::Call | Admit::Probe => {
-                let op = ControlOp::Adjust(units);
+                let op = match ends_in {
+                    Some(ends_in) if units < 0 => {
+                        let back = u32::try_from(units.unsigned_abs()).unwrap_or(u32::MAX);
+                        ControlOp::Refund(back, ends_in)
+                    }
+                    _ => ControlOp::Adjust(units),
+                };
                 let call = self
                     .redis
-                    .control(&rule.name, key, rule.algorithm, &counted, op);
+                    .control(self.target(rule, &counted), key, op, self.fixed);
                 match self.guard.call(self.redis.reachability(), call).await {
-                    Ok(d) => return self.learn(rule, key, &counted, &d),
+                    Ok((d, void)) => {
+                        if void {
+                            observe::refund_void(&rule.name);
+                        }
+                        return self.learn(rule, key, &counted, &d);
+                    }
                     Err(cause) => cause,
                 }
             }

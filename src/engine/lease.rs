@@ -157,7 +157,7 @@ impl Global {
             && let Ok(rt) = tokio::runtime::Handle::try_current()
         {
             let (this, rule, key) = (self.clone(), rule.clone(), key.clone());
-            rt.spawn(async move { this.adjust_redis(&rule, &key, quota, rest).await });
+            rt.spawn(async move { this.adjust_redis(&rule, &key, quota, rest, None).await });
         }
     }
 }

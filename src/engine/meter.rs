@@ -73,6 +73,8 @@ impl Meter {
             quota: self.quota(),
             cost: units,
             source,
+            // A bandwidth bucket has no windows.
+            charged: None,
         };
         self.rule().adjust_spent(&spend, -i64::from(units));
     }

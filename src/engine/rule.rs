@@ -155,7 +155,7 @@ impl CompiledRule {
                     }
                 }
                 ControlOp::Unblock | ControlOp::Reset => self.locks.unblock(&key),
-                ControlOp::Adjust(_) | ControlOp::GiveBack(..) => {}
+                ControlOp::Adjust(_) | ControlOp::GiveBack(..) | ControlOp::Refund(..) => {}
             }
         }
         match &self.store {
@@ -181,7 +181,7 @@ impl CompiledRule {
                         self.locks.block(&key, period, true, within);
                     }
                     ControlOp::Unblock | ControlOp::Reset => self.locks.unblock(&key),
-                    ControlOp::Adjust(_) | ControlOp::GiveBack(..) => {}
+                    ControlOp::Adjust(_) | ControlOp::GiveBack(..) | ControlOp::Refund(..) => {}
                 }
                 Ok(out)
             }

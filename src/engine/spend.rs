@@ -2,6 +2,7 @@
 //! and settled on the response by `count_if` and `cost_from_response`.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::rule::{CompiledRule, Store};
 use crate::{decision::Source, key::Key, observe, quota::Quota};
@@ -18,6 +19,10 @@ pub(crate) struct Spend {
     // Where it was spent: only global rules have a choice.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(super) source: Source,
+    /// When a windowed rule (a window algorithm, a calendar quota) spent
+    /// it, and the decision's reset then: a refund after its window ended
+    /// is void.
+    pub(super) charged: Option<(Instant, Duration)>,
 }
 
 /// What the rules of one request spent so far. Dropped while the request
@@ -102,6 +107,10 @@ impl CompiledRule {
     pub(super) fn adjust_spent(self: &Arc<Self>, s: &Spend, units: i64) {
         match &self.store {
             Store::Local(store) => {
+                if units < 0 && s.charged.is_some_and(|(at, _)| window_ended(&s.quota, at)) {
+                    observe::refund_void(&self.rule.name);
+                    return;
+                }
                 store.adjust(&s.key, s.quota, units);
             }
             #[cfg(feature = "redis")]
@@ -113,13 +122,29 @@ impl CompiledRule {
                     if let Ok(rt) = tokio::runtime::Handle::try_current() {
                         let (g, this, key, quota) =
                             (g.clone(), self.clone(), s.key.clone(), s.quota);
-                        rt.spawn(
-                            async move { g.adjust_redis(&this.rule, &key, quota, units).await },
-                        );
+                        // The charge's window, as the script told its end.
+                        let ends_in = s.charged.map(|(at, reset)| {
+                            let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+                            ms(reset) - ms(at.elapsed())
+                        });
+                        rt.spawn(async move {
+                            g.adjust_redis(&this.rule, &key, quota, units, ends_in)
+                                .await
+                        });
                     }
                 }
                 _ => {}
             },
         }
     }
+}
+
+/// Whether the calendar window `quota` counted a charge made at `at` in
+/// has ended (a local rule's rolling quotas have no windows).
+fn window_ended(quota: &Quota, at: Instant) -> bool {
+    let now = crate::util::instant::unix_us();
+    let elapsed = i64::try_from(at.elapsed().as_micros()).unwrap_or(i64::MAX);
+    quota
+        .window_secs(now.div_euclid(1_000_000))
+        .is_some_and(|(start, _)| now.saturating_sub(elapsed) < start.saturating_mul(1_000_000))
 }

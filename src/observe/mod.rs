@@ -21,7 +21,9 @@ pub const TARGET: &str = "keyed_rate_limit";
 /// `circuit_open`), a full key space (`key_space_full`,
 /// `key_space_overflow`), a limit nearly reached (`near_limit`); and two
 /// counts that are not decisions: units not settled in Redis
-/// (`settle_failed`) and requests a rule exempts (`exempt`). Labels `rule`,
+/// (`settle_failed`), refunds dropped because the window they were
+/// charged in had ended (`refund_void`), and requests a rule exempts
+/// (`exempt`). Labels `rule`,
 /// `outcome`, and `cause` where said. [`OUTCOMES`] lists them. A request
 /// the layer-wide exemption lets through is counted once with `rule="*"`
 /// ([`LAYER_RULE`]).
@@ -54,6 +56,12 @@ pub const BREAKER_STATE: &str = "rate_limit_breaker_state";
 /// default) and each [`cleanup`](crate::RateLimitLayer::cleanup).
 pub const KEYS: &str = "rate_limit_keys";
 
+/// A refund dropped: the window its units were charged in had ended, and
+/// giving them to the next would admit more than the quota.
+pub(crate) fn refund_void(rule: &Arc<str>) {
+    count(DECISIONS_TOTAL, rule, &[("outcome", "refund_void")]);
+}
+
 /// The keys `rule` holds after a sweep.
 pub(crate) fn keys_held(rule: &Arc<str>, keys: usize) {
     #[cfg(feature = "metrics")]
@@ -75,7 +83,7 @@ pub const MISCONFIG_TOTAL: &str = "rate_limit_misconfig_total";
 
 /// Every `outcome` of [`DECISIONS_TOTAL`], and what it counts. The first
 /// four are the verdicts: each decision is counted once among them.
-pub const OUTCOMES: [(&str, &str); 13] = [
+pub const OUTCOMES: [(&str, &str); 14] = [
     (
         "allow",
         "allowed (a shadow rule's too, and a failure mode's admits)",
@@ -120,6 +128,10 @@ pub const OUTCOMES: [(&str, &str); 13] = [
     (
         "settle_failed",
         "units not settled in Redis after the response: not a decision",
+    ),
+    (
+        "refund_void",
+        "a refund dropped: the window it was charged in had ended; not a decision",
     ),
     ("exempt", "a request the rule exempts: not a decision"),
 ];

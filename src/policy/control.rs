@@ -13,6 +13,11 @@ pub(crate) enum ControlOp {
     /// Units of a lease given back; for a window, to the window it names.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     GiveBack(u32, Option<u64>),
+    /// Units a request spent, given back to the window it was charged in,
+    /// which ends this many ms from now (the charge's reset, less the time
+    /// since): void when that window is not the current one.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    Refund(u32, i64),
     Reset,
     Block(Duration),
     Unblock,

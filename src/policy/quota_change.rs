@@ -66,7 +66,8 @@
 /// gateway still on the old rules when the
 /// conversion has ended counts apart for keys first decided after that;
 /// `Reset` on a rolling quota counts afresh in a state of its own, beside
-/// the old rules' state. The control handle reads a key that has not been
+/// the old rules' state. The control handle follows a moved key as a
+/// decision does, and reads a key that has not been
 /// decided since the reload as whole.
 ///
 /// Not converted anywhere: between a rolling and a calendar quota, two

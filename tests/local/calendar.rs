@@ -82,3 +82,25 @@ fn a_bad_calendar_quota_is_a_build_error() {
         Quota::per_month(1).window()
     );
 }
+
+/// A local calendar quota's refund that arrives after its day ended is
+/// void: the next day keeps its count (tests/support/late_refund.rs).
+#[cfg(feature = "metrics")]
+#[tokio::test]
+async fn a_refund_after_its_day_ended_never_credits_the_next() {
+    use crate::support::late_refund::{late_refund, midnight_in, refunding};
+    let day = keyed_rate_limit::Quota::per_day(2)
+        .with_utc_offset(midnight_in(std::time::Duration::from_secs(2)));
+    let rule = keyed_rate_limit::Rule::new(
+        "late-local-cal",
+        keyed_rate_limit::KeyExtractor::header("x-key"),
+        day,
+    );
+    let layer = keyed_rate_limit::RateLimitLayer::builder()
+        .rule(refunding(rule))
+        .build()
+        .unwrap();
+    let end = || day.calendar_window(std::time::SystemTime::now()).unwrap().1;
+    let counts = late_refund(layer, "late-local-cal", end, false).await;
+    assert_eq!(counts, (2, 0), "the next day keeps its count");
+}

@@ -75,3 +75,51 @@ fn zero_max_keys_is_a_build_error() {
         .unwrap_err();
     assert!(err.to_string().contains("max_keys"), "{err}");
 }
+
+/// Reloads more often than the sweep interval do not postpone the sweep:
+/// the schedule is the layer's, carried from chain to chain. Fresh keys
+/// over HTTP while the rules are reloaded every 150 ms with a 300 ms
+/// sweep: the keys held stay near those active within a window and a
+/// sweep, and the keys gauge is set (bounded: 3 s of traffic).
+#[tokio::test]
+async fn reloads_do_not_postpone_the_key_sweep() {
+    use std::time::{Duration, Instant};
+    snapshotter();
+    // 5 a second: a key asked once is whole again after 0.2 s.
+    let rules = |other: u32| {
+        [
+            Rule::new("swept", KeyExtractor::header("x-key"), Quota::per_second(5)),
+            Rule::new("edited", KeyExtractor::everyone(), Quota::per_second(other)),
+        ]
+    };
+    let layer = RateLimitLayer::builder()
+        .rules(rules(1_000))
+        .cleanup_interval(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let url = serve(ok_app(layer.clone())).await;
+    let c = client();
+    let (start, mut n, mut reloaded, mut most) = (Instant::now(), 0u32, Instant::now(), 0);
+    while start.elapsed() < Duration::from_secs(3) {
+        for _ in 0..10 {
+            n += 1;
+            assert_eq!(get(&c, &url, &format!("fresh-{n}")).await.status(), 200);
+        }
+        if reloaded.elapsed() >= Duration::from_millis(150) {
+            layer.reload(rules(1_000 + n % 2)).unwrap();
+            reloaded = Instant::now();
+        }
+        most = most.max(layer.local_keys());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Keys asked in the last 0.2 s + 0.3 s (and the sweep's own delay)
+    // are all a sweep may leave: far fewer than the keys seen.
+    let rate = f64::from(n) / start.elapsed().as_secs_f64();
+    let bound = (rate * 1.0) as usize;
+    assert!(
+        most <= bound && (n as usize) > 2 * bound,
+        "{most} keys held at most, {n} seen (bound {bound})"
+    );
+    let gauge = crate::support::metrics::gauge(keyed_rate_limit::observe::KEYS, "swept");
+    assert!(gauge.is_some(), "rate_limit_keys is set by the sweeps");
+}

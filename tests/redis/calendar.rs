@@ -232,3 +232,46 @@ async fn over_http_with_a_local_fallback_that_keeps_the_calendar() {
         "the share is counted to midnight too: {retry} vs {left}"
     );
 }
+
+/// The control handle reads a calendar count made under another limit as
+/// the next decision reads it (converted proportionally): 8 of 10 is 4 of
+/// 5 (1 left) or 16 of 20 (4 left), and a gateway with that limit then
+/// admits exactly what the peek said.
+#[tokio::test]
+async fn a_calendar_peek_converts_as_the_decision_does() {
+    use tower::ServiceExt;
+    let server = RedisServer::start();
+    let gateway = |limit: u32, redis: RedisBackend| {
+        let rule = Rule::new(
+            "daily",
+            KeyExtractor::header("x-key"),
+            Quota::per_day(limit),
+        )
+        .global(redis)
+        .redis_timeout(Duration::from_millis(500));
+        RateLimitLayer::builder().rule(rule).build().unwrap()
+    };
+    for (to, left) in [(5, 1), (20, 4)] {
+        let prefix = format!("cal-peek-{to}");
+        let old = gateway(10, server.backend(&prefix).await);
+        old.control().penalize("daily", "k", 8).await.unwrap();
+        let new = gateway(to, server.backend(&prefix).await);
+        let peeked = new.control().peek("daily", "k").await.unwrap().remaining();
+        assert_eq!(peeked, left, "8 of 10 read under {to}");
+        let mut admitted = 0;
+        for _ in 0..30 {
+            let req = http::Request::get("/")
+                .header("x-key", "k")
+                .body(axum::body::Body::empty())
+                .unwrap();
+            if ok_app(new.clone()).oneshot(req).await.unwrap().status() != 200 {
+                break;
+            }
+            admitted += 1;
+        }
+        assert_eq!(
+            admitted, left,
+            "the decisions agree with the peek under {to}"
+        );
+    }
+}

@@ -27,6 +27,8 @@ mod exposition;
 mod fallback;
 mod invariants;
 #[cfg(feature = "metrics")]
+mod late_refund;
+#[cfg(feature = "metrics")]
 mod layer;
 mod lazy;
 mod lease;

@@ -209,3 +209,112 @@ fn random_rolling_reloads_and_restarts_never_admit_more_than_the_most_generous_q
         })
         .unwrap();
 }
+
+/// Asks `layer` for the key until the first refusal (at most 30): how
+/// many were admitted.
+async fn drain_layer(layer: &RateLimitLayer) -> u32 {
+    use tower::ServiceExt;
+    for n in 0..30 {
+        let req = http::Request::get("/")
+            .header("x-api-key", "k")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        if ok_app(layer.clone()).oneshot(req).await.unwrap().status() != 200 {
+            return n;
+        }
+    }
+    panic!("30 admissions in a row");
+}
+
+/// The control handle on a gateway still on the old rules, after another
+/// reloaded and moved the key: its operations are made where the state
+/// went (converted), and the tombstone stays, so that gateway keeps
+/// following the move instead of getting a fresh quota.
+#[tokio::test]
+async fn control_operations_follow_a_moved_key_and_keep_its_tombstone() {
+    let server = RedisServer::start();
+    for algorithm in ALGORITHMS {
+        let prefix = format!("buried-{algorithm}");
+        let (ra, rb) = (server.backend(&prefix).await, server.backend(&prefix).await);
+        let build = |redis: &RedisBackend| {
+            RateLimitLayer::builder()
+                .rule(rule(redis, algorithm, 10))
+                .build()
+                .unwrap()
+        };
+        let (a, b) = (build(&ra), build(&rb));
+        a.control().penalize("api", "k", 8).await.unwrap();
+        // B reloads to 5 and moves the key (4 of 5 used), spending the last.
+        b.reload([rule(&rb, algorithm, 5)]).unwrap();
+        assert_eq!(drain_layer(&b).await, 1, "{algorithm}: 1 of 5 left");
+        // A gives 2 of its 10 back: 1 of B's 5.
+        let left = a.control().reward("api", "k", 2).await.unwrap().remaining();
+        assert!(left <= 2, "{algorithm}: A reads the moved state: {left}");
+        let after = drain_layer(&a).await + drain_layer(&b).await;
+        assert!(
+            (1..=2).contains(&after),
+            "{algorithm}: 2 of 10 given back, {after} admitted"
+        );
+        // A resets the key: the moved state, for everyone (read from Redis:
+        // B's deny cache holds its last refusal).
+        a.control().reset("api", "k").await.unwrap();
+        let fresh = b.control().peek("api", "k").await.unwrap().remaining();
+        assert_eq!(fresh, 5, "{algorithm}: B's state reset");
+        // A still follows: its requests spend B's state.
+        let on_a = drain_layer(&a).await;
+        let left = b.control().peek("api", "k").await.unwrap().remaining();
+        assert!(
+            on_a <= 10 && left == 0,
+            "{algorithm}: {on_a} on A left {left}"
+        );
+    }
+}
+
+/// A rolling reload of a leasing rule, on keys no deny cache has seen: the
+/// gateway that reloads converts in its grant, the other follows, and the
+/// fleet admits no more than the old quota left (8 of 10 spent: 2), on
+/// every algorithm. A fresh key per round keeps the deny caches out.
+#[tokio::test]
+async fn a_rolling_reload_of_a_leasing_rule_hands_nobody_a_fresh_quota() {
+    use keyed_rate_limit::rule::LeasePolicy;
+    use std::time::Duration;
+    use tower::ServiceExt;
+    let server = RedisServer::start();
+    let ask = |layer: &RateLimitLayer, key: &str| {
+        let req = http::Request::get("/")
+            .header("x-api-key", key)
+            .body(axum::body::Body::empty())
+            .unwrap();
+        ok_app(layer.clone()).oneshot(req)
+    };
+    for algorithm in ALGORITHMS {
+        for (round, to) in [5u32, 20].into_iter().enumerate() {
+            let prefix = format!("roll-lease-{algorithm}-{to}");
+            let leased = |redis: &RedisBackend, q| {
+                rule(redis, algorithm, q).lease(LeasePolicy::new(Duration::from_secs(30)))
+            };
+            let (ra, rb) = (server.backend(&prefix).await, server.backend(&prefix).await);
+            let build = |r: Rule| RateLimitLayer::builder().rule(r).build().unwrap();
+            let (a, b) = (build(leased(&ra, 10)), build(leased(&rb, 10)));
+            let key = format!("k{round}");
+            for _ in 0..8 {
+                assert_eq!(ask(&a, &key).await.unwrap().status(), 200);
+            }
+            b.reload([leased(&rb, to)]).unwrap();
+            let mut admitted = 0;
+            for layer in [&b, &a, &b, &a] {
+                for _ in 0..30 {
+                    if ask(layer, &key).await.unwrap().status() != 200 {
+                        break;
+                    }
+                    admitted += 1;
+                }
+            }
+            assert!(
+                admitted <= 2 + to / 10,
+                "{algorithm}, leased, reloaded to {to}: {admitted} after 8 of 10"
+            );
+            assert!(admitted >= 1, "{algorithm}: something was left");
+        }
+    }
+}

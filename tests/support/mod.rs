@@ -14,6 +14,8 @@ pub mod durations;
 pub mod events;
 #[cfg(feature = "redis")]
 pub mod gateway;
+#[cfg(feature = "metrics")]
+pub mod late_refund;
 pub mod load;
 pub mod metrics;
 pub mod promtool;

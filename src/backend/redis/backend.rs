@@ -11,6 +11,7 @@ use super::conn::{Call, Conn};
 use super::error::RedisBackendError;
 use super::keys;
 use super::membership::Membership;
+use super::quotas::{self, Record};
 use super::script::{self, Decided, Grant, LeaseAsk, Locking, SlotOp, SlotReply, Target};
 use crate::failure::{LiveCount, Reachability};
 use crate::key::DEFAULT_MAX_KEY_LEN;
@@ -297,19 +298,46 @@ impl RedisBackend {
     }
 
     /// Runs the control handle's `op` on `key`: for an adjustment or a
-    /// read, what a request of one unit would be told now.
+    /// read, what a request of one unit would be told now, and whether the
+    /// adjustment was void (its window had ended). `converts`: see
+    /// [`script::control`].
     pub(crate) async fn control(
         &self,
-        rule: &str,
+        target: Target<'_>,
         key: &Key,
-        algorithm: Algorithm,
-        quota: &Quota,
         op: ControlOp,
-    ) -> Result<Decision, RedisBackendError> {
+        converts: bool,
+    ) -> Result<(Decision, bool), RedisBackendError> {
+        let Target {
+            rule,
+            algorithm,
+            quota,
+            ..
+        } = target;
         let redis_key = self.state_key(rule, key, algorithm, quota);
-        let invocation = script::control(algorithm, redis_key, quota, op);
+        let invocation = script::control(algorithm, redis_key, quota, op, converts);
         let reply: script::ControlReply = self.invoke(&invocation).await?;
         Ok(script::control_decision(quota, reply))
+    }
+
+    /// Enters `quota` (as Redis counts `rule`'s rolling states) in the
+    /// rule's record of the quotas in play for `lasts` from now, and reads
+    /// the others (ADR 33).
+    pub(crate) async fn quotas_in_play(
+        &self,
+        rule: &str,
+        algorithm: Algorithm,
+        quota: &Quota,
+        lasts: Duration,
+    ) -> Result<Record, RedisBackendError> {
+        let key = keys::tagged_key(&self.inner.prefix, rule, &Key::new(""), keys::QUOTAS);
+        let own = keys::state_suffix(algorithm, quota);
+        let ms = u64::try_from(lasts.as_millis()).unwrap_or(u64::MAX);
+        let flat: Vec<String> = self.invoke(&quotas::enter(key, &own, ms)).await?;
+        quotas::parse(&flat, &own).ok_or_else(|| {
+            let kind = (redis::ErrorKind::UnexpectedReturnType, "a record of quotas");
+            RedisBackendError::Redis(kind.into())
+        })
     }
 
     /// Runs `slot.lua` on the slot set of `key` under the concurrency
@@ -366,7 +394,7 @@ impl RedisBackend {
     }
 
     pub(super) async fn load_scripts(&self) -> Result<(), RedisBackendError> {
-        for source in script::SOURCES {
+        for source in script::SOURCES.into_iter().chain([quotas::QUOTAS_LUA]) {
             let mut load = redis::cmd("SCRIPT");
             load.arg("LOAD").arg(source);
             self.inner.conn.query::<redis::Value>(&load).await?;

@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use redis::Script;
 
-use super::backend::RedisBackend;
-use super::error::RedisBackendError;
+#[cfg(test)]
 use super::keys;
-use crate::{algorithm::Algorithm, key::Key, quota::Quota};
+#[cfg(test)]
+use crate::algorithm::Algorithm;
+use crate::quota::Quota;
 
 pub(super) const QUOTAS_LUA: &str = concat!(
     include_str!("lua/clock.lua"),
@@ -31,7 +32,7 @@ pub(crate) struct InPlay {
     pub(crate) until_ms: i64,
 }
 
-/// What [`RedisBackend::quotas_in_play`] read.
+/// What `RedisBackend::quotas_in_play` read.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Record {
     /// The other quotas of the rule's algorithm, as entered.
@@ -41,31 +42,16 @@ pub(crate) struct Record {
     pub(crate) now_ms: i64,
 }
 
-impl RedisBackend {
-    /// Enters `quota` (as Redis counts `rule`'s rolling states) in the
-    /// rule's record for `lasts` from now, and reads the others.
-    pub(crate) async fn quotas_in_play(
-        &self,
-        rule: &str,
-        algorithm: Algorithm,
-        quota: &Quota,
-        lasts: Duration,
-    ) -> Result<Record, RedisBackendError> {
-        let key = keys::tagged_key(&self.inner.prefix, rule, &Key::new(""), keys::QUOTAS);
-        let own = keys::state_suffix(algorithm, quota);
-        let mut invocation = QUOTAS.key(key);
-        let ms = u64::try_from(lasts.as_millis()).unwrap_or(u64::MAX);
-        invocation.arg(&own[..]).arg(ms.min(1 << 50));
-        let flat: Vec<String> = self.invoke(&invocation).await?;
-        parse(&flat, &own).ok_or_else(|| {
-            let kind = (redis::ErrorKind::UnexpectedReturnType, "a record of quotas");
-            RedisBackendError::Redis(kind.into())
-        })
-    }
+/// The call entering `own` (a state key suffix) in the record `key` for
+/// `lasts_ms`.
+pub(super) fn enter(key: Vec<u8>, own: &[u8], lasts_ms: u64) -> redis::ScriptInvocation<'static> {
+    let mut invocation = QUOTAS.key(key);
+    invocation.arg(own).arg(lasts_ms.min(1 << 50));
+    invocation
 }
 
 /// The reply's triples, this gateway's last, then Redis time.
-fn parse(flat: &[String], own: &[u8]) -> Option<Record> {
+pub(super) fn parse(flat: &[String], own: &[u8]) -> Option<Record> {
     let (now, triples) = flat.split_last()?;
     if triples.len() % 3 != 0 {
         return None;

@@ -114,21 +114,35 @@ const GRANT_SLIDING_WINDOW_LUA: &str = granting!(
     "lua/sliding_window.lua",
     moves = ["lua/sliding_window_moves.lua"]
 );
-/// The control handle's operations over an algorithm's module.
+/// The control handle's operations over an algorithm's module, with its
+/// moves (a key a reload moved is changed where it went).
 macro_rules! controlling {
-    ($body:literal $(, prelude = $prelude:literal)?) => {
+    ($body:literal $(, prelude = $prelude:literal)? $(, moves = [$($moves:literal),*])?) => {
         concat!(
-            module!($body $(, prelude = $prelude)?),
+            decide!($body $(, prelude = $prelude)? $(, moves = [$($moves),*])?),
             include_str!("lua/control.lua")
         )
     };
 }
-const CONTROL_GCRA_LUA: &str = controlling!("lua/gcra.lua", prelude = "lua/one_number.lua");
-const CONTROL_TOKEN_BUCKET_LUA: &str =
-    controlling!("lua/token_bucket.lua", prelude = "lua/one_number.lua");
-const CONTROL_FIXED_WINDOW_LUA: &str =
-    controlling!("lua/fixed_window.lua", prelude = "lua/window_end.lua");
-const CONTROL_SLIDING_WINDOW_LUA: &str = controlling!("lua/sliding_window.lua");
+const CONTROL_GCRA_LUA: &str = controlling!(
+    "lua/gcra.lua",
+    prelude = "lua/one_number.lua",
+    moves = ["lua/whole_at.lua", "lua/one_key.lua"]
+);
+const CONTROL_TOKEN_BUCKET_LUA: &str = controlling!(
+    "lua/token_bucket.lua",
+    prelude = "lua/one_number.lua",
+    moves = ["lua/whole_at.lua", "lua/one_key.lua"]
+);
+const CONTROL_FIXED_WINDOW_LUA: &str = controlling!(
+    "lua/fixed_window.lua",
+    prelude = "lua/window_end.lua",
+    moves = ["lua/fixed_window_moves.lua", "lua/one_key.lua"]
+);
+const CONTROL_SLIDING_WINDOW_LUA: &str = controlling!(
+    "lua/sliding_window.lua",
+    moves = ["lua/sliding_window_moves.lua"]
+);
 const CONTROL_CALENDAR_LUA: &str =
     controlling!("lua/calendar_window.lua", prelude = "lua/calendar.lua");
 const SLOT_LUA: &str = concat!(include_str!("lua/clock.lua"), include_str!("lua/slot.lua"));
@@ -138,7 +152,7 @@ const INSTANCES_LUA: &str = concat!(
 );
 
 /// Every script's source, for loading them all at start-up.
-pub(crate) const SOURCES: [&str; 17] = [
+pub(crate) const SOURCES: [&str; 16] = [
     GRANT_GCRA_LUA,
     GRANT_TOKEN_BUCKET_LUA,
     GRANT_FIXED_WINDOW_LUA,
@@ -155,7 +169,6 @@ pub(crate) const SOURCES: [&str; 17] = [
     CONTROL_SLIDING_WINDOW_LUA,
     CONTROL_CALENDAR_LUA,
     INSTANCES_LUA,
-    super::quotas::QUOTAS_LUA,
 ];
 
 static GCRA: LazyLock<Script> = LazyLock::new(|| Script::new(GCRA_LUA));
@@ -562,12 +575,15 @@ pub(crate) struct Decided {
 
 /// The invocation of `control.lua` on the key the rate script of
 /// `algorithm` (or the calendar's, when `quota` is one) names `key`, over
-/// that script's module and with its quota arguments.
+/// that script's module and with its quota arguments. `converts`: a count
+/// of another limit reads as the next decision would read it (a rule with
+/// a static quota), not as counted (a `quota_fn` rule's).
 pub(crate) fn control(
     algorithm: Algorithm,
     key: Vec<u8>,
     quota: &Quota,
     op: ControlOp,
+    converts: bool,
 ) -> redis::ScriptInvocation<'static> {
     let script: &Script = match (quota.period(), algorithm) {
         (Some(_), _) => &CONTROL_CALENDAR,
@@ -589,36 +605,48 @@ pub(crate) fn control(
     };
     let (name, units, block) = match op {
         ControlOp::Adjust(u) => ("adjust", u, Duration::ZERO),
-        ControlOp::GiveBack(u, _) => ("adjust", -i64::from(u), Duration::ZERO),
+        ControlOp::GiveBack(u, _) | ControlOp::Refund(u, _) => {
+            ("adjust", -i64::from(u), Duration::ZERO)
+        }
         ControlOp::Reset => ("reset", 0, Duration::ZERO),
         ControlOp::Block(d) => ("block", 0, d),
         ControlOp::Unblock => ("unblock", 0, Duration::ZERO),
     };
-    invocation.arg(name).arg(units).arg(ms(block));
-    if let ControlOp::GiveBack(_, Some(window)) = op {
-        invocation.arg(window);
-    }
+    let (window, ends_in) = match op {
+        ControlOp::GiveBack(_, window) => (window.unwrap_or(0), None),
+        ControlOp::Refund(_, ends_in) => (0, Some(ends_in)),
+        _ => (0, None),
+    };
+    invocation
+        .arg(name)
+        .arg(units)
+        .arg(ms(block))
+        .arg(window)
+        .arg(u8::from(converts))
+        .arg(ends_in.map_or_else(String::new, |e| e.to_string()));
     invocation
 }
 
-/// `control.lua` returns `{remaining, wait_ms, reset_ms, locked_ms}`.
-pub(crate) type ControlReply = (i64, i64, i64, i64);
+/// `control.lua` returns `{remaining, wait_ms, reset_ms, locked_ms, void}`.
+pub(crate) type ControlReply = (i64, i64, i64, i64, i64);
 
-/// What a request of one unit would be told, from a control reply.
+/// What a request of one unit would be told, from a control reply, and
+/// whether its adjustment was void (for a window that had ended).
 pub(crate) fn control_decision(
     quota: &Quota,
-    (remaining, wait_ms, reset_ms, locked_ms): ControlReply,
-) -> Decision {
+    (remaining, wait_ms, reset_ms, locked_ms, void): ControlReply,
+) -> (Decision, bool) {
     let ms = |v: i64| Duration::from_millis(u64::try_from(v).unwrap_or(0));
     let (limit, window) = (quota.limit(), quota.window());
-    if locked_ms > 0 {
+    let d = if locked_ms > 0 {
         Decision::denied(limit, window, ms(locked_ms), ms(locked_ms))
     } else if remaining > 0 {
         let remaining = u32::try_from(remaining).unwrap_or(u32::MAX);
         Decision::allowed(limit, window, remaining, ms(reset_ms))
     } else {
         Decision::denied(limit, window, ms(wait_ms.max(1)), ms(reset_ms))
-    }
+    };
+    (d, void == 1)
 }
 
 /// The window in whole microseconds, the scripts' unit (at least 1).

@@ -68,26 +68,47 @@ local function decide(key, cost)
 end
 
 -- The control handle's (control.lua): what a one-unit request would be
--- told, and `units` spent (down to empty) or given back (up to whole).
+-- told, and `units` spent (down to empty) or given back (up to whole). The
+-- window's count and the limit it was counted under (this one by default).
 local function counted(key)
-  local state = redis.call('HMGET', key, 's', 'e', 'c')
+  local state = redis.call('HMGET', key, 's', 'e', 'c', 'l')
   if tonumber(state[1]) == start and tonumber(state[2]) == finish then
-    return tonumber(state[3]) or 0
+    return tonumber(state[3]) or 0, tonumber(state[4]) or limit
   end
-  return 0
+  return 0, limit
+end
+
+-- Units of this limit in the limit `l` a count was made under, as the next
+-- decision reads it: proportionally, unless counts stay as counted (mode
+-- 0, a `quota_fn` rule). Rounded against the caller.
+local function scaled(units, l, up)
+  if l == limit or change_mode == 0 then return units end
+  local u = units * l / limit
+  if up then return math.ceil(u - 1e-9) end
+  return math.floor(u + 1e-9)
 end
 
 local function peek(key)
-  local count = counted(key)
+  local count, l = counted(key)
+  if l ~= limit and change_mode > 0 then
+    count = math.ceil(converted(count, l, limit, 1) - 1e-9)
+  end
   local wait = 0
   if count >= limit then wait = reset_ms end
   return math.max(0, limit - count), wait, reset_ms
 end
 
-local function adjust(key, units)
-  local count = math.max(0, math.min(limit, counted(key) + units))
-  -- `l` stays: a count of another limit still converts at its next decision.
-  redis.call('HSET', key, 's', start, 'e', finish, 'c', count)
+-- A refund of a charge in another window (its reset, `ends_in` ms from
+-- now, is not this window's end) is void.
+local function adjust(key, units, _, ends_in)
+  if ends_in and math.abs(ends_in - reset_ms) * 2 > (finish - start) * 1000 then return true end
+  local count, l = counted(key)
+  -- Kept in the limit `l` it was counted under: a count of another limit
+  -- still converts at its next decision.
+  if units > 0 then units = scaled(units, l, true) else units = -scaled(-units, l, false) end
+  count = math.max(0, math.min(l, count + units))
+  -- A new window's count is of this limit.
+  redis.call('HSET', key, 's', start, 'e', finish, 'c', count, 'l', l)
   redis.call('PEXPIREAT', key, finish * 1000 + 1000)
 end
 

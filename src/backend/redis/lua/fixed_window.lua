@@ -79,7 +79,8 @@ end
 
 -- The control handle's (control.lua): what a one-unit request would be
 -- told, and `units` spent (down to empty) or given back (up to whole), to
--- the window `of_window` when it names one.
+-- the window `of_window` when it names one, or that ends `ends_in` ms
+-- from now; `adjust` returns true when that window has ended.
 -- The units spent (a residue above the limit reads as the limit) and the
 -- window's time left (a new window's when there is none).
 local function counted(key)
@@ -97,9 +98,11 @@ local function peek(key)
   return limit - count, wait, ttl
 end
 
-local function adjust(key, units, of_window)
+local function adjust(key, units, of_window, ends_in)
   local count, ttl = counted(key)
-  if of_window and not same_window(of_window, window_ms, now_ms, ttl) then return end
+  if of_window and not same_window(of_window, window_ms, now_ms, ttl) then return true end
+  -- Windows end a window apart: half of one tells them apart.
+  if ends_in and (count == 0 or math.abs(ends_in - ttl) * 2 > window_ms) then return true end
   count = math.max(0, math.min(limit, count + units))
   if count > 0 then
     redis.call('SET', key, count, 'PX', ttl)

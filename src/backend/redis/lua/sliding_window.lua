@@ -98,7 +98,8 @@ end
 
 -- The control handle's (control.lua): what a one-unit request would be
 -- told, and `units` spent (down to empty) or given back (up to whole), to
--- this window only when `of_window` names one.
+-- this window only when `of_window` names one or the reset `ends_in`
+-- says so; `adjust` returns true when that window has ended.
 local function counts(key)
   local v = redis.call('MGET', key .. curr_suffix, key .. prev_suffix)
   return tonumber(v[1]) or 0, tonumber(v[2]) or 0
@@ -112,8 +113,10 @@ local function peek(key)
   return remaining, wait, math.ceil(reset_after(curr, prev) / 1000)
 end
 
-local function adjust(key, units, of_window)
-  if of_window and of_window ~= idx then return end
+local function adjust(key, units, of_window, ends_in)
+  if of_window and of_window ~= idx then return true end
+  -- A charge in this window was told `keep_ms` then; windows are a window apart.
+  if ends_in and math.abs(ends_in - keep_ms) * 2000 > window then return true end
   local curr, prev = counts(key)
   -- Spending stops where the estimate reaches the limit.
   local n = math.max(0, math.min(curr + units, math.max(curr, math.floor(limit - prev * decay + eps))))
