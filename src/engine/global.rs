@@ -126,7 +126,7 @@ pub(super) async fn return_unspent(
         locks: Locking::default(),
     };
     redis
-        .control(target, &unspent.key, op, true)
+        .control(target, &unspent.key, op, (true, None))
         .await
         .map(drop)
 }
@@ -524,9 +524,7 @@ impl Global {
             .as_ref()
             .and_then(|l| l.policy().counted(quota, rule.algorithm))
             .unwrap_or(quota);
-        let call = self
-            .redis
-            .control(self.target(rule, &quota), key, op, self.fixed);
+        let call = self.control_call(rule, &quota, key, op);
         let patience = rule.failure.timeout.saturating_mul(PATIENCE);
         match tokio::time::timeout(patience, call).await {
             Ok(Ok((d, _))) => Ok(match op {
@@ -558,9 +556,7 @@ impl Global {
         }
         let quota = self.counting(rule, quota);
         let op = ControlOp::Adjust(0);
-        let call = self
-            .redis
-            .control(self.target(rule, &quota), key, op, self.fixed);
+        let call = self.control_call(rule, &quota, key, op);
         let (d, _) = tokio::time::timeout(rule.failure.timeout, call)
             .await
             .ok()?
@@ -568,14 +564,26 @@ impl Global {
         Some(d)
     }
 
-    /// What `rule`'s control calls decide with in `quota`: no lock reads.
-    fn target<'a>(&self, rule: &'a Rule, quota: &'a Quota) -> Target<'a> {
-        Target {
+    /// `op` on `key` in `quota`, converting the key from the rule's
+    /// previous quotas first, as a decision would.
+    async fn control_call(
+        &self,
+        rule: &Rule,
+        quota: &Quota,
+        key: &Key,
+        op: ControlOp,
+    ) -> Result<(Decision, bool), crate::backend::redis::RedisBackendError> {
+        self.know_fleet(rule).await;
+        let target = Target {
             rule: &rule.name,
             algorithm: rule.algorithm,
             quota,
             locks: Locking::default(),
-        }
+        };
+        let previous = self.previous(*quota);
+        self.redis
+            .control(target, key, op, (self.fixed, previous))
+            .await
     }
 
     /// Gives back (`units < 0`) or charges units a request spent in Redis,
@@ -608,9 +616,7 @@ impl Global {
                     }
                     _ => ControlOp::Adjust(units),
                 };
-                let call = self
-                    .redis
-                    .control(self.target(rule, &counted), key, op, self.fixed);
+                let call = self.control_call(rule, &counted, key, op);
                 match self.guard.call(self.redis.reachability(), call).await {
                     Ok((d, void)) => {
                         if void {

@@ -66,9 +66,9 @@
 /// gateway still on the old rules when the
 /// conversion has ended counts apart for keys first decided after that;
 /// `Reset` on a rolling quota counts afresh in a state of its own, beside
-/// the old rules' state. The control handle follows a moved key as a
-/// decision does, and reads a key that has not been
-/// decided since the reload as whole.
+/// the old rules' state. The control handle converts and follows a key
+/// as a decision does: an operation on a key this gateway has not decided
+/// since its reload converts it first.
 ///
 /// Not converted anywhere: between a rolling and a calendar quota, two
 /// calendar periods, the sliding window across windows, and `quota_fn`

@@ -34,10 +34,12 @@ use crate::{decision::Decision, key::Key};
 /// for a key it holds no place for (`penalize` then reads a whole bucket),
 /// and refuses a `block` ([`ControlError::KeySpaceFull`]).
 ///
-/// On a global rule whose quota another gateway's reload changed, a key
-/// that gateway already moved (ADR 25) is read and changed where it went,
-/// in that quota, its units converted as a request's cost is; the moved
-/// key keeps pointing there, so this gateway's requests follow too. A
+/// On a global rule whose quota changed, each operation converts and
+/// follows the key as a decision does: a key this gateway has not decided
+/// since its reload is converted first, and a key another gateway already
+/// moved (ADR 25) is read and changed where it went, in that quota, its
+/// units converted as a request's cost is; the moved key keeps pointing
+/// there, so this gateway's requests follow too. A
 /// calendar count made under another limit is read as the next decision
 /// reads it (converted proportionally).
 ///

@@ -108,14 +108,16 @@ async fn a_rolling_reload_hands_nobody_a_fresh_quota() {
 
 /// One step of a fleet: gateway `g` reloads to `QUOTAS[q]` when `q` is
 /// set (or, when the flag is set, is replaced by a gateway started with
-/// it: a rolling restart), then asks for the key `n` times.
-type Step = (usize, Option<(usize, bool)>, u32);
+/// it: a rolling restart), then its control handle charges (`false`) or
+/// gives back (`true`) units when set, then it asks for the key `n` times.
+type Step = (usize, Option<(usize, bool)>, Option<(bool, u32)>, u32);
 
 const QUOTAS: [u32; 3] = [5, 10, 20];
 
 /// Three gateways in this process on one private Redis, starting at 10 an
-/// hour, run `steps` against one key: the admissions, and the most
-/// generous quota any gateway had meanwhile.
+/// hour, run `steps` against one key: the admissions, and what the most
+/// generous quota any gateway had meanwhile allows (with what the control
+/// handles gave back, in that quota's units).
 async fn fleet(
     server: &RedisServer,
     prefix: &str,
@@ -133,8 +135,10 @@ async fn fleet(
             .unwrap();
         gateways.push((redis, layer));
     }
-    let (mut admitted, mut most) = (0, 10);
-    for &(g, q, n) in steps {
+    let (mut admitted, mut most, mut quotas) = (0, 10, [10u32; 3]);
+    // Given back, as fractions of a gateway's quota.
+    let mut back = 0.0;
+    for &(g, q, control, n) in steps {
         match q {
             Some((q, true)) => {
                 let redis = server.backend(prefix).await;
@@ -153,8 +157,19 @@ async fn fleet(
         }
         if let Some((q, _)) = q {
             most = most.max(QUOTAS[q]);
+            quotas[g] = QUOTAS[q];
         }
         let layer = &gateways[g].1;
+        match control {
+            Some((false, units)) => {
+                drop(layer.control().penalize("api", "k", units).await.unwrap())
+            }
+            Some((true, units)) => {
+                layer.control().reward("api", "k", units).await.unwrap();
+                back += f64::from(units) / f64::from(quotas[g]);
+            }
+            None => {}
+        }
         for _ in 0..n {
             let req = http::Request::get("/")
                 .header("x-api-key", "k")
@@ -168,11 +183,12 @@ async fn fleet(
             }
         }
     }
-    (admitted, most)
+    (admitted, most + (back * f64::from(most)).ceil() as u32)
 }
 
-/// Random reloads and restarts with new rules on three gateways, with
-/// random requests between them:
+/// Random reloads, restarts with new rules and control operations
+/// (charges, give-backs) on three gateways, with random requests between
+/// them:
 /// a key never gets more than the most generous quota in play would give
 /// it alone (the fraction used is one state, whichever quota reads it; an
 /// hour's quota gives nothing back within a case).
@@ -187,14 +203,9 @@ fn random_rolling_reloads_and_restarts_never_admit_more_than_the_most_generous_q
         max_shrink_iters: 64,
         ..ProptestConfig::default()
     });
-    let steps = proptest::collection::vec(
-        (
-            0usize..3,
-            proptest::option::of((0usize..3, proptest::bool::ANY)),
-            0u32..8,
-        ),
-        1..16,
-    );
+    let change = proptest::option::of((0usize..3, proptest::bool::ANY));
+    let control = proptest::option::weighted(0.3, (proptest::bool::ANY, 1u32..4));
+    let steps = proptest::collection::vec((0usize..3, change, control, 0u32..8), 1..16);
     runner
         .run(&(0usize..4, steps), |(a, steps)| {
             let algorithm = ALGORITHMS[a];
@@ -203,7 +214,7 @@ fn random_rolling_reloads_and_restarts_never_admit_more_than_the_most_generous_q
             let (admitted, most) = runtime.block_on(fleet(&server, &prefix, algorithm, &steps));
             prop_assert!(
                 admitted <= most,
-                "{algorithm}: {admitted} admitted, the most generous quota {most}: {steps:?}"
+                "{algorithm}: {admitted} admitted, the most generous quota (and what was given back) {most}: {steps:?}"
             );
             Ok(())
         })

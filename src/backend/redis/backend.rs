@@ -299,14 +299,14 @@ impl RedisBackend {
 
     /// Runs the control handle's `op` on `key`: for an adjustment or a
     /// read, what a request of one unit would be told now, and whether the
-    /// adjustment was void (its window had ended). `converts`: see
-    /// [`script::control`].
+    /// adjustment was void (its window had ended). `converts` and
+    /// `previous`: see [`script::control`].
     pub(crate) async fn control(
         &self,
         target: Target<'_>,
         key: &Key,
         op: ControlOp,
-        converts: bool,
+        (converts, previous): (bool, Option<script::Previous>),
     ) -> Result<(Decision, bool), RedisBackendError> {
         let Target {
             rule,
@@ -315,7 +315,8 @@ impl RedisBackend {
             ..
         } = target;
         let redis_key = self.state_key(rule, key, algorithm, quota);
-        let invocation = script::control(algorithm, redis_key, quota, op, converts);
+        let previous = previous.map(|p| (self.old_keys(rule, key, algorithm, quota, &p), p));
+        let invocation = script::control(algorithm, redis_key, quota, op, converts, previous);
         let reply: script::ControlReply = self.invoke(&invocation).await?;
         Ok(script::control_decision(quota, reply))
     }

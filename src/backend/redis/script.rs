@@ -577,13 +577,16 @@ pub(crate) struct Decided {
 /// `algorithm` (or the calendar's, when `quota` is one) names `key`, over
 /// that script's module and with its quota arguments. `converts`: a count
 /// of another limit reads as the next decision would read it (a rule with
-/// a static quota), not as counted (a `quota_fn` rule's).
+/// a static quota), not as counted (a `quota_fn` rule's). With `previous`,
+/// the key's states under the rule's previous quotas: converted first, as
+/// before a decision.
 pub(crate) fn control(
     algorithm: Algorithm,
     key: Vec<u8>,
     quota: &Quota,
     op: ControlOp,
     converts: bool,
+    previous: Option<(Vec<Vec<u8>>, Previous)>,
 ) -> redis::ScriptInvocation<'static> {
     let script: &Script = match (quota.period(), algorithm) {
         (Some(_), _) => &CONTROL_CALENDAR,
@@ -624,6 +627,12 @@ pub(crate) fn control(
         .arg(window)
         .arg(u8::from(converts))
         .arg(ends_in.map_or_else(String::new, |e| e.to_string()));
+    if let Some((old, p)) = previous.filter(|(old, _)| !old.is_empty()) {
+        for old in old {
+            invocation.key(old);
+        }
+        change_args(&mut invocation, Some(&p));
+    }
     invocation
 }
 

@@ -17,6 +17,10 @@
 -- current one (its reset now differs by more than half a window from the
 -- one a charge would be told now), is void: it would credit a window that
 -- never spent it.
+-- KEYS[2...]: while a quota change converts, the key's states under the
+-- rule's previous quotas (quota_change.lua, from ARGV[10...]), converted
+-- first as before a decision, so an operation on a key this gateway has
+-- not decided since its reload never starts it afresh.
 -- A key a reload moved (a tombstone, ADR 25) is read and changed at the
 -- end of its moves, in that state's quota, its units converted as a
 -- decision's cost is; the tombstone stays for the gateways it leads.
@@ -38,6 +42,10 @@ if op == 'block' then
 end
 if op == 'unblock' or op == 'reset' then
   redis.call('DEL', lock, tag .. ':denies')
+end
+if KEYS[2] then
+  changed_from(10)
+  moves().migrate(KEYS[1], 2)
 end
 local key, ratio = KEYS[1], 1
 if moves then
