@@ -87,8 +87,13 @@ impl RulesConfig {
     /// went and can [`stop`](ConfigWatcher::stop) them. Starting and
     /// stopping are logged at `info` with the file's path.
     ///
-    /// Each change is read once the file has been quiet for 100 ms, then
-    /// applied with [`RateLimitLayer::reload`]: atomically, keeping the
+    /// The file's directory is watched, so every way a file changes is
+    /// seen: a write in place, a file renamed over it (editors), and the
+    /// symlink swap of a mounted Kubernetes ConfigMap or Secret (`..data`
+    /// repointed at a new timestamped directory), the path read through
+    /// its symlinks. Each change is read once the directory has been quiet
+    /// for 100 ms and, when it differs from what the running rules came
+    /// from, applied with [`RateLimitLayer::reload`]: atomically, keeping the
     /// counters of rules whose name, key and algorithm stay, and each key's
     /// usage when only the quota changed, as the rule's `on_quota_change`
     /// says (see there). An edit that does not parse or build is rejected: the
@@ -156,6 +161,7 @@ impl RulesConfig {
             _watcher: watcher,
             settings,
             applied: src,
+            rejected: None,
             status: status.clone(),
         };
         let dispatch = tracing::dispatcher::get_default(Clone::clone);
@@ -192,6 +198,8 @@ struct Reloader {
     settings: LayerSettings,
     /// The source the running rules came from.
     applied: String,
+    /// The last source rejected, judged once.
+    rejected: Option<String>,
     status: Arc<Status>,
 }
 
@@ -204,17 +212,18 @@ impl Reloader {
     /// Reloads on every change until watching ends; why it did.
     fn watch(&mut self, rx: &Receiver<notify::Result<Event>>) -> &'static str {
         loop {
+            // Checked at every event too: a directory that never goes quiet
+            // for POLL must not keep a dropped layer's watching alive.
+            if let Some(why) = self.stopped() {
+                return why;
+            }
             match rx.recv_timeout(POLL) {
                 Ok(Ok(event)) if self.concerns(&event) => {}
-                Ok(Ok(_)) => continue,
+                Ok(Ok(_)) | Err(RecvTimeoutError::Timeout) => continue,
                 Ok(Err(e)) => {
                     tracing::warn!(target: observe::TARGET, path = %self.path.display(), error = %e, "watching the rate-limit rules failed");
                     continue;
                 }
-                Err(RecvTimeoutError::Timeout) => match self.stopped() {
-                    Some(why) => return why,
-                    None => continue,
-                },
                 Err(RecvTimeoutError::Disconnected) => return "the file watcher failed",
             }
             // Let the rest of the edit land: wait for a quiet spell, but
@@ -245,13 +254,12 @@ impl Reloader {
         }
     }
 
+    /// Any change in the directory: a Kubernetes ConfigMap or Secret
+    /// update swaps the `..data` symlink the file resolves through, and
+    /// the file's own name never shows. What the file then reads decides.
     fn concerns(&self, event: &Event) -> bool {
         let kind = &event.kind;
-        (kind.is_create() || kind.is_modify() || kind.is_remove())
-            && event
-                .paths
-                .iter()
-                .any(|p| p.file_name() == self.path.file_name())
+        kind.is_create() || kind.is_modify() || kind.is_remove()
     }
 
     fn reload(&mut self) {
@@ -262,6 +270,10 @@ impl Reloader {
         if src == self.applied {
             // A broken edit reverted: the file matches the running rules again.
             self.clear_error();
+            return;
+        }
+        if self.rejected.as_deref() == Some(src.as_str()) {
+            // Another file of the directory changed: this edit was judged.
             return;
         }
         let rules = RulesConfig::from_named_str(&self.path, &src).and_then(|config| {
@@ -279,6 +291,7 @@ impl Reloader {
         match reloaded {
             Ok(()) => {
                 self.applied = src;
+                self.rejected = None;
                 self.status.reloads.fetch_add(1, Ordering::AcqRel);
                 *self
                     .status
@@ -287,7 +300,10 @@ impl Reloader {
                     .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
                 observe::config_reload(&self.path.display(), None);
             }
-            Err(e) => self.reject(e),
+            Err(e) => {
+                self.rejected = Some(src);
+                self.reject(e);
+            }
         }
     }
 

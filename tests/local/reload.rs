@@ -250,10 +250,58 @@ async fn a_dropped_watcher_handle_keeps_reloading_until_the_layer_goes() {
     let other = dir.0.join("other.toml");
     save(&other, &rules(5));
     let (layer, watcher) = RulesConfig::watch(&other, Registry::new()).unwrap();
+    // Past the burst of subscribers the parallel tests set up as they
+    // start: an event logged during it can miss this test's capture (the
+    // watcher stops at once now, at the next event in its directory).
+    tokio::time::sleep(Duration::from_millis(700)).await;
     drop(layer);
     let stopped = || with_message(&events, "stopped watching the rate-limit rules file");
     until(Duration::from_secs(5), || !stopped().is_empty()).await;
     assert_eq!(stopped()[0]["path"], other.display().to_string());
     assert_eq!(stopped()[0]["why"], "the layer was dropped");
     assert_eq!(watcher.reloads(), 0);
+}
+
+/// A mounted Kubernetes ConfigMap, exactly as the kubelet lays it out and
+/// updates it: `limits.toml` → `..data/limits.toml`, `..data` →
+/// `..<timestamp>`; an update writes a new timestamped directory, points
+/// `..data_tmp` at it, renames that over `..data` (atomic), and removes
+/// the old directory. The file's own name never appears in the events.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_configmap_update_is_applied() {
+    use std::os::unix::fs::symlink;
+    let dir = TempDir::new("configmap");
+    let version = |stamp: &str, q: u32| {
+        let d = dir.0.join(format!("..{stamp}"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("limits.toml"), rules(q)).unwrap();
+    };
+    version("2026_12_06_04_00_00.1", 100);
+    symlink("..2026_12_06_04_00_00.1", dir.0.join("..data")).unwrap();
+    symlink("..data/limits.toml", dir.0.join("limits.toml")).unwrap();
+    let path = dir.0.join("limits.toml");
+    let (layer, watcher) = RulesConfig::watch(&path, Registry::new()).unwrap();
+    let url = serve(ok_app(layer)).await;
+    let q = || async {
+        let res = crate::support::get_with(&url, &[("x-user", "u")]).await;
+        assert_eq!(res.status(), 200);
+        sf::member(&res, "ratelimit-policy", "b").int("q")
+    };
+    assert_eq!(q().await, Some(100));
+    // The kubelet's atomic update.
+    version("2026_12_06_04_05_00.2", 101);
+    symlink("..2026_12_06_04_05_00.2", dir.0.join("..data_tmp")).unwrap();
+    std::fs::rename(dir.0.join("..data_tmp"), dir.0.join("..data")).unwrap();
+    std::fs::remove_dir_all(dir.0.join("..2026_12_06_04_00_00.1")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while q().await != Some(101) {
+        assert!(
+            Instant::now() < deadline,
+            "the ConfigMap update never applied"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!((watcher.reloads(), watcher.rejected()), (1, 0));
+    assert!(watcher.last_error().is_none());
 }
