@@ -48,6 +48,9 @@ mod quota_change;
 // Around the requests.
 /// The control handle's operations.
 mod control;
+/// A rule deciding a key it is handed, with no request (the rate-limit service's door).
+#[cfg(feature = "rls")]
+mod keyed;
 /// A chain's counters saved and loaded.
 mod snapshot;
 

@@ -34,15 +34,17 @@ pub struct RateLimitLayer {
     pub(super) shared: Arc<Shared>,
 }
 
+/// The keyed door's side of a layer (the rate-limit service's): the chain
+/// its rules run in now, and the answer to what they decided.
 #[cfg(feature = "rls")]
 impl RateLimitLayer {
-    /// Decides a request head with no service behind it; see
-    /// [`Shared::decide_detached`].
-    pub(crate) async fn decide_detached(
-        &self,
-        parts: http::request::Parts,
-    ) -> super::shared::Detached {
-        self.shared.decide_detached(parts).await
+    pub(crate) fn chain(&self) -> Arc<crate::engine::Chain> {
+        self.shared.chain.load()
+    }
+
+    /// See [`Shared::answer`](super::shared::Shared::answer).
+    pub(crate) fn answer(&self, rules: crate::decision::Decisions) -> super::shared::Detached {
+        self.shared.answer(rules)
     }
 }
 

@@ -39,7 +39,7 @@ impl Current {
         f(&self.0.read().unwrap_or_else(PoisonError::into_inner))
     }
 
-    pub(super) fn load(&self) -> Arc<Chain> {
+    pub(crate) fn load(&self) -> Arc<Chain> {
         self.with(Arc::clone)
     }
 
@@ -93,35 +93,45 @@ impl Shared {
         })
     }
 
-    /// One decision with no service behind it (the rate-limit service's
-    /// `ShouldRateLimit`): each rule's decision, and the headers an allow
-    /// carries or the refusal a deny answers with.
+    /// The answer to decisions made through the keyed door that must all
+    /// allow (the rate-limit service's descriptors): the headers of an
+    /// allow, or the refusal of every rule that refused, whose
+    /// `Retry-After` is the longest wait and whose body names each of
+    /// them.
     #[cfg(feature = "rls")]
-    pub(crate) async fn decide_detached(&self, mut parts: Parts) -> Detached {
-        let mut decisions = Decisions::new();
-        let evaluated = self
-            .chain
-            .with(|chain| chain.evaluate(&parts, &mut decisions));
-        let verdict = match evaluated {
-            Ok(verdict) => verdict,
-            Err(suspended) => {
-                let verdict;
-                (parts, decisions, verdict) = suspended.resume(parts).await;
-                verdict
-            }
-        };
-        let rules = decisions.to_vec();
-        match self.conclude(verdict, &mut decisions, &mut parts) {
-            Admission::Go(headers, _settle) => Detached {
-                rules,
+    pub(crate) fn answer(&self, mut rules: Decisions) -> Detached {
+        let mut headers = crate::headers::Rendered::new();
+        self.headers.render(&mut rules, &mut headers);
+        let refused: Vec<&RuleDecision> = rules
+            .iter()
+            .filter(|d| !d.decision.is_allowed() && !d.shadow)
+            .collect();
+        let wait = |d: &&&RuleDecision| d.decision.retry_after().unwrap_or(Duration::MAX);
+        let Some(answer) = refused.iter().max_by_key(wait) else {
+            return Detached {
                 headers: headers.into_vec(),
                 refusal: None,
+            };
+        };
+        let denied = Denied {
+            rule: answer.rule.clone(),
+            retry_after: answer.decision.retry_after(),
+            status: StatusCode::TOO_MANY_REQUESTS,
+            hidden: answer.hidden,
+            misconfig: None,
+            violated: match refused.len() {
+                1 => Vec::new(),
+                _ => refused
+                    .iter()
+                    .filter(|d| !d.hidden)
+                    .map(|d| d.rule.clone())
+                    .collect(),
             },
-            Admission::Stop(res) => Detached {
-                rules,
-                headers: Vec::new(),
-                refusal: Some(res),
-            },
+        };
+        let refusal = refusal(&self.deny, &denied, &http::HeaderMap::new(), headers);
+        Detached {
+            headers: Vec::new(),
+            refusal: Some(refusal),
         }
     }
 
@@ -172,11 +182,9 @@ impl Shared {
     }
 }
 
-/// What [`Shared::decide_detached`] found.
+/// What [`Shared::answer`] answers.
 #[cfg(feature = "rls")]
 pub(crate) struct Detached {
-    /// Each rule that applied, in order (on a deny, the refusing one last).
-    pub(crate) rules: Vec<RuleDecision>,
     /// An allow's rate-limit headers.
     pub(crate) headers: Vec<(http::HeaderName, http::HeaderValue)>,
     /// A deny's whole answer: status, `Retry-After`, headers and body.

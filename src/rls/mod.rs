@@ -4,6 +4,8 @@
 mod config;
 // `ShouldRateLimit` over a layer of those rules.
 mod server;
+// A descriptor's answer in Envoy's terms.
+mod status;
 // A layer that asks a remote rate-limit service.
 pub mod client;
 

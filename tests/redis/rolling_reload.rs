@@ -162,7 +162,7 @@ async fn fleet(
         let layer = &gateways[g].1;
         match control {
             Some((false, units)) => {
-                drop(layer.control().penalize("api", "k", units).await.unwrap())
+                layer.control().penalize("api", "k", units).await.unwrap();
             }
             Some((true, units)) => {
                 layer.control().reward("api", "k", units).await.unwrap();

@@ -10,6 +10,7 @@ mod support;
 mod binary;
 mod envoy;
 mod process;
+mod service;
 
 use std::net::SocketAddr;
 
