@@ -56,6 +56,8 @@ pub(crate) struct Chain {
     /// The layer's sweep schedule, carried from chain to chain by reloads.
     sweeps: Arc<Sweeps>,
     sweeper: OnceLock<()>,
+    /// The `metrics` recorder the rules' counters were resolved against.
+    recorder: crate::observe::RecorderSeen,
 }
 
 /// A layer's sweeps: every `every` from its first request, whatever the
@@ -209,6 +211,7 @@ impl Chain {
                 |p| p.sweeps.clone(),
             ),
             sweeper: OnceLock::new(),
+            recorder: crate::observe::RecorderSeen::now(),
         })
     }
 
@@ -277,6 +280,7 @@ impl Chain {
     }
 
     pub(crate) fn cleanup(&self) {
+        self.recorder.check(self.rules.len());
         for r in &self.rules {
             r.locks
                 .cleanup(r.rule.lockout.map_or(Duration::ZERO, |l| l.within));

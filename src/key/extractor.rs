@@ -524,8 +524,10 @@ impl KeyExtractor {
         matches!(self.kind, Kind::Sync(_))
     }
 
-    /// Runs a sync extractor; `None` for async ones or when no key is
-    /// found. For the examples in these docs; the layer does this itself.
+    /// Runs a sync extractor at once; `None` for async ones or when no key
+    /// is found. The docs' examples use it, as do an any-of group's
+    /// headers and the remote client's descriptors; the layer's own
+    /// lookup runs async extractors too.
     #[doc(hidden)]
     pub fn extract_now(&self, parts: &Parts) -> Option<Key> {
         match &self.kind {

@@ -195,13 +195,21 @@ const EVERY: Duration = Duration::from_secs(60);
 
 /// Keeps a rule's missing keys in view: a key source missing by setup is
 /// an ERROR at most once a minute (and counted every time), and a rule
-/// that found no key in any request for a minute is a warning.
+/// that found no key in any request for a minute is a warning. Every
+/// request let through without a key (`outcome="unkeyed"`) or counted on
+/// the fallback's key (`outcome="fallback_key"`) is counted, and while the
+/// rule has never found its own key, each is a warning at once (at most
+/// one a minute): a layer placed before the one that sets its key (auth)
+/// looks exactly like that.
 #[derive(Debug)]
 pub(crate) struct KeyWatch {
     rule: Arc<str>,
     extractor: Arc<str>,
     /// A key was found since the period began.
     found: AtomicBool,
+    /// A key was ever found by the rule's own extractor.
+    ever: AtomicBool,
+    misplaced_log: Throttle,
     /// Requests skipped since the period began.
     skipped: AtomicU64,
     /// The first skip starts the first period.
@@ -217,6 +225,8 @@ impl KeyWatch {
             rule,
             extractor: extractor.name().into(),
             found: AtomicBool::new(false),
+            ever: AtomicBool::new(false),
+            misplaced_log: Throttle::default(),
             skipped: AtomicU64::new(0),
             armed: AtomicBool::new(false),
             period: Throttle::default(),
@@ -230,13 +240,14 @@ impl KeyWatch {
         // A store only when it changes: the line stays shared between cores.
         if !self.found.load(Ordering::Relaxed) {
             self.found.store(true, Ordering::Relaxed);
+            self.ever.store(true, Ordering::Relaxed);
         }
     }
 
     fn fell_back(&self, key: Option<Key>, absent: Option<Misconfig>) -> Found {
         match key {
             Some(k) => {
-                self.found();
+                self.unkeyed("fallback_key");
                 Found::Key(k)
             }
             None => {
@@ -260,7 +271,16 @@ impl KeyWatch {
         );
     }
 
+    /// A request not counted on the rule's own key: counted as `outcome`,
+    /// and a warning while the rule has never found its own.
+    fn unkeyed(&self, outcome: &'static str) {
+        let never = !self.ever.load(Ordering::Relaxed);
+        let log = never && self.misplaced_log.ready(EVERY);
+        observe::unkeyed(&self.rule, &self.extractor, outcome, log);
+    }
+
     fn skipped(&self) {
+        self.unkeyed("unkeyed");
         let skipped = self.skipped.fetch_add(1, Ordering::Relaxed) + 1;
         if !self.period.ready(self.every) {
             return;

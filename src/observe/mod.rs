@@ -22,8 +22,9 @@ pub const TARGET: &str = "keyed_rate_limit";
 /// `key_space_overflow`), a limit nearly reached (`near_limit`); and two
 /// counts that are not decisions: units not settled in Redis
 /// (`settle_failed`), refunds dropped because the window they were
-/// charged in had ended (`refund_void`), and requests a rule exempts
-/// (`exempt`). Labels `rule`,
+/// charged in had ended (`refund_void`), requests a rule let through
+/// without its key (`unkeyed`; `fallback_key` marks a decision on the
+/// fallback's key), and requests a rule exempts (`exempt`). Labels `rule`,
 /// `outcome`, and `cause` where said. [`OUTCOMES`] lists them. A request
 /// the layer-wide exemption lets through is counted once with `rule="*"`
 /// ([`LAYER_RULE`]).
@@ -83,7 +84,7 @@ pub const MISCONFIG_TOTAL: &str = "rate_limit_misconfig_total";
 
 /// Every `outcome` of [`DECISIONS_TOTAL`], and what it counts. The first
 /// four are the verdicts: each decision is counted once among them.
-pub const OUTCOMES: [(&str, &str); 14] = [
+pub const OUTCOMES: [(&str, &str); 16] = [
     (
         "allow",
         "allowed (a shadow rule's too, and a failure mode's admits)",
@@ -132,6 +133,14 @@ pub const OUTCOMES: [(&str, &str); 14] = [
     (
         "refund_void",
         "a refund dropped: the window it was charged in had ended; not a decision",
+    ),
+    (
+        "unkeyed",
+        "a request the rule let through without its key: not a decision",
+    ),
+    (
+        "fallback_key",
+        "decided on the fallback's key, not the rule's own (also `allow` or `deny`)",
     ),
     ("exempt", "a request the rule exempts: not a decision"),
 ];
@@ -209,6 +218,16 @@ pub(crate) fn key_misconfig(
 pub(crate) fn no_key_found(rule: &Arc<str>, extractor: &str, skipped: u64, period: Duration) {
     let period_s = period.as_secs();
     tracing::warn!(target: TARGET, rule = %rule, extractor, skipped, period_s, "rate limit found no key in any request: it limits nothing");
+}
+
+/// A request a rule let through without its key (`outcome="unkeyed"`) or
+/// counted on its fallback's key (`"fallback_key"`): counted every time;
+/// `log` while the rule has never found its own key.
+pub(crate) fn unkeyed(rule: &Arc<str>, extractor: &str, outcome: &'static str, log: bool) {
+    if log {
+        tracing::warn!(target: TARGET, rule = %rule, extractor, outcome, "rate limit has not found its own key in any request yet: every one so far went unkeyed or on its fallback's key; is the layer before the one that sets the key (auth)?");
+    }
+    count(DECISIONS_TOTAL, rule, &[("outcome", outcome)]);
 }
 
 /// A new key found the rule's key space full: counted every time, with
@@ -430,6 +449,43 @@ impl Counted {
     }
 }
 
+/// The `metrics` recorder current when a chain resolved its rules'
+/// counters, checked at each sweep: a recorder installed later gets none
+/// of their allow and deny counts, while the other outcomes (counted
+/// as they happen) reach it, and the shares read from them go wrong.
+#[derive(Debug)]
+pub(crate) struct RecorderSeen {
+    at_build: usize,
+    warned: std::sync::atomic::AtomicBool,
+}
+
+impl RecorderSeen {
+    pub(crate) fn now() -> Self {
+        Self {
+            at_build: recorder_id(),
+            warned: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Warns once when the recorder is no longer the one the counters
+    /// were resolved against.
+    pub(crate) fn check(&self, rules: usize) {
+        if recorder_id() != self.at_build && !self.warned.swap(true, Ordering::Relaxed) {
+            tracing::warn!(target: TARGET, rules, "a metrics recorder was installed after this rate limit was built: its allow and deny counts go to the one before (none); install the recorder first, or reload the rules");
+        }
+    }
+}
+
+/// The current recorder's address: its identity for [`RecorderSeen`].
+fn recorder_id() -> usize {
+    #[cfg(feature = "metrics")]
+    {
+        metrics::with_recorder(|r| std::ptr::from_ref(r).cast::<()>() as usize)
+    }
+    #[cfg(not(feature = "metrics"))]
+    0
+}
+
 #[cfg(feature = "metrics")]
 pub(super) fn count(name: &'static str, rule: &Arc<str>, labels: &[(&'static str, &'static str)]) {
     let mut all = Vec::with_capacity(labels.len() + 1);
@@ -445,3 +501,39 @@ pub(super) fn count(name: &'static str, rule: &Arc<str>, labels: &[(&'static str
 
 #[cfg(not(feature = "metrics"))]
 pub(super) fn count(_: &'static str, _: &Arc<str>, _: &[(&'static str, &'static str)]) {}
+
+#[cfg(all(test, feature = "metrics"))]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use tracing_subscriber::layer::SubscriberExt;
+
+    use super::RecorderSeen;
+
+    /// Counts the crate's WARN events on this thread.
+    struct Warns(Arc<Mutex<usize>>);
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Warns {
+        fn on_event(&self, e: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+            if *e.metadata().level() == tracing::Level::WARN {
+                *self.0.lock().unwrap() += 1;
+            }
+        }
+    }
+
+    #[test]
+    fn a_recorder_installed_after_the_build_is_a_warning_once() {
+        let warns = Arc::new(Mutex::new(0));
+        let _guard = tracing::subscriber::set_default(
+            tracing_subscriber::registry().with(Warns(warns.clone())),
+        );
+        let before = metrics_util::debugging::DebuggingRecorder::new();
+        let after = metrics_util::debugging::DebuggingRecorder::new();
+        let seen = metrics::with_local_recorder(&before, RecorderSeen::now);
+        metrics::with_local_recorder(&before, || seen.check(1));
+        assert_eq!(*warns.lock().unwrap(), 0, "the same recorder");
+        metrics::with_local_recorder(&after, || seen.check(1));
+        metrics::with_local_recorder(&after, || seen.check(1));
+        assert_eq!(*warns.lock().unwrap(), 1, "another one, said once");
+    }
+}

@@ -95,6 +95,10 @@ impl Budget {
     }
 }
 
+// governor's `StateStore` hands back nothing but the decision, so a store
+// that diverts a new key (its key space full) leaves a mark here, on the
+// thread that made the check, which reads it straight after: no lock and
+// no change to governor's API.
 thread_local! {
     /// Set by a store that diverted this thread's last new key.
     static DIVERTED: Cell<Option<KeySpaceFull>> = const { Cell::new(None) };

@@ -31,6 +31,8 @@ mod keyspace;
 #[cfg(feature = "metrics")]
 mod logs;
 mod misconfig;
+#[cfg(feature = "metrics")]
+mod misplaced;
 mod quota_change;
 #[cfg(all(feature = "config", feature = "metrics"))]
 mod reload;

@@ -1,4 +1,6 @@
-//! The Lua scripts and the one reply shape they share.
+//! The Lua scripts, assembled per algorithm from their `.lua` files; the
+//! calls that run them (rate, lease, control, slot, instances); and the
+//! replies each call decodes.
 
 use crate::policy::ControlOp;
 use std::sync::LazyLock;

@@ -28,7 +28,7 @@ local function converted(used, from, to, mode)
   return used / from * to
 end
 
--- Moved states (moves.lua): made on first use in a call, by `moves()`; a
+-- Moved states (moved.lua): made on first use in a call, by `moves()`; a
 -- function a script defines is made again at every call, and most calls
 -- move nothing.
 local moves, made
