@@ -296,28 +296,11 @@ impl KeyWatch {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{Arc, Mutex};
-
-    use tracing_subscriber::layer::SubscriberExt;
-
     use super::*;
-
-    /// Counts the crate's WARN events on this thread.
-    struct Warns(Arc<Mutex<usize>>);
-
-    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Warns {
-        fn on_event(&self, e: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
-            if *e.metadata().level() == tracing::Level::WARN {
-                *self.0.lock().unwrap() += 1;
-            }
-        }
-    }
 
     #[test]
     fn a_period_in_which_no_request_had_a_key_is_a_warning() {
-        let warns = Arc::new(Mutex::new(0));
-        let subscriber = tracing_subscriber::registry().with(Warns(warns.clone()));
-        let _guard = tracing::subscriber::set_default(subscriber);
+        let (warns, _guard) = crate::util::warns::counted();
         let key = KeyExtractor::header("x-api-key");
         let watch = Arc::new(KeyWatch {
             every: Duration::ZERO,
@@ -335,9 +318,9 @@ mod tests {
             "skip",
             "the first skip starts the first period"
         );
-        assert_eq!(*warns.lock().unwrap(), 0);
+        assert_eq!(*warns.lock().unwrap(), 1, "never its own key: at once");
         assert_eq!(run(&parts), "skip");
-        assert_eq!(*warns.lock().unwrap(), 1, "a period without a key");
+        assert_eq!(*warns.lock().unwrap(), 2, "a period without a key");
         let (with_key, _) = http::Request::builder()
             .header("x-api-key", "k")
             .body(())
@@ -345,16 +328,14 @@ mod tests {
             .into_parts();
         assert_eq!(run(&with_key), "key");
         assert_eq!(run(&parts), "skip");
-        assert_eq!(*warns.lock().unwrap(), 1, "that period had a key");
+        assert_eq!(*warns.lock().unwrap(), 2, "that period had a key");
     }
 
     /// An optional extension that never arrives (the limit before auth)
     /// skips every request, no 500, and the watch says it limits nothing.
     #[test]
     fn an_optional_extension_that_never_arrives_is_a_warning() {
-        let warns = Arc::new(Mutex::new(0));
-        let subscriber = tracing_subscriber::registry().with(Warns(warns.clone()));
-        let _guard = tracing::subscriber::set_default(subscriber);
+        let (warns, _guard) = crate::util::warns::counted();
         let key = KeyExtractor::optional_extension::<u64>(|id| Key::from(*id));
         let watch = Arc::new(KeyWatch {
             every: Duration::ZERO,
@@ -367,6 +348,7 @@ mod tests {
                 NowOrLater::Now(Found::Skip)
             ));
         }
-        assert_eq!(*warns.lock().unwrap(), 1);
+        // At once (never its own key), then the period's.
+        assert_eq!(*warns.lock().unwrap(), 2);
     }
 }

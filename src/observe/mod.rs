@@ -504,29 +504,11 @@ pub(super) fn count(_: &'static str, _: &Arc<str>, _: &[(&'static str, &'static 
 
 #[cfg(all(test, feature = "metrics"))]
 mod tests {
-    use std::sync::{Arc, Mutex};
-
-    use tracing_subscriber::layer::SubscriberExt;
-
     use super::RecorderSeen;
-
-    /// Counts the crate's WARN events on this thread.
-    struct Warns(Arc<Mutex<usize>>);
-
-    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Warns {
-        fn on_event(&self, e: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
-            if *e.metadata().level() == tracing::Level::WARN {
-                *self.0.lock().unwrap() += 1;
-            }
-        }
-    }
 
     #[test]
     fn a_recorder_installed_after_the_build_is_a_warning_once() {
-        let warns = Arc::new(Mutex::new(0));
-        let _guard = tracing::subscriber::set_default(
-            tracing_subscriber::registry().with(Warns(warns.clone())),
-        );
+        let (warns, _guard) = crate::util::warns::counted();
         let before = metrics_util::debugging::DebuggingRecorder::new();
         let after = metrics_util::debugging::DebuggingRecorder::new();
         let seen = metrics::with_local_recorder(&before, RecorderSeen::now);

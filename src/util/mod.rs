@@ -6,3 +6,5 @@ pub(crate) mod instant;
 pub(crate) mod now_or_later;
 pub(crate) mod report;
 pub(crate) mod throttle;
+#[cfg(test)]
+pub(crate) mod warns;

@@ -63,6 +63,13 @@ async fn until(limit: Duration, mut done: impl FnMut() -> bool) -> Duration {
     start.elapsed()
 }
 
+/// Rule `b`'s quota as a response's `RateLimit-Policy` shows it.
+async fn policy_q(url: &str) -> Option<i64> {
+    let res = crate::support::get_with(url, &[("x-user", "u")]).await;
+    assert_eq!(res.status(), 200);
+    sf::member(&res, "ratelimit-policy", "b").int("q")
+}
+
 fn quota_of(layer: &RateLimitLayer, rule: usize) -> u32 {
     layer.rules()[rule].static_quota().unwrap().limit()
 }
@@ -232,11 +239,7 @@ async fn a_dropped_watcher_handle_keeps_reloading_until_the_layer_goes() {
     assert_eq!(started.len(), 1);
     assert_eq!(started[0]["path"], path.display().to_string());
     let url = serve(ok_app(layer)).await;
-    let q = || async {
-        let res = crate::support::get_with(&url, &[("x-user", "u")]).await;
-        assert_eq!(res.status(), 200);
-        sf::member(&res, "ratelimit-policy", "b").int("q")
-    };
+    let q = || policy_q(&url);
     assert_eq!(q().await, Some(100));
     save(&path, &rules(101));
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -283,11 +286,7 @@ async fn a_configmap_update_is_applied() {
     let path = dir.0.join("limits.toml");
     let (layer, watcher) = RulesConfig::watch(&path, Registry::new()).unwrap();
     let url = serve(ok_app(layer)).await;
-    let q = || async {
-        let res = crate::support::get_with(&url, &[("x-user", "u")]).await;
-        assert_eq!(res.status(), 200);
-        sf::member(&res, "ratelimit-policy", "b").int("q")
-    };
+    let q = || policy_q(&url);
     assert_eq!(q().await, Some(100));
     // The kubelet's atomic update.
     version("2026_12_06_04_05_00.2", 101);

@@ -13,6 +13,16 @@ use keyed_rate_limit::{Algorithm, KeyExtractor, Quota, RateLimitLayer, Rule};
 use keyed_rate_limit_testing::RedisServer;
 
 fn rule(redis: &RedisBackend, algorithm: Algorithm, per_hour: u32) -> Rule {
+    rule_with(redis, algorithm, per_hour, QuotaChange::Proportional)
+}
+
+/// `per_hour` on `algorithm`, converting usage as `how` says.
+pub(crate) fn rule_with(
+    redis: &RedisBackend,
+    algorithm: Algorithm,
+    per_hour: u32,
+    how: QuotaChange,
+) -> Rule {
     Rule::new(
         "api",
         KeyExtractor::header("x-api-key"),
@@ -21,7 +31,7 @@ fn rule(redis: &RedisBackend, algorithm: Algorithm, per_hour: u32) -> Rule {
     .global(redis.clone())
     .algorithm(algorithm)
     .redis_timeout(HEALTHY_TIMEOUT)
-    .on_quota_change(QuotaChange::Proportional)
+    .on_quota_change(how)
 }
 
 /// Every order of `0..n`.

@@ -5,25 +5,12 @@
 //! of 10 spent, nobody gets a fresh quota, whoever decides first, on every
 //! algorithm and in every `QuotaChange` mode.
 
+use crate::rolling_reload::rule_with;
 use crate::support::Backend as _;
-use crate::support::gateway::HEALTHY_TIMEOUT;
 use crate::support::{ALGORITHMS, get_with, ok_app, serve};
-use keyed_rate_limit::RedisBackend;
 use keyed_rate_limit::rule::QuotaChange;
-use keyed_rate_limit::{Algorithm, KeyExtractor, Quota, RateLimitLayer, Rule};
+use keyed_rate_limit::{Algorithm, RateLimitLayer};
 use keyed_rate_limit_testing::RedisServer;
-
-fn rule(redis: &RedisBackend, algorithm: Algorithm, per_hour: u32, how: QuotaChange) -> Rule {
-    Rule::new(
-        "api",
-        KeyExtractor::header("x-api-key"),
-        Quota::per_hour(per_hour),
-    )
-    .global(redis.clone())
-    .algorithm(algorithm)
-    .redis_timeout(HEALTHY_TIMEOUT)
-    .on_quota_change(how)
-}
 
 /// A gateway process of its own: its own connection, its own layer.
 async fn gateway(
@@ -35,7 +22,7 @@ async fn gateway(
 ) -> String {
     let redis = server.backend(prefix).await;
     let layer = RateLimitLayer::builder()
-        .rule(rule(&redis, algorithm, per_hour, how))
+        .rule(rule_with(&redis, algorithm, per_hour, how))
         .build()
         .unwrap();
     serve(ok_app(layer)).await
