@@ -37,6 +37,9 @@ pub struct RlsConfig {
 pub(super) struct Node {
     pub(super) key: String,
     pub(super) value: Match,
+    /// `share_threshold`: every value the wildcard matches counts in one
+    /// counter, the pattern's.
+    pub(super) shared: Option<String>,
     pub(super) limit: Option<Limit>,
     pub(super) children: Vec<Node>,
     /// Where the entry is, for errors found when its rule is built.
@@ -50,8 +53,43 @@ pub(super) enum Match {
     Any,
     /// `value: foo`.
     Exact(String),
-    /// `value: foo*`: every value starting with `foo`, one counter each.
-    Prefix(String),
+    /// `value: foo*`, `bar*b`, `foo*bar*baz`: every value the pattern
+    /// matches (each `*` any run of characters, the empty one too), one
+    /// counter each, or one for them all with `share_threshold`; the
+    /// pattern split at its `*`s.
+    Wildcard(Vec<String>),
+}
+
+impl Match {
+    /// Whether `value` matches, as envoyproxy/ratelimit's `wildcardMatch`
+    /// decides: the first part a prefix, the last a suffix, the others in
+    /// order between them, none overlapping.
+    pub(super) fn matches(&self, value: &str) -> bool {
+        match self {
+            Match::Any => true,
+            Match::Exact(v) => v == value,
+            Match::Wildcard(parts) => {
+                let (Some(first), Some(last)) = (parts.first(), parts.last()) else {
+                    return false;
+                };
+                let fixed: usize = parts.iter().map(String::len).sum();
+                if value.len() < fixed
+                    || !value.starts_with(first.as_str())
+                    || !value.ends_with(last.as_str())
+                {
+                    return false;
+                }
+                let mut rest = &value[first.len()..value.len() - last.len()];
+                for part in &parts[1..parts.len() - 1] {
+                    match rest.find(part.as_str()) {
+                        Some(at) => rest = &rest[at + part.len()..],
+                        None => return false,
+                    }
+                }
+                true
+            }
+        }
+    }
 }
 
 /// The limit of a node.
@@ -63,6 +101,9 @@ pub(super) struct Limit {
     pub(super) replaces: Vec<String>,
     pub(super) unit: Unit,
     pub(super) requests_per_unit: u32,
+    /// `quota_mode`: over the limit, the descriptor says so, but the
+    /// request is refused only when every quota-mode descriptor is over.
+    pub(super) quota_mode: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -93,8 +134,7 @@ pub(super) struct RuleSpec {
 /// envoyproxy/ratelimit's units. A month is 30 days and a year 365, as
 /// envoyproxy/ratelimit counts them, unless the extension `calendar: true`
 /// makes a day or a month a calendar one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Unit {
     Second,
     Minute,
@@ -105,7 +145,32 @@ pub(super) enum Unit {
     Year,
 }
 
+impl<'de> Deserialize<'de> for Unit {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        Unit::parse(&name).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "invalid rate limit unit {name:?} (second, minute, hour, day, week, month or year)"
+            ))
+        })
+    }
+}
+
 impl Unit {
+    /// A unit by name, in any case, as envoyproxy/ratelimit reads it.
+    fn parse(name: &str) -> Option<Self> {
+        Some(match name.to_ascii_lowercase().as_str() {
+            "second" => Unit::Second,
+            "minute" => Unit::Minute,
+            "hour" => Unit::Hour,
+            "day" => Unit::Day,
+            "week" => Unit::Week,
+            "month" => Unit::Month,
+            "year" => Unit::Year,
+            _ => return None,
+        })
+    }
+
     pub(super) fn length(self) -> Duration {
         Duration::from_secs(match self {
             Unit::Second => 1,
@@ -137,11 +202,21 @@ struct RawDescriptor {
     descriptors: Vec<RawDescriptor>,
     #[serde(default)]
     shadow_mode: bool,
-    /// Accepted as envoyproxy/ratelimit has it; every rule is counted
-    /// per rule anyway (`rate_limit_decisions_total`).
+    #[serde(default)]
+    quota_mode: bool,
+    #[serde(default)]
+    share_threshold: bool,
+    /// These three shape envoyproxy/ratelimit's statsd keys and its
+    /// response metadata; read and checked, they change nothing here: each
+    /// limit is counted per rule, its path (`rate_limit_decisions_total`).
     #[serde(default)]
     #[allow(dead_code)]
     detailed_metric: bool,
+    #[serde(default)]
+    #[allow(dead_code)]
+    value_to_metric: bool,
+    #[allow(dead_code)]
+    metadata: Option<serde_norway::Mapping>,
     // This crate's extensions.
     algorithm: Option<Algorithm>,
     burst: Option<u32>,
@@ -156,7 +231,9 @@ struct RawDescriptor {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawLimit {
-    unit: Unit,
+    /// Required, unless `unlimited`, where it is refused.
+    unit: Option<Unit>,
+    #[serde(default)]
     requests_per_unit: u32,
     #[serde(default)]
     unlimited: bool,
@@ -235,7 +312,7 @@ impl RlsConfig {
         }
         let mut nodes = Vec::new();
         for d in raw.descriptors {
-            nodes.push(node(d, &raw.domain, src)?);
+            push_once(&mut nodes, node(d, &raw.domain, src)?, src)?;
         }
         if self.domains.insert(raw.domain.clone(), nodes).is_some() {
             return Err(ConfigError::new(format!(
@@ -247,14 +324,31 @@ impl RlsConfig {
     }
 }
 
-/// Where `needle` first appears in `src` at or after `from`, as a line and
-/// column: semantic errors point at their descriptor's `key`.
+/// Where the descriptor of `key` (and `value`) first appears in `src`, as a
+/// line and column: semantic errors point at their descriptor's `key`.
 fn locate(src: &str, key: &str, value: Option<&str>) -> (usize, usize) {
+    locate_in(src, key, value, false)
+}
+
+/// [`locate`]'s last match: where a duplicate is.
+fn locate_last(src: &str, key: &str, value: Option<&str>) -> (usize, usize) {
+    locate_in(src, key, value, true)
+}
+
+fn locate_in(src: &str, key: &str, value: Option<&str>, last: bool) -> (usize, usize) {
     let probe = format!("key: {key}");
     let mut best = None;
-    for (at, _) in src.match_indices(&probe) {
+    let mut found: Vec<usize> = src.match_indices(&probe).map(|(at, _)| at).collect();
+    if last {
+        found.reverse();
+    }
+    for at in found {
         let after = &src[at..];
-        let window = &after[..after.len().min(400)];
+        let mut end = after.len().min(400);
+        while !after.is_char_boundary(end) {
+            end -= 1;
+        }
+        let window = &after[..end];
         if value.is_none_or(|v| window.contains(v)) {
             best = Some(at);
             break;
@@ -268,21 +362,23 @@ fn locate(src: &str, key: &str, value: Option<&str>) -> (usize, usize) {
     (line, column)
 }
 
-fn node(raw: RawDescriptor, parent: &str, src: &str) -> Result<Node, ConfigError> {
+fn node(mut raw: RawDescriptor, parent: &str, src: &str) -> Result<Node, ConfigError> {
     let (line, column) = locate(src, &raw.key, raw.value.as_deref());
     let fail = |msg: String| ConfigError::at(msg, src, line, column);
     if raw.key.is_empty() {
         return Err(fail("descriptor `key` is empty".into()));
     }
-    let value = match raw.value {
-        None => Match::Any,
-        Some(v) if v.ends_with('*') => Match::Prefix(v.trim_end_matches('*').to_owned()),
-        Some(v) => Match::Exact(v),
-    };
-    let path = match &value {
-        Match::Any => format!("{parent}.{}", raw.key),
-        Match::Exact(v) => format!("{parent}.{}_{v}", raw.key),
-        Match::Prefix(v) => format!("{parent}.{}_{v}*", raw.key),
+    let (value, path) = match raw.value.take() {
+        None => (Match::Any, format!("{parent}.{}", raw.key)),
+        Some(v) => {
+            let path = format!("{parent}.{}_{v}", raw.key);
+            let m = if v.contains('*') {
+                Match::Wildcard(v.split('*').map(str::to_owned).collect())
+            } else {
+                Match::Exact(v)
+            };
+            (m, path)
+        }
     };
     if !path.bytes().all(|b| b.is_ascii_graphic()) || path.contains(['{', '}']) {
         return Err(fail(format!(
@@ -294,77 +390,140 @@ fn node(raw: RawDescriptor, parent: &str, src: &str) -> Result<Node, ConfigError
             "descriptor {path:?}: `lease` and `coalesce` need `scope: global`"
         )));
     }
-    let limit = match raw.rate_limit {
-        None => None,
-        Some(l) => {
-            let kind = if l.unlimited {
-                LimitKind::Unlimited
-            } else if l.requests_per_unit == 0 {
-                LimitKind::Blocked
-            } else {
-                let n = l.requests_per_unit;
-                let quota = match (raw.calendar, l.unit) {
-                    (true, Unit::Day) => Quota::per_day(n),
-                    (true, Unit::Month) => Quota::per_month(n),
-                    (true, other) => {
-                        return Err(fail(format!(
-                            "`calendar: true` needs unit day or month, not {other:?}"
-                        )));
-                    }
-                    (false, unit) => Quota::new(n, unit.length()),
-                };
-                let quota = match raw.burst {
-                    Some(b) => quota.with_burst(b),
-                    None => quota,
-                };
-                LimitKind::Rule(RuleSpec {
-                    quota,
-                    shadow: raw.shadow_mode,
-                    algorithm: raw.algorithm,
-                    global: raw.scope == Some(RawScope::Global),
-                    failure_mode: raw.failure_mode,
-                    lease: raw.lease,
-                    coalesce: raw.coalesce,
-                })
-            };
-            Some(Limit {
-                kind,
-                name: l.name,
-                replaces: l.replaces.into_iter().map(|r| r.name).collect(),
-                unit: l.unit,
-                requests_per_unit: l.requests_per_unit,
-            })
+    let shared = match (&value, raw.share_threshold) {
+        (Match::Wildcard(parts), true) => Some(parts.join("*")),
+        (_, true) => {
+            return Err(fail(format!(
+                "descriptor {path:?}: `share_threshold` needs a wildcard value (with `*`)"
+            )));
         }
+        (_, false) => None,
     };
-    let mut children = Vec::new();
-    for d in raw.descriptors {
-        children.push(node(d, &path, src)?);
+    let limit = match raw.rate_limit.take() {
+        None => None,
+        Some(l) => Some(limit(l, &raw, &path).map_err(fail)?),
+    };
+    let mut children: Vec<Node> = Vec::new();
+    for d in std::mem::take(&mut raw.descriptors) {
+        push_once(&mut children, node(d, &path, src)?, src)?;
     }
     Ok(Node {
         key: raw.key,
         value,
+        shared,
         limit,
         children,
         path,
     })
 }
 
-/// The node a descriptor's entries lead to, matched by depth: at each
-/// depth a `key` with its exact `value` first, then a value wildcard, then
-/// the `key` alone.
-pub(super) fn find<'a>(mut nodes: &'a [Node], entries: &[(&str, &str)]) -> Option<&'a Node> {
-    let mut found = None;
+/// Adds `n` beside `nodes`, refusing a second descriptor of the same key
+/// and value (envoyproxy/ratelimit's "duplicate descriptor composite key").
+fn push_once(nodes: &mut Vec<Node>, n: Node, src: &str) -> Result<(), ConfigError> {
+    if nodes.iter().any(|c| c.path == n.path) {
+        let value = match &n.value {
+            Match::Exact(v) => Some(v.as_str()),
+            _ => None,
+        };
+        let (line, column) = locate_last(src, &n.key, value);
+        return Err(ConfigError::at(
+            format!("descriptor {:?} is defined twice", n.path),
+            src,
+            line,
+            column,
+        ));
+    }
+    nodes.push(n);
+    Ok(())
+}
+
+/// A descriptor's `rate_limit`, checked as envoyproxy/ratelimit checks it.
+fn limit(l: RawLimit, raw: &RawDescriptor, path: &str) -> Result<Limit, String> {
+    let unit = match (l.unlimited, l.unit) {
+        (true, Some(_)) => {
+            return Err(format!(
+                "descriptor {path:?}: an `unlimited` limit takes no `unit`"
+            ));
+        }
+        // Shown as the second, the unit of a limit that never counts.
+        (true, None) => Unit::Second,
+        (false, Some(u)) => u,
+        (false, None) => {
+            return Err(format!(
+                "descriptor {path:?}: a `rate_limit` needs a `unit`"
+            ));
+        }
+    };
+    for r in &l.replaces {
+        if r.name.is_empty() {
+            return Err(format!("descriptor {path:?}: an empty `replaces` name"));
+        }
+        if l.name.as_deref() == Some(r.name.as_str()) {
+            return Err(format!(
+                "descriptor {path:?}: `replaces` names the limit itself ({:?})",
+                r.name
+            ));
+        }
+    }
+    let kind = if l.unlimited {
+        LimitKind::Unlimited
+    } else if l.requests_per_unit == 0 {
+        LimitKind::Blocked
+    } else {
+        let n = l.requests_per_unit;
+        let quota = match (raw.calendar, unit) {
+            (true, Unit::Day) => Quota::per_day(n),
+            (true, Unit::Month) => Quota::per_month(n),
+            (true, other) => {
+                return Err(format!(
+                    "`calendar: true` needs unit day or month, not {other:?}"
+                ));
+            }
+            (false, unit) => Quota::new(n, unit.length()),
+        };
+        let quota = match raw.burst {
+            Some(b) => quota.with_burst(b),
+            None => quota,
+        };
+        LimitKind::Rule(RuleSpec {
+            quota,
+            shadow: raw.shadow_mode,
+            algorithm: raw.algorithm,
+            global: raw.scope == Some(RawScope::Global),
+            failure_mode: raw.failure_mode,
+            lease: raw.lease,
+            coalesce: raw.coalesce,
+        })
+    };
+    Ok(Limit {
+        kind,
+        name: l.name,
+        replaces: l.replaces.into_iter().map(|r| r.name).collect(),
+        unit,
+        requests_per_unit: l.requests_per_unit,
+        quota_mode: raw.quota_mode,
+    })
+}
+
+/// The nodes a descriptor's entries lead to, one per entry, matched by
+/// depth as envoyproxy/ratelimit matches them: at each depth a `key` with
+/// its exact `value` first, then the wildcards in the file's order, then
+/// the `key` alone. Empty when an entry matches nothing.
+pub(super) fn find<'a>(mut nodes: &'a [Node], entries: &[(&str, &str)]) -> Vec<&'a Node> {
+    let mut path = Vec::with_capacity(entries.len());
     for (key, value) in entries {
         let same_key = || nodes.iter().filter(|n| n.key == *key);
-        let node = same_key()
-            .find(|n| n.value == Match::Exact((*value).to_owned()))
-            .or_else(|| {
-                same_key()
-                    .find(|n| matches!(&n.value, Match::Prefix(p) if value.starts_with(p.as_str())))
-            })
-            .or_else(|| same_key().find(|n| n.value == Match::Any))?;
-        found = Some(node);
+        let exact = |n: &&Node| matches!(&n.value, Match::Exact(v) if v == value);
+        let wild = |n: &&Node| matches!(&n.value, Match::Wildcard(_)) && n.value.matches(value);
+        let Some(node) = same_key()
+            .find(exact)
+            .or_else(|| same_key().find(wild))
+            .or_else(|| same_key().find(|n| n.value == Match::Any))
+        else {
+            return Vec::new();
+        };
+        path.push(node);
         nodes = &node.children;
     }
-    found
+    path
 }

@@ -299,12 +299,14 @@ impl RateLimitServer {
         // `replaces`: a limit a matched limit replaces does not apply.
         let replaced: HashSet<&str> = matched
             .iter()
-            .flatten()
+            .filter_map(|p| p.last())
             .filter_map(|n| n.limit.as_ref())
             .flat_map(|l| l.replaces.iter().map(String::as_str))
             .collect();
-        let asks = req.descriptors.iter().zip(&matched).map(|(d, node)| {
-            let limit = node.and_then(|n| Some((n, n.limit.as_ref()?)));
+        let asks = req.descriptors.iter().zip(&matched).map(|(d, path)| {
+            let limit = path
+                .last()
+                .and_then(|n| Some((path.as_slice(), n.limit.as_ref()?)));
             let limit =
                 limit.filter(|(_, l)| l.name.as_deref().is_none_or(|n| !replaced.contains(n)));
             ask(&snap, &req, d, limit)
@@ -312,7 +314,14 @@ impl RateLimitServer {
         let answers = futures_util::future::join_all(asks).await;
         let mut response = RateLimitResponse::default();
         let mut decided = Decisions::new();
-        for answer in answers {
+        // `quota_mode`: those over refuse only when all of them are.
+        let (mut quotas, mut quotas_over, mut over) = (0, 0, false);
+        let quota_mode = matched.iter().map(|p| {
+            p.last()
+                .and_then(|n| n.limit.as_ref())
+                .is_some_and(|l| l.quota_mode)
+        });
+        for (answer, quota_mode) in answers.into_iter().zip(quota_mode) {
             let status = match answer? {
                 Answer::Status(status) => status,
                 Answer::Decided(d, shown) => {
@@ -326,12 +335,16 @@ impl RateLimitServer {
                     status
                 }
             };
+            let refused = status.code == Code::OverLimit as i32;
+            if quota_mode {
+                quotas += 1;
+                quotas_over += usize::from(refused);
+            } else {
+                over |= refused;
+            }
             response.statuses.push(status);
         }
-        let over = response
-            .statuses
-            .iter()
-            .any(|s| s.code == Code::OverLimit as i32);
+        over |= quotas > 0 && quotas == quotas_over;
         response.overall_code = if over { Code::OverLimit } else { Code::Ok } as i32;
         let answer = self.inner.layer.answer(decided);
         match answer.refusal {
@@ -361,15 +374,17 @@ async fn ask(
     snap: &Snapshot,
     req: &RateLimitRequest,
     d: &RateLimitDescriptor,
-    limit: Option<(&Node, &Limit)>,
+    limit: Option<(&[&Node], &Limit)>,
 ) -> Result<Answer, Status> {
-    let Some((node, limit)) = limit else {
+    let Some((path, limit)) = limit else {
         return Ok(Answer::Status(bare(Code::Ok)));
     };
+    let node = path[path.len() - 1];
     match &limit.kind {
+        // As envoyproxy/ratelimit answers it: all of a never-ending quota left.
         LimitKind::Unlimited => {
             return Ok(Answer::Status(DescriptorStatus {
-                current_limit: Some(current(limit)),
+                limit_remaining: u32::MAX,
                 ..bare(Code::Ok)
             }));
         }
@@ -406,7 +421,7 @@ async fn ask(
         }
         None => (None, current(limit)),
     };
-    let key = counter_key(&d.entries);
+    let key = counter_key(&d.entries, path);
     let hits = match &d.hits_addend {
         Some(h) => h.value,
         None if req.hits_addend == 0 => 1,

@@ -10,7 +10,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 };
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 
-use super::config::{Limit, Unit};
+use super::config::{Limit, Node, Unit};
 use crate::decision::Decision;
 use crate::key::Key;
 
@@ -94,22 +94,19 @@ pub(super) fn pb_headers<'a>(
 /// length, so that no two descriptors share one (`a` = `x|b=y` is not `a`
 /// = `x`, `b` = `y`). Whatever a client sends is counted: the layer hashes
 /// a key past its `max_key_len` to a fixed size.
-pub(super) fn counter_key(entries: &[Entry]) -> Key {
+///
+/// An entry matched by a `share_threshold` wildcard counts as its pattern:
+/// every value it matches shares one counter.
+pub(super) fn counter_key(entries: &[Entry], path: &[&Node]) -> Key {
     use std::fmt::Write as _;
     let len: usize = entries
         .iter()
         .map(|e| e.key.len() + e.value.len() + 8)
         .sum();
     let mut out = String::with_capacity(len);
-    for e in entries {
-        let _ = write!(
-            out,
-            "{}:{}{}:{}",
-            e.key.len(),
-            e.key,
-            e.value.len(),
-            e.value
-        );
+    for (e, node) in entries.iter().zip(path) {
+        let value = node.shared.as_deref().unwrap_or(&e.value);
+        let _ = write!(out, "{}:{}{}:{}", e.key.len(), e.key, value.len(), value);
     }
     Key::from(out)
 }

@@ -9,6 +9,7 @@ mod support;
 
 mod binary;
 mod envoy;
+mod envoyproxy;
 mod process;
 mod service;
 
@@ -40,7 +41,7 @@ descriptors:
     rate_limit: { unit: hour, requests_per_unit: 1 }
   - key: path
     value: /health
-    rate_limit: { unit: second, requests_per_unit: 1, unlimited: true }
+    rate_limit: { unlimited: true }
   - key: path
     value: /closed
     rate_limit: { unit: second, requests_per_unit: 0 }
