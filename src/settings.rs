@@ -151,7 +151,9 @@ macro_rules! settings_setters {
         /// 500 for a rule that cannot find its key
         /// ([`Denied::status`](crate::response::Denied::status)), whatever
         /// the closure returns. The closure's body and headers are kept; the
-        /// layer adds `Retry-After` and the rate-limit headers. The body must
+        /// layer adds `Retry-After`, the rate-limit headers and, on a 401
+        /// without one, a `WWW-Authenticate` challenge (set your own to name
+        /// a realm or a scope). The body must
         /// be ready at once (any body axum builds from a value is): a
         /// streaming body is replaced by an empty one and logged. gRPC
         /// requests always get the gRPC-shaped answer (see
