@@ -214,7 +214,10 @@ macro_rules! failure_setters {
     ($value:literal, $($field:ident).+) => {
         /// What a global limit decides when Redis fails (default
         /// [`FailureMode::LocalFallback`](crate::failure::FailureMode::LocalFallback):
-        /// this instance's share, divided by `instances`); see
+        /// this gateway's share: the quota divided by the live gateway count
+        /// its Redis backend keeps, never by less than
+        /// [`instances`](crate::rate_limit::RateLimitBuilder::instances),
+        /// and by `instances` when the backend keeps no live count); see
         /// [`failure`](crate::failure).
         ///
         /// ```

@@ -62,7 +62,7 @@ pub const BREAKER_STATE: &str = "rate_limit_breaker_state";
 /// global rule, its fallback shares, cached denies and leases, with its
 /// locks); label `rule`. Set after each background sweep
 /// ([`cleanup_interval`](crate::rate_limit::RateLimitBuilder::cleanup_interval), 60 s by
-/// default) and each [`cleanup`](crate::RateLimitLayer::cleanup).
+/// default).
 pub const KEYS: &str = "rate_limit_keys";
 
 /// A refund dropped: the window its units were charged in had ended, and

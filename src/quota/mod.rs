@@ -56,7 +56,6 @@ pub use calendar::Period;
 /// assert_eq!(q.limit(), 100);
 /// assert_eq!(q.window(), Duration::from_secs(60));
 /// assert_eq!(q.burst(), 20);
-/// assert_eq!(q.emission_interval(), Duration::from_millis(600));
 /// assert!(q.validate().is_ok());
 /// assert!(Quota::per_second(0).validate().is_err());
 /// ```
