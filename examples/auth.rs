@@ -17,7 +17,7 @@
 //! * **Auth outside the limiter** (`.layer(limiter).layer(auth)`): auth runs
 //!   first and puts the [`Tenant`] in the request extensions, so the limiter
 //!   can key on the tenant ([`KeyExtractor::extension`]) and pick the
-//!   quota by plan ([`Rule::quota_fn`]). Requests auth turns away never
+//!   quota by plan ([`Rule::computed`]). Requests auth turns away never
 //!   reach the limiter, so they cost no quota, and nothing limits them.
 //! * **Limiter outside auth** (`.layer(auth).layer(limiter)`): the limiter
 //!   runs first and sees only what the request carries — the peer IP, raw
@@ -131,15 +131,14 @@ pub fn app() -> Result<Router, BuildError> {
     // never share a budget.
     let per_tenant = RateLimitLayer::builder()
         .rule(
-            Rule::new(
+            Rule::computed(
                 "api",
                 KeyExtractor::extension::<Tenant>(|t| Key::from(format!("tenant:{}", t.id))),
-                ANONYMOUS,
+                |parts| match parts.extensions.get::<Tenant>() {
+                    Some(t) => t.plan.quota(),
+                    None => ANONYMOUS,
+                },
             )
-            .quota_fn(|parts| match parts.extensions.get::<Tenant>() {
-                Some(t) => t.plan.quota(),
-                None => ANONYMOUS,
-            })
             .on_missing_key(OnMissingKey::Fallback(KeyExtractor::peer_ip())),
         )
         .build()?;
@@ -152,6 +151,14 @@ pub fn app() -> Result<Router, BuildError> {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // The crate's diagnostics are `tracing` events: INFO and up unless
+    // RUST_LOG says otherwise (`fmt::init()` would show only errors once
+    // tracing-subscriber's `env-filter` feature is on anywhere in the build).
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
     println!("listening on http://{}", listener.local_addr()?);
     let app = app()?.into_make_service_with_connect_info::<SocketAddr>();

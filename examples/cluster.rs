@@ -16,7 +16,14 @@ use keyed_rate_limit::{Algorithm, KeyExtractor, Quota, RateLimitLayer, Rule};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt().init();
+    // The crate's diagnostics are `tracing` events: INFO and up unless
+    // RUST_LOG says otherwise (`fmt::init()` would show only errors once
+    // tracing-subscriber's `env-filter` feature is on anywhere in the build).
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
     let nodes =
         std::env::var("REDIS_CLUSTER_NODES").unwrap_or_else(|_| "redis://127.0.0.1:7000".into());
     let redis = RedisBackend::cluster_builder(nodes.split(',').map(str::trim))

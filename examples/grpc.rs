@@ -130,8 +130,14 @@ pub async fn check(
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    // The crate's diagnostics are `tracing` events.
-    tracing_subscriber::fmt::init();
+    // The crate's diagnostics are `tracing` events: INFO and up unless
+    // RUST_LOG says otherwise (`fmt::init()` would show only errors once
+    // tracing-subscriber's `env-filter` feature is on anywhere in the build).
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
     let port: u16 = std::env::var("PORT")
         .ok()
         .and_then(|p| p.parse().ok())

@@ -18,6 +18,14 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // The crate's diagnostics are `tracing` events: INFO and up unless
+    // RUST_LOG says otherwise (`fmt::init()` would show only errors once
+    // tracing-subscriber's `env-filter` feature is on anywhere in the build).
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
     // Buckets make the latency a histogram (a summary otherwise).
     let prometheus = PrometheusBuilder::new()
         .set_buckets_for_metric(

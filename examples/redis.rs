@@ -21,6 +21,9 @@ use keyed_rate_limit::{Algorithm, KeyExtractor, Quota, RateLimitLayer, Rule};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // The crate's diagnostics are `tracing` events: INFO and up unless
+    // RUST_LOG says otherwise (`fmt::init()` would show only errors once
+    // tracing-subscriber's `env-filter` feature is on anywhere in the build).
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),

@@ -15,6 +15,14 @@ use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // The crate's diagnostics are `tracing` events: INFO and up unless
+    // RUST_LOG says otherwise (`fmt::init()` would show only errors once
+    // tracing-subscriber's `env-filter` feature is on anywhere in the build).
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
     let path = std::env::var("SNAPSHOT").unwrap_or_else(|_| "rate-limits.snapshot".into());
     let mut builder = RateLimitLayer::builder().rule(Rule::new(
         "per-key",

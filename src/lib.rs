@@ -34,8 +34,11 @@
 //! (`cargo run --example quickstart` in a clone) serves a limited `GET /`
 //! on `127.0.0.1:3000` and prints its rules. Every diagnostic of the crate
 //! (a key it cannot find, Redis failing, a rejected reload) is a `tracing`
-//! event: install a subscriber (`tracing_subscriber::fmt::init()`) to see
-//! them.
+//! event: install a subscriber to see them, one that shows WARN and INFO
+//! whatever `RUST_LOG` holds, as the examples do
+//! (`tracing_subscriber::fmt().with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into())).init()`;
+//! a bare `fmt::init()` shows only errors when `RUST_LOG` is unset and
+//! tracing-subscriber's `env-filter` feature is on anywhere in the build).
 //!
 //! # How a request is decided
 //!

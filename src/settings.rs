@@ -151,7 +151,9 @@ macro_rules! settings_setters {
         /// 500 for a rule that cannot find its key
         /// ([`Denied::status`](crate::response::Denied::status)), whatever
         /// the closure returns. The closure's body and headers are kept; the
-        /// layer adds `Retry-After` and the rate-limit headers. The body must
+        /// layer adds `Retry-After`, the rate-limit headers and, on a 401
+        /// without one, a `WWW-Authenticate` challenge (set your own to name
+        /// a realm or a scope). The body must
         /// be ready at once (any body axum builds from a value is): a
         /// streaming body is replaced by an empty one and logged. gRPC
         /// requests always get the gRPC-shaped answer (see
@@ -212,7 +214,10 @@ macro_rules! failure_setters {
     ($value:literal, $($field:ident).+) => {
         /// What a global limit decides when Redis fails (default
         /// [`FailureMode::LocalFallback`](crate::failure::FailureMode::LocalFallback):
-        /// this instance's share, divided by `instances`); see
+        /// this gateway's share: the quota divided by the live gateway count
+        /// its Redis backend keeps, never by less than
+        /// [`instances`](crate::rate_limit::RateLimitBuilder::instances),
+        /// and by `instances` when the backend keeps no live count); see
         /// [`failure`](crate::failure).
         ///
         /// ```

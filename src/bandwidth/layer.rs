@@ -79,7 +79,6 @@ impl BandwidthLimitLayer {
     /// # use keyed_rate_limit::{BandwidthLimitLayer, KeyExtractor};
     /// let l = BandwidthLimitLayer::builder("dl", KeyExtractor::header("x-api-key"), 65_536).burst(8192).build()?;
     /// let d = l.describe();
-    /// assert_eq!(d.rules()[0].quota, "65536 bytes/s, burst 8192 bytes");
     /// assert!(d.markdown().contains("| dl | `header:x-api-key` | 65536 bytes/s, burst 8192 bytes | gcra | local | n/a | delay response bodies; missing key: skip |"));
     /// // The chart speaks of bytes and a delay, not of a quota and a 429.
     /// let chart = d.mermaid();

@@ -13,7 +13,7 @@ use crate::gate::{Admission, Pending};
 use crate::headers::{RATELIMIT_POLICY, Rendered};
 use crate::key::Key;
 use crate::key::lookup::{Found, Lookup};
-use crate::response::{Denied, Refusals, refusal};
+use crate::response::{Denied, Refusals, challenge, refusal};
 
 /// Which bodies a bandwidth limit shapes.
 ///
@@ -113,7 +113,8 @@ impl Shared {
             Found::Skip => return Admission::Go(Rendered::new(), None),
             Found::Reject(status, misconfig) => {
                 let denied = Denied::rejected(self.name.clone(), status, misconfig);
-                let res = refusal(&self.deny, &denied, &parts.headers, Rendered::new());
+                let mut res = refusal(&self.deny, &denied, &parts.headers, Rendered::new());
+                challenge(&mut res, &self.key_name);
                 return Admission::Stop(res);
             }
         };

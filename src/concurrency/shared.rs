@@ -16,7 +16,7 @@ use crate::key::KeyExtractor;
 use crate::key::Misconfig;
 use crate::key::lookup::{Found, KeyWatch, Lookup, OnMissingKey, lookup};
 use crate::observe;
-use crate::response::{Denied, Refusals, refusal};
+use crate::response::{Denied, Refusals, challenge, refusal};
 use crate::{
     decision::Decision, decision::RateLimitDecision, decision::RuleDecision, decision::Source,
     key::Key,
@@ -128,12 +128,9 @@ impl Shared {
             Ready::Skip => return Admission::Go(Rendered::new(), None),
             Ready::Reject(status, misconfig) => {
                 let denied = Denied::rejected(self.name.clone(), status, misconfig);
-                return Admission::Stop(refusal(
-                    &self.deny,
-                    &denied,
-                    &parts.headers,
-                    Rendered::new(),
-                ));
+                let mut res = refusal(&self.deny, &denied, &parts.headers, Rendered::new());
+                challenge(&mut res, self.key.name());
+                return Admission::Stop(res);
             }
         };
         let mut headers = Rendered::new();

@@ -105,8 +105,8 @@ impl FromStr for QuotaSpec {
             return Err(bad("the limit is zero"));
         }
         match window.trim() {
-            "calendar_day" => return Ok(Self(Quota::per_day(limit))),
-            "calendar_month" => return Ok(Self(Quota::per_month(limit))),
+            "calendar_day" => return Ok(Self(Quota::per_calendar_day(limit))),
+            "calendar_month" => return Ok(Self(Quota::per_calendar_month(limit))),
             _ => {}
         }
         let window = parse_window(window.trim()).map_err(|e| bad(&e))?;
@@ -314,8 +314,8 @@ mod tests {
         assert_eq!(quota(" 10 / 15 min "), (10, 900_000));
         assert_eq!(quota("3/500ms"), (3, 500));
         let cal = |s: &str| s.parse::<QuotaSpec>().unwrap().0;
-        assert_eq!(cal("1000/calendar_day"), Quota::per_day(1000));
-        assert_eq!(cal(" 5 / calendar_month"), Quota::per_month(5));
+        assert_eq!(cal("1000/calendar_day"), Quota::per_calendar_day(1000));
+        assert_eq!(cal(" 5 / calendar_month"), Quota::per_calendar_month(5));
         for bad in ["100", "x/min", "0/min", "10/0s", "10/week", "10/"] {
             let err = bad.parse::<QuotaSpec>().unwrap_err();
             assert!(err.starts_with(&format!("invalid quota {bad:?}")), "{err}");

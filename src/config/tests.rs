@@ -38,7 +38,10 @@ fn calendar_quotas() {
     .unwrap();
     let layer = config.into_layer(&Registry::new()).unwrap();
     let q = layer.rules()[0].static_quota();
-    assert_eq!(q, Some(Quota::per_month(9).with_utc_offset(-8 * 3600)));
+    assert_eq!(
+        q,
+        Some(Quota::per_calendar_month(9).with_utc_offset(-8 * 3600))
+    );
     let e = toml_err(
         "[[rules]]\nname = \"m\"\nkey = \"everyone\"\nquota = \"9/min\"\nutc_offset = \"+01:00\"\n",
     );

@@ -524,11 +524,17 @@ impl KeyExtractor {
         matches!(self.kind, Kind::Sync(_))
     }
 
-    /// Runs a sync extractor at once; `None` for async ones or when no key
-    /// is found. The docs' examples use it, as do an any-of group's
-    /// headers and the remote client's descriptors; the layer's own
-    /// lookup runs async extractors too.
-    #[doc(hidden)]
+    /// Runs a sync extractor on a request head at once, as the layer does:
+    /// to test an extractor of your own without a server. `None` when it
+    /// finds no key, and for an async extractor (whose key only the layer
+    /// awaits).
+    ///
+    /// ```
+    /// use keyed_rate_limit::KeyExtractor;
+    /// let k = KeyExtractor::header("x-api-key");
+    /// let (parts, _) = http::Request::get("/").header("x-api-key", "k1").body(()).unwrap().into_parts();
+    /// assert_eq!(k.extract_now(&parts).unwrap().as_bytes(), b"k1");
+    /// ```
     pub fn extract_now(&self, parts: &Parts) -> Option<Key> {
         match &self.kind {
             Kind::Sync(f) => f(parts),

@@ -45,7 +45,12 @@ use crate::util::throttle::Throttle;
 pub enum OnMissingKey {
     /// The rule does not apply to this request.
     Skip,
-    /// Answer with this status (e.g. 401) and don't call the service.
+    /// Answer with this status (e.g. 401) and don't call the service. A 401
+    /// carries the `WWW-Authenticate` challenge RFC 9110 requires:
+    /// `ApiKey header="<name>"` for a key read from a header other than
+    /// `Authorization`, `Bearer` otherwise, or the one a
+    /// [`deny_response`](crate::rate_limit::RateLimitBuilder::deny_response)
+    /// sets ([`headers`](crate::headers) shows the answer).
     Reject(StatusCode),
     /// Count the request against another key instead (e.g. the client IP).
     /// When that one is missing too, the rule is skipped.

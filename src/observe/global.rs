@@ -4,7 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{BREAKER_OPENED_TOTAL, DECISIONS_TOTAL, DENY_EVERY, Sampled, TARGET, count};
+use super::{
+    BREAKER_OPENED_TOTAL, BREAKER_PROBE_FAILED_TOTAL, DECISIONS_TOTAL, DENY_EVERY, Sampled, TARGET,
+    count,
+};
 
 /// One guarded backend call took `took`.
 pub(crate) fn backend_latency(rule: &Arc<str>, backend: &'static str, took: Duration) {
@@ -98,8 +101,9 @@ pub(crate) fn failure_mode(
 }
 
 /// A rule's circuit breaker opened after `detail`: a warning when an
-/// outage begins (`first`); a failed half-open probe re-opening it is
-/// logged when `log` (at most once a minute). Counted every time.
+/// outage begins (`first`), counted as an opening; a failed half-open
+/// probe re-opening it is counted as one, and logged when `log` (at most
+/// once a minute).
 pub(crate) fn breaker_opened(
     rule: &Arc<str>,
     detail: &dyn std::fmt::Display,
@@ -113,7 +117,12 @@ pub(crate) fn breaker_opened(
         let out_for_ms = out_for.as_millis() as u64;
         tracing::warn!(target: TARGET, rule = %rule, detail = %detail, out_for_ms, "redis circuit breaker still open: half-open probe failed");
     }
-    count(BREAKER_OPENED_TOTAL, rule, &[]);
+    let counter = if first {
+        BREAKER_OPENED_TOTAL
+    } else {
+        BREAKER_PROBE_FAILED_TOTAL
+    };
+    count(counter, rule, &[]);
     breaker_state(rule, 1);
 }
 

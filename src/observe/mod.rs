@@ -34,8 +34,16 @@ pub const TARGET: &str = "keyed_rate_limit";
 /// the same sum.
 pub const DECISIONS_TOTAL: &str = "rate_limit_decisions_total";
 
-/// Counter: a rule's Redis circuit breaker opened; label `rule`.
+/// Counter: a rule's Redis circuit breaker opened, once per outage (from
+/// closed: the failures reached the threshold, or a refused connection);
+/// label `rule`. A half-open probe that fails and keeps it open is
+/// [`BREAKER_PROBE_FAILED_TOTAL`], not another opening.
 pub const BREAKER_OPENED_TOTAL: &str = "rate_limit_breaker_opened_total";
+
+/// Counter: a half-open probe of a rule's open Redis circuit breaker failed,
+/// so the breaker stays open for another `open_for`; label `rule`. During
+/// an outage it grows about once per `open_for` while requests come.
+pub const BREAKER_PROBE_FAILED_TOTAL: &str = "rate_limit_breaker_probe_failed_total";
 
 /// Histogram: seconds one Redis decision (or lease operation) took, from
 /// send to answer or failure; labels `rule`, `backend` (`redis`).
@@ -54,7 +62,7 @@ pub const BREAKER_STATE: &str = "rate_limit_breaker_state";
 /// global rule, its fallback shares, cached denies and leases, with its
 /// locks); label `rule`. Set after each background sweep
 /// ([`cleanup_interval`](crate::rate_limit::RateLimitBuilder::cleanup_interval), 60 s by
-/// default) and each [`cleanup`](crate::RateLimitLayer::cleanup).
+/// default).
 pub const KEYS: &str = "rate_limit_keys";
 
 /// A refund dropped: the window its units were charged in had ended, and
@@ -148,9 +156,10 @@ pub const OUTCOMES: [(&str, &str); 16] = [
 /// Every metric the crate emits: name, kind, labels (for the tests that
 /// check the shipped dashboard and alerts against them).
 #[doc(hidden)]
-pub const METRICS: [(&str, &str, &str); 9] = [
+pub const METRICS: [(&str, &str, &str); 10] = [
     (DECISIONS_TOTAL, "counter", "rule, outcome, cause"),
     (BREAKER_OPENED_TOTAL, "counter", "rule"),
+    (BREAKER_PROBE_FAILED_TOTAL, "counter", "rule"),
     (BREAKER_STATE, "gauge", "rule"),
     (BACKEND_SECONDS, "histogram", "rule, backend"),
     (REDIS_TIMEOUT_SECONDS, "gauge", "rule"),
@@ -364,7 +373,8 @@ pub(crate) fn locked_deny(rule: &Arc<str>) {
 #[cfg(feature = "metrics")]
 const HELP: [&str; METRICS.len()] = [
     "Decisions of each rate-limit rule, by outcome (allow, deny, shadow_deny, locked) and what made or marked them",
-    "Times a global rule's Redis circuit breaker opened",
+    "Times a global rule's Redis circuit breaker opened: once per outage",
+    "Half-open probes of a global rule's open Redis circuit breaker that failed",
     "A global rule's Redis circuit breaker: 0 closed, 1 open, 2 half-open",
     "Seconds one Redis decision or lease call took, send to answer or failure",
     "A global rule's Redis timeout in seconds",

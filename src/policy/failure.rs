@@ -11,7 +11,7 @@ use std::time::Duration;
 /// |---|---|---|
 /// | `FailOpen` | allow; the rule's headers are left out | availability beats the limit (read traffic) |
 /// | `FailClosed` | 429 with `Retry-After` (never 503) | the limit protects something that must not be overrun |
-/// | `LocalFallback` (default) | this instance's share: the quota divided by [`RateLimitBuilder::instances`](crate::rate_limit::RateLimitBuilder::instances), on `governor` | most APIs: still limited, a little looser or tighter |
+/// | `LocalFallback` (default) | this gateway's share: the quota divided by the live gateway count its Redis backend keeps (`RedisBackendBuilder::live_instances`), never by less than [`RateLimitBuilder::instances`](crate::rate_limit::RateLimitBuilder::instances), on `governor` | most APIs: still limited, a little looser or tighter |
 /// | `RefusePercent(p)` | refuse `p` % of the requests (429 with `Retry-After`), allow the rest as `FailOpen` does | abuse-prone routes: shed load without closing the door (Envoy's `failure_mode_deny_percent`) |
 ///
 /// ```

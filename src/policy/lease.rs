@@ -141,7 +141,10 @@ mod tests {
             None,
             "no burst left"
         );
-        assert_eq!(lease.counted(Quota::per_day(100), Algorithm::Gcra), None);
+        assert_eq!(
+            lease.counted(Quota::per_calendar_day(100), Algorithm::Gcra),
+            None
+        );
     }
 
     #[test]

@@ -7,7 +7,7 @@
 ///
 /// ```
 /// use keyed_rate_limit::{Quota, quota::Period};
-/// assert_eq!(Quota::per_month(10_000).period(), Some(Period::Month));
+/// assert_eq!(Quota::per_calendar_month(10_000).period(), Some(Period::Month));
 /// assert_eq!(Period::Day.as_str(), "day");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -7,13 +7,18 @@
 //!   [`per_minute`](Quota::per_minute), [`per_hour`](Quota::per_hour)):
 //!   units come back through the window, one every `window / limit` under
 //!   GCRA; [`with_burst`](Quota::with_burst) bounds how many go at once.
-//! - **Calendar** ([`per_day`](Quota::per_day),
-//!   [`per_month`](Quota::per_month), and [`Period`] for the rest): the
+//! - **Calendar** ([`per_calendar_day`](Quota::per_calendar_day),
+//!   [`per_calendar_month`](Quota::per_calendar_month), and [`Period`] for the rest): the
 //!   count starts again at each boundary (midnight UTC, or
 //!   [`with_utc_offset`](Quota::with_utc_offset), and the first of each
 //!   month with month lengths and leap years right), as API plans are
 //!   sold. A key may spend the whole limit just before a boundary and
 //!   again just after.
+//!
+//! "Per day" is said one way for each: a rolling day is
+//! `Quota::new(limit, Duration::from_secs(86_400))`, `"1000/day"` in a
+//! rules file; a calendar day is [`Quota::per_calendar_day`],
+//! `"1000/calendar_day"` in a rules file.
 //!
 //! Nothing is checked at construction: the layer's `build` checks every
 //! static quota ([`QuotaError`] inside its `BuildError`), and a quota
@@ -51,7 +56,6 @@ pub use calendar::Period;
 /// assert_eq!(q.limit(), 100);
 /// assert_eq!(q.window(), Duration::from_secs(60));
 /// assert_eq!(q.burst(), 20);
-/// assert_eq!(q.emission_interval(), Duration::from_millis(600));
 /// assert!(q.validate().is_ok());
 /// assert!(Quota::per_second(0).validate().is_err());
 /// ```
@@ -116,7 +120,10 @@ impl Quota {
     }
 
     /// `limit` units per calendar day, from midnight UTC to midnight UTC
-    /// (see [`with_utc_offset`](Self::with_utc_offset) for another zone).
+    /// (see [`with_utc_offset`](Self::with_utc_offset) for another zone):
+    /// `"<limit>/calendar_day"` in a rules file. A rolling day, whose units
+    /// come back through the day, is `Quota::new(limit,
+    /// Duration::from_secs(86_400))`, `"<limit>/day"` in a rules file.
     ///
     /// A calendar quota is counted as a fixed window whose edges are
     /// calendar boundaries, whatever the rule's [`Algorithm`](crate::Algorithm):
@@ -130,13 +137,13 @@ impl Quota {
     /// use std::time::{Duration, SystemTime, UNIX_EPOCH};
     /// use keyed_rate_limit::Quota;
     ///
-    /// let q = Quota::per_day(1000);
+    /// let q = Quota::per_calendar_day(1000);
     /// let noon = UNIX_EPOCH + Duration::from_secs(20_000 * 86_400 + 12 * 3600);
     /// let (start, end) = q.calendar_window(noon).unwrap();
     /// assert_eq!(end.duration_since(start).unwrap(), Duration::from_secs(86_400));
     /// assert_eq!(noon.duration_since(start).unwrap(), Duration::from_secs(12 * 3600));
     /// ```
-    pub const fn per_day(limit: u32) -> Self {
+    pub const fn per_calendar_day(limit: u32) -> Self {
         Self::calendar(limit, Period::Day)
     }
 
@@ -144,7 +151,8 @@ impl Quota {
     /// midnight UTC on the first of the next month. Months have their own
     /// lengths (28 to 31 days, leap years included); [`window`](Self::window)
     /// is the longest, 31 days, and each decision carries its month's.
-    /// Otherwise as [`per_day`](Self::per_day).
+    /// `"<limit>/calendar_month"` in a rules file. Otherwise as
+    /// [`per_calendar_day`](Self::per_calendar_day).
     ///
     /// ```
     /// use std::time::{Duration, UNIX_EPOCH};
@@ -152,10 +160,10 @@ impl Quota {
     ///
     /// // 2024-02-29T12:00:00Z: February 2024 has 29 days.
     /// let leap_day = UNIX_EPOCH + Duration::from_secs(1_709_208_000);
-    /// let (start, end) = Quota::per_month(10_000).calendar_window(leap_day).unwrap();
+    /// let (start, end) = Quota::per_calendar_month(10_000).calendar_window(leap_day).unwrap();
     /// assert_eq!(end.duration_since(start).unwrap(), Duration::from_secs(29 * 86_400));
     /// ```
-    pub const fn per_month(limit: u32) -> Self {
+    pub const fn per_calendar_month(limit: u32) -> Self {
         Self::calendar(limit, Period::Month)
     }
 
@@ -180,7 +188,7 @@ impl Quota {
     /// use std::time::{Duration, UNIX_EPOCH};
     /// use keyed_rate_limit::Quota;
     ///
-    /// let ist = Quota::per_day(100).with_utc_offset(5 * 3600 + 1800);
+    /// let ist = Quota::per_calendar_day(100).with_utc_offset(5 * 3600 + 1800);
     /// // Midnight UTC is 05:30 in India: the day began 5.5 hours before.
     /// let t = UNIX_EPOCH + Duration::from_secs(20_000 * 86_400);
     /// let (start, _) = ist.calendar_window(t).unwrap();
@@ -378,7 +386,7 @@ impl fmt::Display for QuotaError {
             Self::ZeroBurst => "the burst is zero",
             Self::TooFine => "window / limit is below one nanosecond",
             Self::OffsetWithoutCalendar => {
-                "a UTC offset needs a calendar quota (per_day, per_month)"
+                "a UTC offset needs a calendar quota (per_calendar_day, per_calendar_month)"
             }
             Self::OffsetOutOfRange => "the UTC offset is a day or more",
             Self::BurstOnCalendar => "a calendar quota has no burst",

@@ -103,8 +103,9 @@ impl RateLimitLayer {
     /// A rule whose name, key, quota (static, or still a `quota_fn`),
     /// algorithm, scope and key-space settings (`max_keys`,
     /// `on_key_space_full`) are unchanged (for global rules, also its Redis
-    /// backend and failure policy) keeps its counters, its cached denies and
-    /// its circuit breaker, so a reload hands nobody a fresh quota. A rule
+    /// backend, failure policy, `lease` and `coalesce`) keeps its counters,
+    /// its cached denies and its circuit breaker, so a reload hands nobody
+    /// a fresh quota. A rule
     /// whose static quota alone changed keeps each key's usage as its
     /// [`QuotaChange`](crate::rule::QuotaChange) says, counting every
     /// request the old rules decided until the swap. Any other rule starts

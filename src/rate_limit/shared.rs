@@ -11,7 +11,7 @@ use crate::decision::{Decisions, RateLimitDecision, RuleDecision};
 use crate::engine::{Chain, ChainConfig, Settlement, Suspended, Verdict};
 use crate::gate::{Admission, Pending};
 use crate::headers::Headers;
-use crate::response::{Denied, Refusals, refusal};
+use crate::response::{Denied, Refusals, challenge, refusal};
 
 pub(crate) struct Shared {
     /// Swapped whole by [`RateLimitLayer::reload`].
@@ -173,12 +173,36 @@ impl Shared {
                 rule,
                 status,
                 misconfig,
-            } => {
-                self.headers.render(rules, &mut headers);
-                let denied = Denied::rejected(rule, status, misconfig);
-                Admission::Stop(refusal(&self.deny, &denied, &parts.headers, headers))
-            }
+            } => Admission::Stop(self.reject(rule, status, misconfig, rules, parts)),
         }
+    }
+
+    /// A request `rule` rejects for its key: off the allowed request's
+    /// path, so not inlined into [`conclude`](Self::conclude).
+    #[inline(never)]
+    fn reject(
+        &self,
+        rule: Arc<str>,
+        status: StatusCode,
+        misconfig: Option<crate::key::Misconfig>,
+        rules: &mut Decisions,
+        parts: &Parts,
+    ) -> http::Response<bytes::Bytes> {
+        let mut headers = crate::headers::Rendered::new();
+        self.headers.render(rules, &mut headers);
+        let denied = Denied::rejected(rule, status, misconfig);
+        let mut res = refusal(&self.deny, &denied, &parts.headers, headers);
+        if res.status() == StatusCode::UNAUTHORIZED {
+            // The chain the request was decided on may have been reloaded
+            // since; a rule gone meanwhile gets the default challenge.
+            let key = self.chain.with(|c| {
+                c.rules()
+                    .find(|r| *r.name == *denied.rule)
+                    .map(|r| r.key.name().to_owned())
+            });
+            challenge(&mut res, key.as_deref().unwrap_or(""));
+        }
+        res
     }
 }
 

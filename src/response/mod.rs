@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
+use http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER, WWW_AUTHENTICATE};
 use http::{HeaderMap, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 
@@ -225,6 +225,31 @@ pub(crate) fn refusal(
     }
     crate::headers::apply(res.headers_mut(), &mut extra);
     res
+}
+
+/// The challenge RFC 9110 (§11.6.1) requires of every 401: a 401 the
+/// layer answers for a rule keyed by the extractor named `key`
+/// ([`OnMissingKey::Reject`](crate::key::OnMissingKey::Reject)) gets one,
+/// unless the deny-response closure set its own `WWW-Authenticate`. A key
+/// read from a header other than `Authorization` (`header:x-api-key`)
+/// names it, as `ApiKey header="x-api-key"`; any other key (the
+/// `Authorization` header, an extension an auth layer sets, a closure)
+/// asks for `Bearer`.
+pub(crate) fn challenge(res: &mut Response<Bytes>, key: &str) {
+    if res.status() != StatusCode::UNAUTHORIZED || res.headers().contains_key(WWW_AUTHENTICATE) {
+        return;
+    }
+    let named = key
+        .strip_prefix("header:")
+        .filter(|h| *h != "authorization")
+        .filter(|h| {
+            !h.is_empty()
+                && h.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        })
+        .and_then(|h| HeaderValue::try_from(format!("ApiKey header=\"{h}\"")).ok());
+    let value = named.unwrap_or(HeaderValue::from_static("Bearer"));
+    res.headers_mut().insert(WWW_AUTHENTICATE, value);
 }
 
 /// `secs` as a header value; a flood repeats one, so each thread keeps its

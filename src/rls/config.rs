@@ -472,8 +472,8 @@ fn limit(l: RawLimit, raw: &RawDescriptor, path: &str) -> Result<Limit, String> 
     } else {
         let n = l.requests_per_unit;
         let quota = match (raw.calendar, unit) {
-            (true, Unit::Day) => Quota::per_day(n),
-            (true, Unit::Month) => Quota::per_month(n),
+            (true, Unit::Day) => Quota::per_calendar_day(n),
+            (true, Unit::Month) => Quota::per_calendar_month(n),
             (true, other) => {
                 return Err(format!(
                     "`calendar: true` needs unit day or month, not {other:?}"

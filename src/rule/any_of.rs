@@ -39,7 +39,7 @@ use super::Rule;
 /// let steady = Rule::new("steady", key.clone(), Quota::per_second(5));
 /// let burst = Rule::new("burst-pool", key, Quota::new(100, Duration::from_secs(3600)));
 /// let layer = RateLimitLayer::builder().any_of("api", [steady, burst]).build()?;
-/// assert_eq!(layer.describe().rules()[1].group.as_deref(), Some("api"));
+/// assert_eq!(layer.rules()[1].group(), Some("api"));
 /// // The same chain for a reload.
 /// let again = rule::any_of("api", [
 ///     Rule::new("steady", KeyExtractor::header("x-api-key"), Quota::per_second(5)),

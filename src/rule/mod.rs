@@ -139,7 +139,11 @@ mod exempt;
 #[cfg(feature = "redis")]
 mod global;
 
-/// Getters, named after their setters (`docs/adr/0017`).
+/// Getters, named after their setters: where a setter holds the name, its
+/// getter is the name with `get_` (`get_lockout()` reads what
+/// `lockout(..)` set), as `std::process::Command::get_current_dir` reads
+/// `current_dir`; a getter with no setter of its name is plain (`name()`,
+/// `key()`, `static_quota()`).
 impl Rule {
     /// The rule's name.
     pub fn name(&self) -> &str {

@@ -266,7 +266,7 @@ mod tests {
     #[test]
     fn a_month_resets_on_the_first_with_its_own_length() {
         let store = CalendarStore::new(Budget::new(100, KeySpaceFull::Overflow));
-        let q = Quota::per_month(3);
+        let q = Quota::per_calendar_month(3);
         let key = Key::from("k");
         // 23:59:59.5 on 29 February 2024.
         let now = us(MARCH_1) - 500_000;
@@ -301,14 +301,14 @@ mod tests {
         let now = us(MARCH_1) + 1;
         assert_eq!(
             store
-                .check_at(now, &key, Quota::per_day(5), n(3))
+                .check_at(now, &key, Quota::per_calendar_day(5), n(3))
                 .remaining(),
             2
         );
         // The same key under a monthly quota (a plan change): a count of its own.
         assert_eq!(
             store
-                .check_at(now, &key, Quota::per_month(5), n(1))
+                .check_at(now, &key, Quota::per_calendar_month(5), n(1))
                 .remaining(),
             4
         );
@@ -320,7 +320,7 @@ mod tests {
     fn days_follow_the_offset_and_cleanup_forgets_ended_windows() {
         let store = CalendarStore::new(Budget::new(100, KeySpaceFull::Overflow));
         // UTC-05:00: the day ends at 05:00 UTC.
-        let q = Quota::per_day(1).with_utc_offset(-5 * 3600);
+        let q = Quota::per_calendar_day(1).with_utc_offset(-5 * 3600);
         let key = Key::from("k");
         let before = us(MARCH_1 + 5 * 3600) - 1;
         assert!(store.check_at(before, &key, q, n(1)).is_allowed());
@@ -328,7 +328,12 @@ mod tests {
         assert_eq!(d.retry_after(), Some(Duration::from_micros(1)));
         assert_eq!(d.window(), Duration::from_secs(86_400));
         assert!(store.check_at(before + 1, &key, q, n(1)).is_allowed());
-        store.check_at(before + 1, &Key::from("other"), Quota::per_month(5), n(1));
+        store.check_at(
+            before + 1,
+            &Key::from("other"),
+            Quota::per_calendar_month(5),
+            n(1),
+        );
         assert_eq!(store.len(), 2);
         store.cleanup_at(us(MARCH_1 + DAY + 5 * 3600));
         assert_eq!(store.len(), 1, "the day ended, the month did not");

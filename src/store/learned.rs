@@ -160,7 +160,7 @@ mod tests {
             Some(5),
             "refused: all used"
         );
-        let day = Quota::per_day(10);
+        let day = Quota::per_calendar_day(10);
         l.put(&k, Algorithm::Gcra, &day, 2, Duration::from_secs(3600));
         assert_eq!(units(&l, "k", day.divided_by(3)), Some(4), "8 of 10 of 4");
     }

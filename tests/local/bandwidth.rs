@@ -144,6 +144,10 @@ async fn bandwidth_missing_key_follows_the_policy() {
     .await;
     let res = client().get(&base).send().await.unwrap();
     assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        res.headers()["www-authenticate"],
+        r#"ApiKey header="x-key""#
+    );
     // A key source missing from the setup is a 500, not an unlimited body.
     let nowhere = BandwidthLimitLayer::builder("dl", KeyExtractor::peer_ip(), RATE)
         .build()

@@ -10,8 +10,11 @@ use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
 #[tokio::test]
 async fn day_and_month_quotas_reset_at_their_boundaries() {
     for (name, q) in [
-        ("daily", Quota::per_day(2)),
-        ("monthly", Quota::per_month(2).with_utc_offset(-8 * 3600)),
+        ("daily", Quota::per_calendar_day(2)),
+        (
+            "monthly",
+            Quota::per_calendar_month(2).with_utc_offset(-8 * 3600),
+        ),
     ] {
         let layer = RateLimitLayer::builder()
             .rule(Rule::new(name, KeyExtractor::everyone(), q))
@@ -47,11 +50,11 @@ async fn day_and_month_quotas_reset_at_their_boundaries() {
 fn a_bad_calendar_quota_is_a_build_error() {
     for (q, why) in [
         (
-            Quota::per_day(10).with_burst(5),
+            Quota::per_calendar_day(10).with_burst(5),
             "a calendar quota has no burst",
         ),
         (
-            Quota::per_month(10).with_utc_offset(86_400),
+            Quota::per_calendar_month(10).with_utc_offset(86_400),
             "the UTC offset is a day or more",
         ),
         (
@@ -69,7 +72,7 @@ fn a_bad_calendar_quota_is_a_build_error() {
         .rule(Rule::new(
             "m",
             KeyExtractor::everyone(),
-            Quota::per_month(9).with_utc_offset(19_800),
+            Quota::per_calendar_month(9).with_utc_offset(19_800),
         ))
         .build()
         .unwrap()
@@ -79,7 +82,7 @@ fn a_bad_calendar_quota_is_a_build_error() {
     assert_eq!(rule.algorithm, "calendar window");
     assert_eq!(
         Duration::from_secs(31 * 86_400),
-        Quota::per_month(1).window()
+        Quota::per_calendar_month(1).window()
     );
 }
 
@@ -89,7 +92,7 @@ fn a_bad_calendar_quota_is_a_build_error() {
 #[tokio::test]
 async fn a_refund_after_its_day_ended_never_credits_the_next() {
     use crate::support::late_refund::{late_refund, midnight_in, refunding};
-    let day = keyed_rate_limit::Quota::per_day(2)
+    let day = keyed_rate_limit::Quota::per_calendar_day(2)
         .with_utc_offset(midnight_in(std::time::Duration::from_secs(2)));
     let rule = keyed_rate_limit::Rule::new(
         "late-local-cal",
@@ -103,4 +106,72 @@ async fn a_refund_after_its_day_ended_never_credits_the_next() {
     let end = || day.calendar_window(std::time::SystemTime::now()).unwrap().1;
     let counts = late_refund(layer, "late-local-cal", end, false).await;
     assert_eq!(counts, (2, 0), "the next day keeps its count");
+}
+
+/// "Per day" says one thing per word, in a rules file as in code: `"2/day"`
+/// is a rolling day, `Quota::new(2, 86_400 s)` (under GCRA a unit comes
+/// back every 12 hours), and `"2/calendar_day"` is
+/// `Quota::per_calendar_day(2)` (every unit comes back at midnight UTC).
+#[cfg(feature = "config")]
+#[tokio::test]
+async fn a_day_in_a_rules_file_means_what_it_means_in_code() {
+    use keyed_rate_limit::{Registry, RulesConfig};
+
+    const FILE: &str = r#"
+[[rules]]
+name = "rolling"
+key = "everyone"
+quota = "2/day"
+
+[[rules]]
+name = "calendar"
+key = "everyone"
+quota = "2/calendar_day"
+"#;
+    let day = Duration::from_secs(86_400);
+    let calendar = Quota::per_calendar_day(2);
+    let from_file = RulesConfig::from_toml_str(FILE)
+        .unwrap()
+        .into_layer(&Registry::new())
+        .unwrap();
+    let in_code = RateLimitLayer::builder()
+        .rule(Rule::new(
+            "rolling",
+            KeyExtractor::everyone(),
+            Quota::new(2, day),
+        ))
+        .rule(Rule::new("calendar", KeyExtractor::everyone(), calendar))
+        .build()
+        .unwrap();
+    let c = client();
+    for (how, layer) in [("file", from_file), ("code", in_code)] {
+        let url = serve(ok_app(layer)).await;
+        let (left, _) = calendar_window_now(&calendar);
+        let res = c.get(&url).send().await.unwrap();
+        assert_eq!(res.status(), 200, "{how}");
+        for name in ["rolling", "calendar"] {
+            let policy = sf::member(&res, "ratelimit-policy", name);
+            assert_eq!(
+                (policy.int("q"), policy.int("w")),
+                (Some(2), Some(86_400)),
+                "{how} {name}"
+            );
+            assert_eq!(
+                sf::member(&res, "ratelimit", name).int("r"),
+                Some(1),
+                "{how} {name}"
+            );
+        }
+        let t = |name| sf::member(&res, "ratelimit", name).int("t").unwrap() as u64;
+        assert_eq!(
+            t("rolling"),
+            12 * 3600,
+            "{how}: the rolling day gives a unit back in 12 h"
+        );
+        assert!(
+            t("calendar").abs_diff(left) <= 2,
+            "{how}: the calendar day gives its units back at midnight UTC, in {left} s, not {} s",
+            t("calendar")
+        );
+    }
 }

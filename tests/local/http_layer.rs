@@ -309,6 +309,8 @@ async fn async_key_from_extensions_set_by_auth() {
     let res = c.get(&url).send().await.unwrap();
     assert_eq!(res.status(), 401);
     assert!(res.headers().get("retry-after").is_none());
+    // A key from an auth layer's extension: the challenge asks for a token.
+    assert_eq!(res.headers()["www-authenticate"], "Bearer");
     let body: serde_json::Value = res.json().await.unwrap();
     assert_eq!(body["status"], 401);
     assert_eq!(body["rule"], "tenant");
@@ -687,4 +689,98 @@ async fn an_invalid_ipv6_prefix_is_a_build_error() {
             .unwrap_err();
         assert!(matches!(err, BuildError::InvalidKey { .. }), "{err}");
     }
+}
+
+/// RFC 9110 §11.6.1: a server sending 401 sends `WWW-Authenticate` with a
+/// challenge. The layer's 401s (`OnMissingKey::Reject`) carry one naming
+/// what the rule reads, unless the deny-response closure sets its own;
+/// other rejection statuses carry none.
+#[tokio::test]
+async fn a_401_carries_a_challenge() {
+    let c = client();
+    let reject = |key: KeyExtractor, status| {
+        Rule::new("r", key, Quota::per_minute(5)).on_missing_key(OnMissingKey::Reject(status))
+    };
+    let challenge = |res: &reqwest::Response| {
+        res.headers()
+            .get("www-authenticate")
+            .map(|v| v.to_str().unwrap().to_owned())
+    };
+
+    let api_key = serve(app(one_rule(reject(
+        KeyExtractor::header("x-api-key"),
+        StatusCode::UNAUTHORIZED,
+    ))))
+    .await;
+    let res = c.get(&api_key).send().await.unwrap();
+    assert_eq!(res.status(), 401);
+    assert_eq!(
+        challenge(&res).as_deref(),
+        Some(r#"ApiKey header="x-api-key""#)
+    );
+    let res = c
+        .get(&api_key)
+        .header("x-api-key", "k")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!((res.status().as_u16(), challenge(&res)), (200, None));
+
+    let bearer = serve(app(one_rule(reject(
+        KeyExtractor::header("authorization"),
+        StatusCode::UNAUTHORIZED,
+    ))))
+    .await;
+    let res = c.get(&bearer).send().await.unwrap();
+    assert_eq!(res.status(), 401);
+    assert_eq!(challenge(&res).as_deref(), Some("Bearer"));
+
+    // The application's own challenge, from its deny response, is kept.
+    let custom = RateLimitLayer::builder()
+        .rule(reject(
+            KeyExtractor::header("x-api-key"),
+            StatusCode::UNAUTHORIZED,
+        ))
+        .deny_response(|denied| {
+            let challenge = r#"Bearer realm="api", scope="read""#;
+            let body = format!("sign in to {}", denied.rule());
+            ([("www-authenticate", challenge)], body)
+        })
+        .build()
+        .unwrap();
+    let res = c.get(serve(app(custom)).await).send().await.unwrap();
+    assert_eq!(res.status(), 401);
+    let all: Vec<_> = res.headers().get_all("www-authenticate").iter().collect();
+    assert_eq!(all, [r#"Bearer realm="api", scope="read""#]);
+
+    // 403 is not a challenge.
+    let forbidden = serve(app(one_rule(reject(
+        KeyExtractor::header("x-api-key"),
+        StatusCode::FORBIDDEN,
+    ))))
+    .await;
+    let res = c.get(&forbidden).send().await.unwrap();
+    assert_eq!((res.status().as_u16(), challenge(&res)), (403, None));
+
+    // The concurrency layer's 401 as well.
+    let concurrency = keyed_rate_limit::ConcurrencyLimitLayer::builder(
+        "in-flight",
+        KeyExtractor::header("x-tenant"),
+        2,
+    )
+    .on_missing_key(OnMissingKey::Reject(StatusCode::UNAUTHORIZED))
+    .build()
+    .unwrap();
+    let url = serve(
+        Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(concurrency),
+    )
+    .await;
+    let res = c.get(&url).send().await.unwrap();
+    assert_eq!(res.status(), 401);
+    assert_eq!(
+        challenge(&res).as_deref(),
+        Some(r#"ApiKey header="x-tenant""#)
+    );
 }

@@ -54,3 +54,37 @@ async fn a_deny_flood_logs_once_a_second_per_rule_and_counts_every_deny() {
         .sum();
     assert_eq!(told, 501, "every deny is in a line's count: {lines:?}");
 }
+
+/// Every program a user copies (the README's example and every file in
+/// examples/) installs a subscriber that shows WARN and INFO whatever
+/// features are on. A bare `tracing_subscriber::fmt::init()` reads
+/// `RUST_LOG` once tracing-subscriber's `env-filter` feature is on anywhere
+/// in the build, and with `RUST_LOG` unset shows errors only: a gateway
+/// copied from it logged nothing through a Redis outage.
+#[test]
+fn every_copied_program_shows_warn_and_info() {
+    const FILTER: &str = r#"EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into())"#;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let mut programs = vec![("README.md".to_owned(), readme)];
+    for entry in std::fs::read_dir(root.join("examples")).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        programs.push((path.display().to_string(), text));
+    }
+    for (name, text) in &programs {
+        // The code without its comments; rustfmt may break a call over lines.
+        let code = text.lines().filter(|l| !l.trim_start().starts_with("//"));
+        let flat: String = code.flat_map(str::split_whitespace).collect();
+        let filter: String = FILTER.split_whitespace().collect();
+        assert!(text.contains("fn main("), "{name}: no main");
+        assert!(flat.contains(&filter), "{name}: no `{FILTER}`");
+        assert!(
+            flat.contains(".with_env_filter("),
+            "{name}: the filter is not installed"
+        );
+        for bare in ["fmt::init()", "fmt().init()"] {
+            assert!(!flat.contains(bare), "{name}: `{bare}` shows errors only");
+        }
+    }
+}

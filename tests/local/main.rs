@@ -19,6 +19,7 @@ mod cost;
 #[cfg(feature = "metrics")]
 mod counted;
 mod deploy;
+mod docs;
 mod draft;
 mod durations;
 #[cfg(feature = "metrics")]

@@ -48,7 +48,12 @@ async fn a_lowered_quota_keeps_what_each_key_used() {
         // An hour's quota: what comes back meanwhile is under one unit.
         let rolling = after_reload(Quota::per_hour(100), Quota::per_hour(50), how).await;
         assert_eq!(rolling, want, "rolling, {how:?}");
-        let calendar = after_reload(Quota::per_day(100), Quota::per_day(50), how).await;
+        let calendar = after_reload(
+            Quota::per_calendar_day(100),
+            Quota::per_calendar_day(50),
+            how,
+        )
+        .await;
         assert_eq!(calendar, want, "calendar, {how:?}");
     }
     // A new window with the new quota: the fraction of the burst.
@@ -81,7 +86,12 @@ fn describe_names_a_quota_change_other_than_the_default() {
 #[tokio::test]
 async fn incomparable_quotas_start_afresh() {
     // Rolling to calendar: what was used is not comparable.
-    let got = after_reload(Quota::per_hour(100), Quota::per_day(50), QuotaChange::AsIs).await;
+    let got = after_reload(
+        Quota::per_hour(100),
+        Quota::per_calendar_day(50),
+        QuotaChange::AsIs,
+    )
+    .await;
     assert_eq!(got, (50, 200, Some(49)));
 }
 
@@ -233,7 +243,8 @@ async fn a_reload_under_load_counts_what_the_old_rules_decided_meanwhile() {
         "rolling: {old} old admissions leave {allowed}, the new rules admitted {new}"
     );
     // Calendar: the count converts rounded up.
-    let (old, new) = reload_under_load(Quota::per_day(1_000), Quota::per_day(500)).await;
+    let (old, new) =
+        reload_under_load(Quota::per_calendar_day(1_000), Quota::per_calendar_day(500)).await;
     assert_eq!(new, 500 - old.div_ceil(2), "calendar: {old} old admissions");
 }
 

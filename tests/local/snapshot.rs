@@ -14,7 +14,7 @@ fn rules(hourly: Quota) -> Vec<Rule> {
     let key = || KeyExtractor::header("x-api-key");
     vec![
         Rule::new("hourly", key(), hourly),
-        Rule::new("daily", key(), Quota::per_day(100)),
+        Rule::new("daily", key(), Quota::per_calendar_day(100)),
     ]
 }
 

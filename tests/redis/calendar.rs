@@ -43,9 +43,9 @@ fn rust_windows(q: Quota, at: &[i64]) -> Vec<i64> {
 
 fn quota(period: &str, offset: i32) -> Quota {
     let q = if period == "day" {
-        Quota::per_day(1)
+        Quota::per_calendar_day(1)
     } else {
-        Quota::per_month(1)
+        Quota::per_calendar_month(1)
     };
     q.with_utc_offset(offset)
 }
@@ -115,7 +115,7 @@ async fn a_global_calendar_quota_counts_to_the_boundary_on_every_algorithm_setti
     let b = server.backend("cal").await;
     let key = Key::from("k");
     for (i, algorithm) in crate::support::ALGORITHMS.into_iter().enumerate() {
-        let q = Quota::per_month(3).with_utc_offset(3600 * (i as i32 + 1));
+        let q = Quota::per_calendar_month(3).with_utc_offset(3600 * (i as i32 + 1));
         let (left, window) = calendar_window_now(&q);
         let rule = format!("r{i}");
         let d = b.check(&rule, &key, algorithm, &q, 2).await.unwrap();
@@ -177,7 +177,7 @@ async fn a_global_calendar_quota_counts_to_the_boundary_on_every_algorithm_setti
 async fn over_http_with_a_local_fallback_that_keeps_the_calendar() {
     let mut server = RedisServer::start();
     let redis: RedisBackend = server.backend("http").await;
-    let q = Quota::per_day(4);
+    let q = Quota::per_calendar_day(4);
     let layer = RateLimitLayer::builder()
         .instances(2)
         .rule(
@@ -245,7 +245,7 @@ async fn a_calendar_peek_converts_as_the_decision_does() {
         let rule = Rule::new(
             "daily",
             KeyExtractor::header("x-key"),
-            Quota::per_day(limit),
+            Quota::per_calendar_day(limit),
         )
         .global(redis)
         .redis_timeout(Duration::from_millis(500));

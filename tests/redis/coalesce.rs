@@ -92,7 +92,7 @@ async fn a_crowd_on_one_key_is_decided_exactly_in_few_calls() {
         (Algorithm::TokenBucket, Quota::per_hour(30)),
         (Algorithm::FixedWindow, Quota::per_hour(30)),
         (Algorithm::SlidingWindow, Quota::per_hour(30)),
-        (Algorithm::Gcra, Quota::per_day(30)),
+        (Algorithm::Gcra, Quota::per_calendar_day(30)),
     ];
     for (i, (algorithm, q)) in cases.into_iter().enumerate() {
         for gateways in [1, 4] {
@@ -147,7 +147,7 @@ async fn a_crowd_over_many_keys_is_decided_exactly_per_key() {
         (Algorithm::TokenBucket, Quota::per_hour(5)),
         (Algorithm::FixedWindow, Quota::per_hour(5)),
         (Algorithm::SlidingWindow, Quota::per_hour(5)),
-        (Algorithm::Gcra, Quota::per_day(5)),
+        (Algorithm::Gcra, Quota::per_calendar_day(5)),
     ];
     for (i, (algorithm, q)) in cases.into_iter().enumerate() {
         for gateways in [1, 4] {

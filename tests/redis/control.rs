@@ -19,7 +19,10 @@ use keyed_rate_limit_testing::RedisServer;
 /// quota of the same limit; each with a name for messages and prefixes.
 fn every_algorithm(quota: Quota) -> Vec<(Algorithm, Quota, String)> {
     let mut cases: Vec<(Algorithm, Quota)> = ALGORITHMS.iter().map(|a| (*a, quota)).collect();
-    cases.push((Algorithm::FixedWindow, Quota::per_day(quota.limit())));
+    cases.push((
+        Algorithm::FixedWindow,
+        Quota::per_calendar_day(quota.limit()),
+    ));
     cases
         .into_iter()
         .map(|(a, q)| (a, q, format!("{a:?}-{q}").replace(' ', "-")))

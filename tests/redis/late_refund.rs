@@ -29,7 +29,7 @@ async fn layer(
 async fn a_refund_after_its_window_ended_never_credits_the_next() {
     let server = RedisServer::start();
     let two_s = Quota::new(2, Duration::from_secs(2));
-    let day = Quota::per_day(2).with_utc_offset(midnight_in(Duration::from_secs(2)));
+    let day = Quota::per_calendar_day(2).with_utc_offset(midnight_in(Duration::from_secs(2)));
     let fixed = layer(&server, "late-fw", Algorithm::FixedWindow, two_s).await;
     let sliding = layer(&server, "late-sw", Algorithm::SlidingWindow, two_s).await;
     let calendar = layer(&server, "late-cal", Algorithm::FixedWindow, day).await;

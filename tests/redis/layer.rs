@@ -267,6 +267,59 @@ async fn a_stalled_redis_times_out_and_the_breaker_opens_then_closes() {
     assert!(samples("rate_limit_backend_seconds", "stall") >= 5);
 }
 
+/// `rate_limit_breaker_opened_total` counts openings, one per outage: the
+/// half-open probes that fail while Redis stays away are
+/// `rate_limit_breaker_probe_failed_total`, so a dashboard's "breaker
+/// openings" reads outages, not minutes of one.
+#[tokio::test]
+async fn the_breaker_counts_each_outage_once_and_its_failed_probes_apart() {
+    snapshotter();
+    let server = RedisServer::start();
+    let open_for = Duration::from_millis(300);
+    let layer = RateLimitLayer::builder()
+        .decision_extension(true)
+        .rule(
+            Rule::new("outages", KeyExtractor::everyone(), Quota::per_hour(1000))
+                .global(server.backend("outages").await)
+                .on_redis_failure(FailureMode::FailOpen)
+                .redis_timeout(Duration::from_millis(100))
+                .circuit_breaker(
+                    BreakerConfig::default()
+                        .failure_threshold(3)
+                        .open_for(open_for),
+                ),
+        )
+        .build()
+        .unwrap();
+    let url = serve(app(layer.clone())).await;
+    let c = client();
+    let opened = || counter("rate_limit_breaker_opened_total", "outages", "");
+    let probes_failed = || counter("rate_limit_breaker_probe_failed_total", "outages", "");
+    assert_eq!(hit(&c, &url).await, (200, "global".into()));
+
+    for outage in 1..=2 {
+        server.pause(); // connections stay open, nothing answers
+        for _ in 0..3 {
+            assert_eq!(hit(&c, &url).await, (200, "fail_open".into()));
+        }
+        assert_eq!(layer.breakers()[0].state, BreakerState::Open);
+        assert_eq!(opened(), outage, "3 timeouts open the breaker");
+        // Each request after `open_for` is a half-open probe, and fails.
+        for probe in 1..=3 {
+            tokio::time::sleep(open_for + Duration::from_millis(100)).await;
+            assert_eq!(hit(&c, &url).await, (200, "fail_open".into()));
+            assert_eq!(layer.breakers()[0].state, BreakerState::Open);
+            assert_eq!(probes_failed(), 3 * (outage - 1) + probe);
+        }
+        assert_eq!(opened(), outage, "failed probes are not openings");
+
+        server.resume();
+        until_global(&c, &url).await;
+        assert_eq!(layer.breakers()[0].state, BreakerState::Closed);
+    }
+    assert_eq!((opened(), probes_failed()), (2, 6));
+}
+
 #[tokio::test]
 async fn an_abusive_key_is_answered_from_the_deny_cache() {
     let server = RedisServer::start();

@@ -190,7 +190,7 @@ async fn a_quota_of_ages_reloads() {
 #[tokio::test]
 async fn calendar_quotas_convert_in_every_mode() {
     let server = RedisServer::start();
-    let day = |n| Quota::per_day(n);
+    let day = |n| Quota::per_calendar_day(n);
     let cases = [
         (QuotaChange::Proportional, 5, (200, Some(0))),
         (QuotaChange::Proportional, 20, (200, Some(3))),
