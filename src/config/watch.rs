@@ -94,7 +94,9 @@ impl RulesConfig {
     /// its symlinks. Each change is read once the directory has been quiet
     /// for 100 ms and, when it differs from what the running rules came
     /// from, applied with [`RateLimitLayer::reload`]: atomically, keeping the
-    /// counters of rules whose name, key and algorithm stay, and each key's
+    /// counters of rules whose name, key, algorithm, scope, `max_keys` and
+    /// `on_key_space_full` stay (for a global rule, also its Redis backend,
+    /// `failure_mode`, `timeout`, `breaker`, `lease` and `coalesce`), and each key's
     /// usage when only the quota changed, as the rule's `on_quota_change`
     /// says (see there). An edit that does not parse or build is rejected: the
     /// running rules stay, the error is logged with its line and column
