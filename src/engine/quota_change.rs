@@ -50,14 +50,20 @@ impl Global {
     /// Enters the rule's quota in the fleet's record and converts from the
     /// quotas in play that were first seen before it: once before the
     /// rule's first Redis decision (so a gateway started with new rules
-    /// converts as a reload would), again at each sweep. Skipped while
-    /// the breaker is not closed; a failed read is tried again by the next
+    /// converts as a reload would; the decisions that arrive meanwhile wait
+    /// for that one read), again at each sweep. A read that fails (the
+    /// breaker open, Redis past the rule's timeout) is not tried again
+    /// before the next sweep: a struggling Redis gets no extra call per
     /// decision.
     pub(super) async fn know_fleet(&self, rule: &Rule) {
         if self.fleet.initialized() {
             return;
         }
-        let _ = self.fleet.get_or_try_init(|| self.enter(rule)).await;
+        self.fleet
+            .get_or_init(|| async {
+                let _ = self.enter(rule).await;
+            })
+            .await;
     }
 
     /// One entry in the fleet's record, and what it says.

@@ -61,8 +61,8 @@
 /// any other gateway proportionally.
 ///
 /// Bounds: a gateway started with new rules that cannot read the record
-/// (Redis failing at its first decision) decides without it until a later
-/// decision reads it, and a key it decides meanwhile starts afresh; a
+/// (Redis failing at its first decision) decides without it until its
+/// next sweep reads it, and a key it decides meanwhile starts afresh; a
 /// gateway still on the old rules when the
 /// conversion has ended counts apart for keys first decided after that;
 /// `Reset` on a rolling quota counts afresh in a state of its own, beside
