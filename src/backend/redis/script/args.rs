@@ -1,0 +1,73 @@
+//! How a script's arguments are written: straight into an `EVALSHA`
+//! command for the hot path, or into the client's invocation; and the
+//! units the scripts take.
+
+use std::time::Duration;
+
+use redis::Script;
+
+use crate::quota::Quota;
+
+/// A script call written straight into its command, `EVALSHA sha n keys…
+/// args…`: the client's `ScriptInvocation` allocates each argument, then
+/// copies them all into the command, on every decision.
+pub(crate) struct Eval {
+    pub(in crate::backend::redis) cmd: redis::Cmd,
+    /// Loaded after `NOSCRIPT`.
+    pub(in crate::backend::redis) source: &'static str,
+}
+
+impl Eval {
+    /// A call of `script` (whose text is `source`) with `keys` keys, which
+    /// the caller then adds before any argument.
+    pub(super) fn new(
+        script: &Script,
+        source: &'static str,
+        keys: usize,
+        key_bytes: usize,
+    ) -> Self {
+        // Sized once: the batch's arguments past the keys are a few dozen
+        // short numbers.
+        let mut cmd = redis::Cmd::with_capacity(keys + 32, key_bytes + 160);
+        cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys);
+        Self { cmd, source }
+    }
+
+    pub(super) fn arg<T: redis::ToRedisArgs>(&mut self, arg: T) -> &mut Self {
+        self.cmd.arg(arg);
+        self
+    }
+}
+
+/// Where a script's arguments go: the client's invocation or an [`Eval`].
+pub(super) trait Args {
+    fn push<T: redis::ToRedisArgs>(&mut self, arg: T);
+}
+
+impl Args for redis::ScriptInvocation<'_> {
+    fn push<T: redis::ToRedisArgs>(&mut self, arg: T) {
+        self.arg(arg);
+    }
+}
+
+impl Args for Eval {
+    fn push<T: redis::ToRedisArgs>(&mut self, arg: T) {
+        self.arg(arg);
+    }
+}
+
+/// The window in whole microseconds, the scripts' unit (at least 1).
+pub(crate) fn window_us(quota: &Quota) -> u64 {
+    u64::try_from(quota.window().as_micros())
+        .unwrap_or(u64::MAX)
+        .max(1)
+}
+
+/// Whole milliseconds, at least 1, at most a century: Redis refuses an
+/// expiry past its clock's range, so "for ever" is a hundred years.
+pub(super) fn ms(d: Duration) -> u64 {
+    const CENTURY_MS: u64 = 100 * 365 * 86_400 * 1000;
+    u64::try_from(d.as_millis())
+        .unwrap_or(u64::MAX)
+        .clamp(1, CENTURY_MS)
+}

@@ -1,0 +1,233 @@
+//! The scripts, assembled from the `.lua` files: per algorithm its rate,
+//! lease and control scripts over one module (see the [module
+//! page](super) for what a module defines), then the slot and instance
+//! scripts.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+use crate::algorithm::Algorithm;
+
+/// An algorithm's module after `clock.lua` (Redis time, read once per
+/// call), `quota_change.lua` and the prelude the module needs: its
+/// `decide`, `read_keys` and `reads` for the rate and lease scripts, its
+/// `peek`, `adjust` and `reset` for the control handle's.
+macro_rules! module {
+    ($body:literal $(, prelude = $prelude:literal)?) => {
+        concat!(
+            include_str!("../lua/clock.lua"),
+            include_str!("../lua/quota_change.lua"),
+            $(include_str!($prelude),)?
+            include_str!($body),
+        )
+    };
+}
+
+/// A module, then, for the rolling algorithms, `moves()`: their own moves
+/// of a quota change (ADR 25) and `moved.lua`, made only in a call that
+/// needs them.
+macro_rules! decide {
+    ($body:literal $(, prelude = $prelude:literal)? $(, moves = [$($moves:literal),*])?) => {
+        concat!(
+            module!($body $(, prelude = $prelude)?),
+            $(
+                "moves = function()\nif made then return made end\nmade = {}\nlocal m = made\n",
+                $(include_str!($moves),)*
+                include_str!("../lua/moved.lua"),
+                "return m\nend\n",
+            )?
+        )
+    };
+}
+
+/// A rate script: `decide`, then `batch.lua`, which decides each request
+/// of a batch in turn, the lock check before and the lockout count after.
+macro_rules! batched {
+    ($body:literal, wide = $wide:literal $(, prelude = $prelude:literal)? $(, moves = [$($moves:literal),*])?) => {
+        concat!(
+            decide!($body $(, prelude = $prelude)? $(, moves = [$($moves),*])?),
+            "local wide = ",
+            $wide,
+            "\n",
+            include_str!("../lua/batch.lua")
+        )
+    };
+}
+
+/// A lease script: `decide`, then `grant.lua`, which calls it.
+macro_rules! granting {
+    ($body:literal $(, prelude = $prelude:literal)? $(, moves = [$($moves:literal),*])?) => {
+        concat!(
+            decide!($body $(, prelude = $prelude)? $(, moves = [$($moves),*])?),
+            include_str!("../lua/grant.lua")
+        )
+    };
+}
+
+const GCRA_LUA: &str = batched!(
+    "../lua/gcra.lua",
+    wide = "false",
+    prelude = "../lua/one_number.lua",
+    moves = ["../lua/whole_at.lua", "../lua/one_key.lua"]
+);
+const TOKEN_BUCKET_LUA: &str = batched!(
+    "../lua/token_bucket.lua",
+    wide = "false",
+    prelude = "../lua/one_number.lua",
+    moves = ["../lua/whole_at.lua", "../lua/one_key.lua"]
+);
+const FIXED_WINDOW_LUA: &str = batched!(
+    "../lua/fixed_window.lua",
+    wide = "false",
+    prelude = "../lua/window_end.lua",
+    moves = ["../lua/fixed_window_moves.lua", "../lua/one_key.lua"]
+);
+const SLIDING_WINDOW_LUA: &str = batched!(
+    "../lua/sliding_window.lua",
+    wide = "false",
+    moves = ["../lua/sliding_window_moves.lua"]
+);
+/// The calendar sums, then the window that uses them: one script.
+const CALENDAR_WINDOW_LUA: &str = batched!(
+    "../lua/calendar_window.lua",
+    wide = "true",
+    prelude = "../lua/calendar.lua"
+);
+const GRANT_GCRA_LUA: &str = granting!(
+    "../lua/gcra.lua",
+    prelude = "../lua/one_number.lua",
+    moves = ["../lua/whole_at.lua", "../lua/one_key.lua"]
+);
+const GRANT_TOKEN_BUCKET_LUA: &str = granting!(
+    "../lua/token_bucket.lua",
+    prelude = "../lua/one_number.lua",
+    moves = ["../lua/whole_at.lua", "../lua/one_key.lua"]
+);
+const GRANT_FIXED_WINDOW_LUA: &str = granting!(
+    "../lua/fixed_window.lua",
+    prelude = "../lua/window_end.lua",
+    moves = ["../lua/fixed_window_moves.lua", "../lua/one_key.lua"]
+);
+const GRANT_SLIDING_WINDOW_LUA: &str = granting!(
+    "../lua/sliding_window.lua",
+    moves = ["../lua/sliding_window_moves.lua"]
+);
+/// The control handle's operations over an algorithm's module, with its
+/// moves (a key a reload moved is changed where it went).
+macro_rules! controlling {
+    ($body:literal $(, prelude = $prelude:literal)? $(, moves = [$($moves:literal),*])?) => {
+        concat!(
+            decide!($body $(, prelude = $prelude)? $(, moves = [$($moves),*])?),
+            include_str!("../lua/control.lua")
+        )
+    };
+}
+const CONTROL_GCRA_LUA: &str = controlling!(
+    "../lua/gcra.lua",
+    prelude = "../lua/one_number.lua",
+    moves = ["../lua/whole_at.lua", "../lua/one_key.lua"]
+);
+const CONTROL_TOKEN_BUCKET_LUA: &str = controlling!(
+    "../lua/token_bucket.lua",
+    prelude = "../lua/one_number.lua",
+    moves = ["../lua/whole_at.lua", "../lua/one_key.lua"]
+);
+const CONTROL_FIXED_WINDOW_LUA: &str = controlling!(
+    "../lua/fixed_window.lua",
+    prelude = "../lua/window_end.lua",
+    moves = ["../lua/fixed_window_moves.lua", "../lua/one_key.lua"]
+);
+const CONTROL_SLIDING_WINDOW_LUA: &str = controlling!(
+    "../lua/sliding_window.lua",
+    moves = ["../lua/sliding_window_moves.lua"]
+);
+const CONTROL_CALENDAR_LUA: &str = controlling!(
+    "../lua/calendar_window.lua",
+    prelude = "../lua/calendar.lua"
+);
+const SLOT_LUA: &str = concat!(
+    include_str!("../lua/clock.lua"),
+    include_str!("../lua/slot.lua")
+);
+const INSTANCES_LUA: &str = concat!(
+    include_str!("../lua/clock.lua"),
+    include_str!("../lua/instances.lua")
+);
+
+/// Every script's source, for loading them all at start-up.
+pub(crate) const SOURCES: [&str; 16] = [
+    GRANT_GCRA_LUA,
+    GRANT_TOKEN_BUCKET_LUA,
+    GRANT_FIXED_WINDOW_LUA,
+    GRANT_SLIDING_WINDOW_LUA,
+    GCRA_LUA,
+    TOKEN_BUCKET_LUA,
+    FIXED_WINDOW_LUA,
+    SLIDING_WINDOW_LUA,
+    SLOT_LUA,
+    CALENDAR_WINDOW_LUA,
+    CONTROL_GCRA_LUA,
+    CONTROL_TOKEN_BUCKET_LUA,
+    CONTROL_FIXED_WINDOW_LUA,
+    CONTROL_SLIDING_WINDOW_LUA,
+    CONTROL_CALENDAR_LUA,
+    INSTANCES_LUA,
+];
+
+/// An algorithm's scripts, each with its text (loaded after `NOSCRIPT`).
+pub(super) struct Scripts {
+    pub(super) rate: (Script, &'static str),
+    /// The calendar leases nothing.
+    pub(super) grant: Option<Script>,
+    pub(super) control: Script,
+}
+
+impl Scripts {
+    fn new(rate: &'static str, grant: Option<&'static str>, control: &'static str) -> Self {
+        Self {
+            rate: (Script::new(rate), rate),
+            grant: grant.map(Script::new),
+            control: Script::new(control),
+        }
+    }
+}
+
+static GCRA: LazyLock<Scripts> =
+    LazyLock::new(|| Scripts::new(GCRA_LUA, Some(GRANT_GCRA_LUA), CONTROL_GCRA_LUA));
+static TOKEN_BUCKET: LazyLock<Scripts> = LazyLock::new(|| {
+    Scripts::new(
+        TOKEN_BUCKET_LUA,
+        Some(GRANT_TOKEN_BUCKET_LUA),
+        CONTROL_TOKEN_BUCKET_LUA,
+    )
+});
+static FIXED_WINDOW: LazyLock<Scripts> = LazyLock::new(|| {
+    Scripts::new(
+        FIXED_WINDOW_LUA,
+        Some(GRANT_FIXED_WINDOW_LUA),
+        CONTROL_FIXED_WINDOW_LUA,
+    )
+});
+static SLIDING_WINDOW: LazyLock<Scripts> = LazyLock::new(|| {
+    Scripts::new(
+        SLIDING_WINDOW_LUA,
+        Some(GRANT_SLIDING_WINDOW_LUA),
+        CONTROL_SLIDING_WINDOW_LUA,
+    )
+});
+static CALENDAR: LazyLock<Scripts> =
+    LazyLock::new(|| Scripts::new(CALENDAR_WINDOW_LUA, None, CONTROL_CALENDAR_LUA));
+pub(super) static SLOT: LazyLock<Script> = LazyLock::new(|| Script::new(SLOT_LUA));
+pub(super) static INSTANCES: LazyLock<Script> = LazyLock::new(|| Script::new(INSTANCES_LUA));
+
+/// The scripts of `algorithm`, or the calendar's.
+pub(super) fn of(algorithm: Algorithm, calendar: bool) -> &'static Scripts {
+    match (calendar, algorithm) {
+        (true, _) => &CALENDAR,
+        (false, Algorithm::Gcra) => &GCRA,
+        (false, Algorithm::TokenBucket) => &TOKEN_BUCKET,
+        (false, Algorithm::FixedWindow) => &FIXED_WINDOW,
+        (false, Algorithm::SlidingWindow) => &SLIDING_WINDOW,
+    }
+}
