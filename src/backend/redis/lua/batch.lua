@@ -1,18 +1,11 @@
--- Decides a batch: each request in turn, as if each were its own call
--- (clock.lua, quota_change.lua and an algorithm's `decide`, `read_keys`
--- and `reads`, with moved.lua's `migrate(key, at)` for the rolling ones,
--- come first, and `wide` says whether `decide` returns a window length as
--- a fifth value).
--- KEYS: for each key of the batch, once, its state key, then its lock key
--- when ARGV[4] is 1 (a rule that can be locked: declared, not built here,
--- where each string costs), then, when ARGV[8] (the keys per key) says
--- so, its state keys under the rule's previous quotas (see
--- quota_change.lua), which `migrate` converts before the key's first
--- decision. ARGV[5..7]: lock after this many denies (0: no lockout),
--- within_ms, block_ms. ARGV[9..]: the previous quotas (`changed_from`),
--- then pairs (key number k, from 1; cost) in arrival order, or nothing
--- when each key is decided once, for one unit, in order: then, outside a
--- conversion, the states and locks are read ahead in one MGET.
+-- Decides a batch: each request in turn, as if each were its own call,
+-- over an algorithm's module (script/mod.rs), with `wide` set when its
+-- `decide` returns a window length as a fifth value. Its KEYS and ARGV are
+-- written, and described, by script/rate.rs's `batch_call`: per key its
+-- state, its lock (ARGV[4] = 1), its states under previous quotas
+-- (ARGV[8] keys per key); the lockout in ARGV[5..7]; `changed_from` from
+-- ARGV[9]; then (key number, cost) pairs, or none when each key is
+-- decided once for one unit (read ahead in one MGET).
 -- Returns for each request its code, wait_ms and reset_ms (and window_s):
 -- the code is `remaining` (0 or more) on an allow, -1 on a deny, -2 when
 -- the key was locked already and -3 when this deny locked it (wait_ms and

@@ -8,9 +8,10 @@
 -- began before the reload; otherwise proportionally (a gateway on other
 -- rules), rounded up; not at all in mode 0 (`quota_fn`: a key's plan
 -- changes, its count stays).
--- `decide(key, cost)` returns allowed, remaining, wait_ms, reset_ms,
--- window_s: wait_ms and reset_ms are both the time to the window's end,
--- when every unit comes back. A count of this window and limit takes one
+-- `decide` returns a fifth value, the window's length (s); its wait_ms and
+-- reset_ms are both the time to the window's end, when every unit comes
+-- back. The module interface (`decide`'s contract among it): script/mod.rs.
+-- A count of this window and limit takes one
 -- HINCRBY; the expiry and the other fields are written with the window's
 -- first count or a conversion.
 local limit = tonumber(ARGV[1])

@@ -3,13 +3,9 @@
 -- increment comes first and the comparison after it; a deny gives its units
 -- back where they could refuse a request that fits (the count was under the
 -- limit before it), so a count above the limit is only denies' residue and
--- reads as the limit. ARGV: limit, window_us, burst (unused).
--- `decide(key, cost, of_window)` returns allowed, remaining, wait_ms,
--- reset_ms. On a deny wait_ms is the retry-after; on an allow, the wait
--- until one unit more than `remaining` fits (0 when the quota is whole):
--- the draft's `t`. A negative cost gives units back to the window
--- `of_window` only. A window is named by its end (window_end.lua comes
--- first).
+-- reads as the limit. ARGV: limit, window_us, burst (unused). A window is
+-- named by its end (window_end.lua comes first).
+-- The module interface (`decide`'s contract among it): script/mod.rs.
 local limit, window, window_ms, window_arg
 
 -- The quota decisions are made in: the call's, or a moved state's.

@@ -1,11 +1,7 @@
 -- GCRA, as governor's test_n_all. State: a string, the theoretical arrival
--- time (us). ARGV: limit, window_us, burst.
--- `decide(key, cost, of_window, vals, at)` returns allowed, remaining,
--- wait_ms, reset_ms; `vals[at]` is the key's value when the caller read it
--- (`read_keys`), `vals` nil to read it here. On a deny wait_ms is the retry-after; on an allow,
--- the wait until one unit more than `remaining` fits (0 when the quota is
--- whole): the draft's `t`. A deny writes nothing. A negative cost gives
--- units back. (Several values, not a table: no garbage per decision.)
+-- time (us). ARGV: limit, window_us, burst. A negative cost gives units
+-- back. (Several values, not a table: no garbage per decision.)
+-- The module interface (`decide`'s contract among it): script/mod.rs.
 local limit, window, burst, interval, tolerance
 
 -- The quota decisions are made in: the call's, or a moved state's.
@@ -15,13 +11,6 @@ local function set_frame(l, w, b)
   tolerance = (burst - 1) * interval
 end
 set_frame(own_l, own_w, own_b)
-
--- The values batch.lua reads for a key in one MGET with the batch's others.
-local function read_keys(key, list, n)
-  list[n + 1] = key
-  return n + 1
-end
-local reads = 1
 
 -- Absorbs float error on exact boundaries.
 local eps = 1e-6

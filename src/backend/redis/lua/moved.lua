@@ -1,10 +1,6 @@
 -- A reload's conversion and the moves it leaves, as functions of the table
--- `m` that `moves()` makes (script.rs wraps this file, after the
--- algorithm's own moves), over the algorithm's `set_frame(limit,
--- window_us, burst)` and `decide`, and its moves: `m.capacity()`,
--- `m.counts` (its state counts whole units), `m.absent(key)`,
--- `m.movable(window_us)`, `m.move(from, l, w, b, mode, key)` and
--- `m.bury(from, tomb, ttl)`.
+-- `m` that `moves()` makes (script/sources.rs wraps this file, after the
+-- algorithm's own moves), over the module interface (script/mod.rs).
 --
 -- The gateway that converts a key leaves, where each older state was, a
 -- tombstone: '>' and the quota ("limit/window_us/burst") that ends the key

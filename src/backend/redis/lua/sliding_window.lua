@@ -1,13 +1,8 @@
 -- Sliding window counter: two fixed windows aligned on Redis time. The
 -- counters are the state key .. ':' .. window index (same hash tag).
--- ARGV: limit, window_us, burst (unused).
--- `decide(key, cost, of_window, vals, at)` returns allowed, remaining,
--- wait_ms, reset_ms; `vals[at]` and `vals[at + 1]` are the current and
--- previous counts when the caller read them (`read_keys`), `vals` nil to
--- read them here. On a deny wait_ms is the retry-after; on an allow, the
--- wait until one unit more than `remaining` fits (0 when the quota is
--- whole): the draft's `t`. A deny writes nothing. A negative cost gives
--- units back to the window `of_window` only.
+-- ARGV: limit, window_us, burst (unused). Read ahead: the current and the
+-- previous window's counts; a window is named by its index.
+-- The module interface (`decide`'s contract among it): script/mod.rs.
 local limit = own_l
 local window = own_w
 

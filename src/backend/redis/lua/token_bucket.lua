@@ -1,13 +1,9 @@
 -- Token bucket. State: a string, when the bucket is whole again (us): the
 -- tokens now are `burst` less what flows in until then. One number, as
 -- GCRA's, so one read and one write per decision.
--- ARGV: limit, window_us, burst.
--- `decide(key, cost, of_window, vals, at)` returns allowed, remaining,
--- wait_ms, reset_ms; `vals[at]` is the key's value when the caller read it
--- (`read_keys`), `vals` nil to read it here. On a deny wait_ms is the retry-after; on an allow,
--- the wait until one unit more than `remaining` fits (0 when the quota is
--- whole): the draft's `t`. A deny writes nothing. A negative cost gives
--- units back, up to a whole bucket.
+-- ARGV: limit, window_us, burst. A negative cost gives units back, up to a
+-- whole bucket.
+-- The module interface (`decide`'s contract among it): script/mod.rs.
 local limit, window, burst, us_per_token
 
 -- The quota decisions are made in: the call's, or a moved state's.
@@ -17,13 +13,6 @@ local function set_frame(l, w, b)
   us_per_token = window / limit
 end
 set_frame(own_l, own_w, own_b)
-
--- The values batch.lua reads for a key in one MGET with the batch's others.
-local function read_keys(key, list, n)
-  list[n + 1] = key
-  return n + 1
-end
-local reads = 1
 
 -- Absorbs float error so an exactly refilled token counts.
 local eps = 1e-9
