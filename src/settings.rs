@@ -126,21 +126,6 @@ macro_rules! settings_setters {
             self
         }
 
-        /// What `X-RateLimit-Reset` counts in the legacy styles (default
-        /// [`ResetFormat::DeltaSeconds`](crate::headers::ResetFormat::DeltaSeconds);
-        /// `UnixSeconds` is GitHub's and express-rate-limit's convention).
-        /// No effect on a bandwidth layer, which sends no legacy headers.
-        ///
-        /// ```
-        /// # use keyed_rate_limit::{ConcurrencyLimitLayer, KeyExtractor, Quota, RateLimitLayer, Rule, headers::{HeaderStyle, ResetFormat}};
-        #[doc = concat!("let b = ", $builder, ".headers(HeaderStyle::Legacy).legacy_reset(ResetFormat::UnixSeconds);")]
-        /// # let _ = b;
-        /// ```
-        pub fn legacy_reset(mut self, format: crate::headers::ResetFormat) -> Self {
-            self.settings.headers.reset = format;
-            self
-        }
-
         /// Builds HTTP refusals (default:
         /// [`problem_json`](crate::response::problem_json)) from anything
         /// axum can answer with: a `String`, `Json`, `(StatusCode, String)`,
@@ -264,6 +249,27 @@ macro_rules! failure_setters {
     };
 }
 
+/// `legacy_reset`, on the builders whose layers send legacy headers (a
+/// bandwidth layer sends none).
+macro_rules! legacy_reset_setter {
+    ($builder:literal) => {
+        /// What `X-RateLimit-Reset` counts in the legacy styles (default
+        /// [`ResetFormat::DeltaSeconds`](crate::headers::ResetFormat::DeltaSeconds);
+        /// `UnixSeconds` is GitHub's and express-rate-limit's convention).
+        ///
+        /// ```
+        /// # use keyed_rate_limit::{ConcurrencyLimitLayer, KeyExtractor, Quota, RateLimitLayer, Rule, headers::{HeaderStyle, ResetFormat}};
+        #[doc = concat!("let b = ", $builder, ".headers(HeaderStyle::Legacy).legacy_reset(ResetFormat::UnixSeconds);")]
+        /// # let _ = b;
+        /// ```
+        pub fn legacy_reset(mut self, format: crate::headers::ResetFormat) -> Self {
+            self.settings.headers.reset = format;
+            self
+        }
+    };
+}
+
 #[cfg(feature = "redis")]
 pub(crate) use failure_setters;
+pub(crate) use legacy_reset_setter;
 pub(crate) use settings_setters;

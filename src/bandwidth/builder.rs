@@ -25,8 +25,7 @@ use crate::settings::{self, Settings};
 /// (the default) or `Both`: a paced body is delayed, never refused, so
 /// there is no `RateLimit` field and no legacy `X-RateLimit-*` header to
 /// send. [`headers`](Self::headers)`(HeaderStyle::Legacy)` therefore sends
-/// nothing, as `None` does, and [`legacy_reset`](Self::legacy_reset) has no
-/// effect on this layer.
+/// nothing, as `None` does (and there is no `legacy_reset` to set).
 ///
 /// ```
 /// use http::StatusCode;

@@ -71,6 +71,9 @@ impl ConcurrencyLimitBuilder {
     settings::settings_setters!(
         "ConcurrencyLimitLayer::builder(\"exports\", KeyExtractor::everyone(), 2)"
     );
+    settings::legacy_reset_setter!(
+        "ConcurrencyLimitLayer::builder(\"exports\", KeyExtractor::everyone(), 2)"
+    );
 
     /// What to do when the key extractor finds no key (default: the limit
     /// does not apply).

@@ -83,7 +83,7 @@ impl RulesConfig {
                 .rule_error(name, nth, format!("bandwidth {name:?}: {e}"))
         };
         let mut b = entry.builder(registry).map_err(placed)?;
-        b = b.headers(self.headers).legacy_reset(self.legacy_reset);
+        b = b.headers(self.headers);
         if let Some(n) = self.instances {
             b = b.instances(n);
         }

@@ -59,6 +59,9 @@ impl RateLimitBuilder {
     settings::settings_setters!(
         "RateLimitLayer::builder().rule(Rule::new(\"r\", KeyExtractor::everyone(), Quota::per_second(1)))"
     );
+    settings::legacy_reset_setter!(
+        "RateLimitLayer::builder().rule(Rule::new(\"r\", KeyExtractor::everyone(), Quota::per_second(1)))"
+    );
 
     /// Adds a rule after the ones already added.
     pub fn rule(mut self, rule: Rule) -> Self {
