@@ -161,9 +161,10 @@ macro_rules! settings_setters {
             F: Fn(&crate::response::Denied) -> R + Send + Sync + 'static,
             R: axum::response::IntoResponse,
         {
-            self.settings.refusals.body = std::sync::Arc::new(move |d: &crate::response::Denied| {
-                crate::response::ready(f(d).into_response())
-            });
+            self.settings.refusals.body =
+                std::sync::Arc::new(move |d: &crate::response::Denied| {
+                    crate::response::ready(f(d).into_response())
+                });
             self
         }
 

@@ -488,7 +488,7 @@ mod client {
     use std::time::Duration;
 
     use keyed_rate_limit::KeyExtractor;
-    use keyed_rate_limit::failure::{BreakerConfig, FailureMode};
+    use keyed_rate_limit::failure::BreakerConfig;
     use keyed_rate_limit::rls::client::RemoteRateLimitLayer;
     use keyed_rate_limit::rls::{RateLimitServer, RlsConfig};
 
@@ -543,10 +543,10 @@ mod client {
         ([127, 0, 0, 1], keyed_rate_limit_testing::free_port()).into()
     }
 
-    fn remote(addr: std::net::SocketAddr, mode: FailureMode) -> RemoteRateLimitLayer {
+    fn remote(addr: std::net::SocketAddr, deny: bool) -> RemoteRateLimitLayer {
         remote_with(
             addr,
-            mode,
+            deny,
             Duration::from_millis(500),
             Duration::from_secs(30),
         )
@@ -554,14 +554,14 @@ mod client {
 
     fn remote_with(
         addr: std::net::SocketAddr,
-        mode: FailureMode,
+        deny: bool,
         timeout: Duration,
         open_for: Duration,
     ) -> RemoteRateLimitLayer {
         RemoteRateLimitLayer::builder(format!("http://{addr}"), "edge")
             .descriptor([("remote_address", KeyExtractor::header("x-user"))])
             .timeout(timeout)
-            .on_failure(mode)
+            .failure_mode_deny(deny)
             .circuit_breaker(
                 BreakerConfig::default()
                     .failure_threshold(2)
@@ -583,7 +583,7 @@ mod client {
     async fn the_services_decisions_and_headers_reach_the_client() {
         let addr = free_addr();
         let _server = rls_on(addr);
-        let url = serve_http(ok_app_remote(remote(addr, FailureMode::FailOpen))).await;
+        let url = serve_http(ok_app_remote(remote(addr, false))).await;
         for left in [2, 1, 0] {
             let res = get(&url, Some("ivan")).await;
             assert_eq!(res.status(), 200);
@@ -610,8 +610,8 @@ mod client {
     async fn a_killed_service_is_the_layers_failure_mode() {
         let addr = free_addr();
         let server = rls_on(addr);
-        let open = serve_http(ok_app_remote(remote(addr, FailureMode::FailOpen))).await;
-        let closed = serve_http(ok_app_remote(remote(addr, FailureMode::FailClosed))).await;
+        let open = serve_http(ok_app_remote(remote(addr, false))).await;
+        let closed = serve_http(ok_app_remote(remote(addr, true))).await;
         assert_eq!(get(&open, Some("judy")).await.status(), 200);
         assert_eq!(get(&closed, Some("judy")).await.status(), 200);
         drop(server);
@@ -631,7 +631,7 @@ mod client {
         let retry: u64 = header(&res, "retry-after").unwrap().parse().unwrap();
         assert!(retry > 20, "the breaker's wait, {retry} s");
         // A layer without a broken past asks the restarted service.
-        let fresh = serve_http(ok_app_remote(remote(addr, FailureMode::FailClosed))).await;
+        let fresh = serve_http(ok_app_remote(remote(addr, true))).await;
         assert_eq!(get(&fresh, Some("kate")).await.status(), 200);
     }
 
@@ -647,10 +647,10 @@ mod client {
             }
         });
         let wait = Duration::from_millis(100);
-        for (mode, want) in [(FailureMode::FailOpen, 200), (FailureMode::FailClosed, 429)] {
-            let app = ok_app_remote(remote_with(addr, mode, wait, Duration::from_secs(30)));
+        for (deny, want) in [(false, 200), (true, 429)] {
+            let app = ok_app_remote(remote_with(addr, deny, wait, Duration::from_secs(30)));
             let url = serve_http(app).await;
-            assert_eq!(get(&url, Some("liam")).await.status(), want, "{mode:?}");
+            assert_eq!(get(&url, Some("liam")).await.status(), want, "deny {deny}");
         }
     }
 
@@ -658,7 +658,7 @@ mod client {
     async fn a_grpc_request_over_the_limit_is_resource_exhausted() {
         let addr = free_addr();
         let _server = rls_on(addr);
-        let url = serve_http(ok_app_remote(remote(addr, FailureMode::FailOpen))).await;
+        let url = serve_http(ok_app_remote(remote(addr, false))).await;
         let grpc = || {
             client()
                 .get(&url)
@@ -682,7 +682,7 @@ mod client {
         let server = rls_on(addr);
         let layer = remote_with(
             addr,
-            FailureMode::FailClosed,
+            true,
             Duration::from_millis(500),
             Duration::from_millis(200),
         );
@@ -724,12 +724,6 @@ mod client {
         assert!(
             b().descriptor(d.clone())
                 .timeout(Duration::ZERO)
-                .build()
-                .is_err()
-        );
-        assert!(
-            b().descriptor(d.clone())
-                .on_failure(FailureMode::LocalFallback)
                 .build()
                 .is_err()
         );

@@ -10,7 +10,7 @@ use super::service::RemoteRateLimitLayer;
 use crate::error::BuildError;
 use crate::failure::CircuitBreaker;
 use crate::key::KeyExtractor;
-use crate::policy::{BreakerConfig, FailureMode};
+use crate::policy::BreakerConfig;
 use crate::response::{Refusals, problem_json};
 
 impl RemoteRateLimitLayer {
@@ -28,7 +28,7 @@ pub struct RemoteRateLimitBuilder {
     domain: String,
     descriptors: Vec<Vec<(String, KeyExtractor)>>,
     timeout: Duration,
-    failure: FailureMode,
+    deny_on_failure: bool,
     breaker: BreakerConfig,
 }
 
@@ -39,7 +39,7 @@ impl RemoteRateLimitBuilder {
             domain,
             descriptors: Vec::new(),
             timeout: Duration::from_millis(20),
-            failure: FailureMode::FailOpen,
+            deny_on_failure: false,
             breaker: BreakerConfig::default(),
         }
     }
@@ -60,11 +60,11 @@ impl RemoteRateLimitBuilder {
         self
     }
 
-    /// What a request gets when the call fails or the breaker is open
-    /// (default `FailOpen`, as Envoy's `failure_mode_deny: false`):
-    /// `FailOpen` or `FailClosed`.
-    pub fn on_failure(mut self, mode: FailureMode) -> Self {
-        self.failure = mode;
+    /// What a request gets when the call fails or the breaker is open, as
+    /// Envoy's filter says it: `false` (the default) lets it through,
+    /// `true` refuses it with the breaker's wait.
+    pub fn failure_mode_deny(mut self, deny: bool) -> Self {
+        self.deny_on_failure = deny;
         self
     }
 
@@ -109,12 +109,6 @@ impl RemoteRateLimitBuilder {
         if self.timeout.is_zero() {
             return Err(invalid("the remote rate limit's timeout is zero"));
         }
-        if !matches!(
-            self.failure,
-            FailureMode::FailOpen | FailureMode::FailClosed
-        ) {
-            return Err(invalid("a remote rate limit fails open or closed"));
-        }
         Ok(RemoteRateLimitLayer {
             remote: Arc::new(Remote {
                 domain: self.domain,
@@ -122,7 +116,7 @@ impl RemoteRateLimitBuilder {
                 endpoint,
                 client: std::sync::OnceLock::new(),
                 timeout: self.timeout,
-                failure: self.failure,
+                deny_on_failure: self.deny_on_failure,
                 breaker: CircuitBreaker::new(self.breaker, self.timeout),
                 refusals: Refusals {
                     body: Arc::new(problem_json),

@@ -9,15 +9,15 @@
 //! headers, from this crate's server); `OVER_LIMIT` is the crate's own 429
 //! (gRPC: `RESOURCE_EXHAUSTED` with pushback), its `Retry-After` the
 //! server's, or else the longest `duration_until_reset` of the descriptors
-//! over their limits. The call has a timeout and a circuit breaker, and a
-//! failure mode for when it fails or the breaker is open: `FailOpen` lets
-//! the request through, `FailClosed` refuses it with the breaker's wait.
+//! over their limits. The call has a timeout and a circuit breaker, and
+//! Envoy's `failure_mode_deny` for when it fails or the breaker is open:
+//! `false` (the default) lets the request through, `true` refuses it with
+//! the breaker's wait.
 //!
 //! ```
 //! use std::time::Duration;
 //! use axum::{Router, routing::get};
 //! use keyed_rate_limit::KeyExtractor;
-//! use keyed_rate_limit::failure::FailureMode;
 //! use keyed_rate_limit::rls::client::RemoteRateLimitLayer;
 //!
 //! # async fn app() -> Result<Router, keyed_rate_limit::BuildError> {
@@ -25,7 +25,7 @@
 //!     .descriptor([("remote_address", KeyExtractor::peer_ip())])
 //!     .descriptor([("user", KeyExtractor::header("x-user")), ("path", KeyExtractor::matched_route())])
 //!     .timeout(Duration::from_millis(50))
-//!     .on_failure(FailureMode::FailOpen)
+//!     .failure_mode_deny(false)
 //!     .build()?;
 //! Ok(Router::new().route("/", get(|| async { "hi" })).layer(limit))
 //! # }

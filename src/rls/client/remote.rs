@@ -17,7 +17,6 @@ use crate::failure::{Admit, CircuitBreaker};
 use crate::gate::Admission;
 use crate::headers::Rendered;
 use crate::key::KeyExtractor;
-use crate::policy::FailureMode;
 use crate::response::{Denied, Refusals, refusal};
 
 /// What every service of one remote layer shares.
@@ -29,7 +28,8 @@ pub(super) struct Remote {
     /// before one runs.
     pub(super) client: std::sync::OnceLock<RateLimitServiceClient<Channel>>,
     pub(super) timeout: Duration,
-    pub(super) failure: FailureMode,
+    /// Envoy's `failure_mode_deny`.
+    pub(super) deny_on_failure: bool,
     pub(super) breaker: CircuitBreaker,
     pub(super) refusals: Refusals,
 }
@@ -142,17 +142,15 @@ impl Remote {
 
     /// The failure mode's answer while the service cannot decide.
     fn failed(&self, parts: &Parts, wait: Duration) -> Admission<()> {
-        match self.failure {
-            FailureMode::FailClosed => {
-                let denied = Denied::new(self.domain.as_str(), Some(wait));
-                Admission::Stop(refusal(
-                    &self.refusals,
-                    &denied,
-                    &parts.headers,
-                    Rendered::new(),
-                ))
-            }
-            _ => Admission::Go(Rendered::new(), ()),
+        if !self.deny_on_failure {
+            return Admission::Go(Rendered::new(), ());
         }
+        let denied = Denied::new(self.domain.as_str(), Some(wait));
+        Admission::Stop(refusal(
+            &self.refusals,
+            &denied,
+            &parts.headers,
+            Rendered::new(),
+        ))
     }
 }
