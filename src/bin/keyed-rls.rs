@@ -1,74 +1,250 @@
 //! `keyed-rls`: Envoy's rate-limit service over keyed-rate-limit's rules
 //! (feature `rls-server`: `cargo install keyed-rate-limit --features
 //! rls-server`, or `cargo run --features rls-server --bin keyed-rls -- …`).
-//!
-//! ```text
-//! keyed-rls --listen 127.0.0.1:8081 --config edge.yaml [--config more.yaml] [--redis redis://127.0.0.1:6379]
-//! ```
+//! `keyed-rls --help` lists the flags and the environment.
 //!
 //! Serves `envoy.service.ratelimit.v3.RateLimitService` and
-//! `grpc.health.v1.Health` (`SERVING` once the rules are loaded). Each
-//! `--config` is one domain's envoyproxy/ratelimit YAML; the files are read
-//! again when they change (checked every second), and a file that does not
-//! load leaves the running rules in place and is logged. `--redis` is the
-//! backend of `scope: global` limits. SIGTERM or Ctrl-C stops accepting
-//! calls and lets those in flight finish.
+//! `grpc.health.v1.Health` (`SERVING` once the rules are loaded). The
+//! rules are envoyproxy/ratelimit's YAML files: the `--config` files, or,
+//! without any, every `*.yaml` file of its runtime directory
+//! (`RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY`), read through
+//! symlinks. They are read again when what they hold changes (checked
+//! every second: a write, or the symlink swap of the root by which a
+//! ConfigMap updates), and a set that does not load leaves the running
+//! rules in place and is logged. SIGTERM or Ctrl-C stops accepting calls
+//! and lets those in flight finish.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use keyed_rate_limit::RedisBackend;
 use keyed_rate_limit::rls::{RateLimitServer, RlsConfig};
 
+const HELP: &str = "\
+keyed-rls: Envoy's rate-limit service (RLS v3) over keyed-rate-limit's rules
+
+usage: keyed-rls [--listen ADDR] [--config FILE ...] [--redis URL]
+
+  --listen ADDR   the gRPC address (else GRPC_HOST:GRPC_PORT)
+  --config FILE   a domain's YAML file, repeatable (else the runtime directory)
+  --redis URL     the backend of `scope: global` limits (else REDIS_URL)
+  -h, --help      this text
+
+environment, as envoyproxy/ratelimit reads it:
+  GRPC_HOST, GRPC_PORT            default 0.0.0.0 and 8081
+  RUNTIME_ROOT                    default /srv/runtime_data/current
+  RUNTIME_SUBDIRECTORY            default none
+  RUNTIME_APPDIRECTORY            default config
+  REDIS_URL                       host:port, a socket path, or a redis:// URL
+  REDIS_SOCKET_TYPE               tcp or unix (default tcp here)
+  REDIS_AUTH                      a password, or user:password
+  REDIS_TLS                       true for rediss://
+  REDIS_TYPE                      single only (sentinel, cluster: refused)
+  LOG_LEVEL                       as RUST_LOG's level, when RUST_LOG is unset
+
+refused at start, with their name: BACKEND_TYPE other than redis,
+CONFIG_TYPE other than FILE, USE_STATSD=true, USE_DOG_STATSD=true,
+MERGE_DOMAIN_CONFIG=true, GLOBAL_SHADOW_MODE=true, GRPC_SERVER_USE_TLS=true,
+GRPC_UDS, REDIS_PERSECOND=true.
+";
+
 struct Args {
     listen: SocketAddr,
-    configs: Vec<PathBuf>,
+    /// The files, or the directory whose `*.yaml` files are the rules.
+    configs: Source,
     redis: Option<String>,
 }
 
+#[derive(Clone)]
+enum Source {
+    Files(Vec<PathBuf>),
+    Dir(PathBuf),
+}
+
 fn usage() -> ! {
-    eprintln!("usage: keyed-rls --listen ADDR --config FILE [--config FILE ...] [--redis URL]");
+    eprint!("{HELP}");
     std::process::exit(2)
 }
 
-fn args() -> Args {
+/// An environment variable that is set and not empty.
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+fn is_true(name: &str) -> bool {
+    env(name).is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
+}
+
+/// What this server does not do of envoyproxy/ratelimit's settings: each
+/// set one is an error naming it, not a silent difference.
+fn refused() -> Result<(), String> {
+    let not = |name: &str, why: &str| Err(format!("{name}: {why}"));
+    match env("BACKEND_TYPE") {
+        Some(b) if !b.eq_ignore_ascii_case("redis") => {
+            return not("BACKEND_TYPE", "only redis is supported (no memcache)");
+        }
+        _ => {}
+    }
+    match env("CONFIG_TYPE") {
+        Some(c) if !c.eq_ignore_ascii_case("file") => {
+            return not("CONFIG_TYPE", "only FILE is supported (no xDS)");
+        }
+        _ => {}
+    }
+    for (name, why) in [
+        (
+            "USE_STATSD",
+            "statsd is not supported; the metrics are the crate's",
+        ),
+        (
+            "USE_DOG_STATSD",
+            "statsd is not supported; the metrics are the crate's",
+        ),
+        ("MERGE_DOMAIN_CONFIG", "a domain is defined by one file"),
+        (
+            "GLOBAL_SHADOW_MODE",
+            "set shadow_mode on the descriptors instead",
+        ),
+        (
+            "GRPC_SERVER_USE_TLS",
+            "terminate TLS in front of the service",
+        ),
+        ("REDIS_PERSECOND", "one Redis backend serves every limit"),
+    ] {
+        if is_true(name) {
+            return not(name, why);
+        }
+    }
+    if env("GRPC_UDS").is_some() {
+        return not("GRPC_UDS", "listen on GRPC_HOST:GRPC_PORT instead");
+    }
+    match env("REDIS_TYPE") {
+        Some(t) if !t.eq_ignore_ascii_case("single") => {
+            return not("REDIS_TYPE", "only single is supported by this binary");
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// `REDIS_URL` and its companions as a `redis://` URL.
+fn redis_from_env() -> Option<String> {
+    let url = env("REDIS_URL")?;
+    if url.contains("://") {
+        return Some(url);
+    }
+    let auth = env("REDIS_AUTH").map(|a| match a.split_once(':') {
+        Some((user, pass)) => format!("{user}:{pass}@"),
+        None => format!(":{a}@"),
+    });
+    let auth = auth.unwrap_or_default();
+    if env("REDIS_SOCKET_TYPE").is_some_and(|t| t.eq_ignore_ascii_case("unix")) {
+        return Some(format!("unix://{url}"));
+    }
+    let scheme = if is_true("REDIS_TLS") {
+        "rediss"
+    } else {
+        "redis"
+    };
+    Some(format!("{scheme}://{auth}{url}"))
+}
+
+fn args() -> Result<Args, String> {
     let mut listen = None;
-    let mut configs = Vec::new();
+    let mut files = Vec::new();
     let mut redis = None;
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let mut value = || it.next().unwrap_or_else(|| usage());
         match a.as_str() {
+            "-h" | "--help" => {
+                print!("{HELP}");
+                std::process::exit(0)
+            }
             "--listen" => listen = Some(value().parse().unwrap_or_else(|_| usage())),
-            "--config" => configs.push(PathBuf::from(value())),
+            "--config" => files.push(PathBuf::from(value())),
             "--redis" => redis = Some(value()),
             _ => usage(),
         }
     }
-    match listen {
-        Some(listen) if !configs.is_empty() => Args {
-            listen,
-            configs,
-            redis,
-        },
-        _ => usage(),
+    refused()?;
+    let listen = match listen {
+        Some(l) => l,
+        None => {
+            let host = env("GRPC_HOST").unwrap_or_else(|| "0.0.0.0".into());
+            let port = env("GRPC_PORT").unwrap_or_else(|| "8081".into());
+            format!("{host}:{port}")
+                .parse()
+                .map_err(|_| format!("GRPC_HOST:GRPC_PORT: not an address: {host}:{port}"))?
+        }
+    };
+    let configs = if files.is_empty() {
+        let mut dir = PathBuf::from(
+            env("RUNTIME_ROOT").unwrap_or_else(|| "/srv/runtime_data/current".into()),
+        );
+        if let Some(sub) = env("RUNTIME_SUBDIRECTORY") {
+            dir.push(sub);
+        }
+        dir.push(env("RUNTIME_APPDIRECTORY").unwrap_or_else(|| "config".into()));
+        Source::Dir(dir)
+    } else {
+        Source::Files(files)
+    };
+    Ok(Args {
+        listen,
+        configs,
+        redis: redis.or_else(redis_from_env),
+    })
+}
+
+/// The rules' files now: the given ones, or the directory's `*.yaml`
+/// (and `*.yml`) files, by name.
+fn files(source: &Source) -> Vec<PathBuf> {
+    match source {
+        Source::Files(f) => f.clone(),
+        Source::Dir(dir) => {
+            let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+                .map(|entries| {
+                    entries
+                        .filter_map(Result::ok)
+                        .map(|e| e.path())
+                        .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
+                        .collect()
+                })
+                .unwrap_or_default();
+            found.sort();
+            found
+        }
     }
 }
 
-fn load(paths: &[PathBuf]) -> Result<RlsConfig, keyed_rate_limit::config::ConfigError> {
+/// What the files hold, read through their symlinks: a change to it is a
+/// change of rules, however it came.
+fn contents(source: &Source) -> Vec<(PathBuf, Option<String>)> {
+    files(source)
+        .into_iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(&p).ok();
+            (p, text)
+        })
+        .collect()
+}
+
+fn load(source: &Source) -> Result<RlsConfig, Box<dyn std::error::Error + Send + Sync>> {
+    let paths = files(source);
+    if paths.is_empty() {
+        let dir = match source {
+            Source::Dir(d) => d.display().to_string(),
+            Source::Files(_) => String::new(),
+        };
+        return Err(format!("{dir}: no *.yaml rules file").into());
+    }
     let mut config = RlsConfig::default();
     for p in paths {
-        config = config.merge(RlsConfig::from_path(p)?)?;
+        config = config.merge(RlsConfig::from_path(&p)?)?;
     }
     Ok(config)
-}
-
-fn modified(paths: &[PathBuf]) -> Vec<Option<SystemTime>> {
-    paths
-        .iter()
-        .map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
-        .collect()
 }
 
 async fn stopped() {
@@ -83,14 +259,21 @@ async fn stopped() {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let level = env("LOG_LEVEL").map_or_else(|| "info".into(), |l| l.to_ascii_lowercase());
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into()),
         )
         .init();
-    let args = args();
-    let config = load(&args.configs)?;
+    let args = match args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("keyed-rls: {e}");
+            std::process::exit(2)
+        }
+    };
+    let config = load(&args.configs).map_err(|e| e.to_string())?;
     let mut builder = RateLimitServer::builder(config);
     if let Some(url) = &args.redis {
         builder = builder.redis(RedisBackend::builder(url.clone()).build().await?);
@@ -98,19 +281,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let server = builder.build()?;
 
     let reloading = server.clone();
-    let paths = args.configs.clone();
+    let source = args.configs.clone();
     tokio::spawn(async move {
-        let mut seen = modified(&paths);
+        let mut seen = contents(&source);
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tick.tick().await;
-            let now = modified(&paths);
+            let now = contents(&source);
             if now == seen {
                 continue;
             }
             seen = now;
-            match load(&paths).and_then(|c| reloading.reload(c)) {
-                Ok(()) => tracing::info!("rules reloaded"),
+            match load(&source).and_then(|c| Ok(reloading.reload(c)?)) {
+                Ok(()) => tracing::info!("rule files reloaded"),
                 Err(e) => tracing::error!(error = %e, "rules not reloaded; the running ones stay"),
             }
         }

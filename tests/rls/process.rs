@@ -77,9 +77,15 @@ pub struct Rls {
 impl Rls {
     pub fn start(config: &Path, port: u16) -> Self {
         let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_keyed-rls"))
-            .args(["--listen", &addr.to_string(), "--config"])
-            .arg(config)
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_keyed-rls"));
+        cmd.args(["--listen", &addr.to_string(), "--config"])
+            .arg(config);
+        Self::spawn(cmd, addr)
+    }
+
+    /// The binary as `cmd` runs it, once it listens on `addr`.
+    pub fn spawn(mut cmd: Command, addr: SocketAddr) -> Self {
+        let mut child = cmd
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
