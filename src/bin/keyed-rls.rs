@@ -12,7 +12,8 @@
 //! every second: a write, or the symlink swap of the root by which a
 //! ConfigMap updates), and a set that does not load leaves the running
 //! rules in place and is logged. SIGTERM or Ctrl-C stops accepting calls
-//! and lets those in flight finish.
+//! and lets those in flight finish. HTTP on `HOST:PORT` (default
+//! `0.0.0.0:8080`) answers `/healthcheck` and `/metrics` (Prometheus).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -42,6 +43,10 @@ environment, as envoyproxy/ratelimit reads it:
   REDIS_TLS                       true for rediss://
   REDIS_TYPE                      single only (sentinel, cluster: refused)
   LOG_LEVEL                       as RUST_LOG's level, when RUST_LOG is unset
+  HOST, PORT                      HTTP for /healthcheck and /metrics
+                                  (default 0.0.0.0 and 8080)
+  USE_PROMETHEUS, PROMETHEUS_ADDR, PROMETHEUS_PATH
+                                  /metrics also there (default :9090, /metrics)
 
 refused at start, with their name: BACKEND_TYPE other than redis,
 CONFIG_TYPE other than FILE, USE_STATSD=true, USE_DOG_STATSD=true,
@@ -51,6 +56,10 @@ GRPC_UDS, REDIS_PERSECOND=true.
 
 struct Args {
     listen: SocketAddr,
+    /// `/healthcheck` and `/metrics`.
+    http: SocketAddr,
+    /// `USE_PROMETHEUS`: the metrics at this address and path too.
+    prometheus: Option<(SocketAddr, String)>,
     /// The files, or the directory whose `*.yaml` files are the rules.
     configs: Source,
     redis: Option<String>,
@@ -179,6 +188,25 @@ fn args() -> Result<Args, String> {
                 .map_err(|_| format!("GRPC_HOST:GRPC_PORT: not an address: {host}:{port}"))?
         }
     };
+    let addr = |host: String, port: String, what: &str| {
+        format!("{host}:{port}")
+            .parse::<SocketAddr>()
+            .map_err(|_| format!("{what}: not an address: {host}:{port}"))
+    };
+    let http = addr(
+        env("HOST").unwrap_or_else(|| "0.0.0.0".into()),
+        env("PORT").unwrap_or_else(|| "8080".into()),
+        "HOST:PORT",
+    )?;
+    let prometheus = if is_true("USE_PROMETHEUS") {
+        let at = env("PROMETHEUS_ADDR").unwrap_or_else(|| ":9090".into());
+        let (host, port) = at.rsplit_once(':').unwrap_or(("", &at));
+        let host = if host.is_empty() { "0.0.0.0" } else { host };
+        let path = env("PROMETHEUS_PATH").unwrap_or_else(|| "/metrics".into());
+        Some((addr(host.into(), port.into(), "PROMETHEUS_ADDR")?, path))
+    } else {
+        None
+    };
     let configs = if files.is_empty() {
         let mut dir = PathBuf::from(
             env("RUNTIME_ROOT").unwrap_or_else(|| "/srv/runtime_data/current".into()),
@@ -193,6 +221,8 @@ fn args() -> Result<Args, String> {
     };
     Ok(Args {
         listen,
+        http,
+        prometheus,
         configs,
         redis: redis.or_else(redis_from_env),
     })
@@ -247,6 +277,27 @@ fn load(source: &Source) -> Result<RlsConfig, Box<dyn std::error::Error + Send +
     Ok(config)
 }
 
+/// `/healthcheck` (`OK`, as envoyproxy/ratelimit answers it once its
+/// rules are loaded, which they are before this listens) and the metrics
+/// at `path`, in Prometheus's text format.
+async fn serve_http(
+    addr: SocketAddr,
+    path: &str,
+    metrics: metrics_exporter_prometheus::PrometheusHandle,
+) -> std::io::Result<()> {
+    use axum::routing::get;
+    let app = axum::Router::new()
+        .route("/healthcheck", get(|| async { "OK" }))
+        .route(path, get(move || async move { metrics.render() }));
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "the HTTP endpoints stopped");
+        }
+    });
+    Ok(())
+}
+
 async fn stopped() {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .expect("a SIGTERM handler");
@@ -273,6 +324,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             std::process::exit(2)
         }
     };
+    // Before any rule is built, so that every count reaches it.
+    let metrics = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
     let config = load(&args.configs).map_err(|e| e.to_string())?;
     let mut builder = RateLimitServer::builder(config);
     if let Some(url) = &args.redis {
@@ -303,7 +356,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     reporter
         .set_serving::<keyed_rate_limit::rls::RateLimitServiceServer<RateLimitServer>>()
         .await;
-    tracing::info!(listen = %args.listen, "serving the rate-limit service");
+    serve_http(args.http, "/metrics", metrics.clone()).await?;
+    if let Some((addr, path)) = &args.prometheus {
+        serve_http(*addr, path, metrics).await?;
+    }
+    tracing::info!(listen = %args.listen, http = %args.http, "serving the rate-limit service");
     tonic::transport::Server::builder()
         .add_service(health)
         .add_service(server.into_service())

@@ -130,10 +130,11 @@ fn the_environment_and_a_runtime_directory_configure_it() {
     };
     version("v1", 3);
     symlink(root.join("v1"), root.join("current")).unwrap();
-    let port = free_port();
+    let (port, http) = (free_port(), free_port());
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_keyed-rls"));
     cmd.env("GRPC_HOST", "127.0.0.1")
         .env("GRPC_PORT", port.to_string())
+        .env("PORT", http.to_string())
         .env("RUNTIME_ROOT", root.join("current"))
         .env("RUNTIME_SUBDIRECTORY", "ratelimit");
     let mut rls = Rls::spawn(cmd, ([127, 0, 0, 1], port).into());
@@ -149,4 +150,36 @@ fn the_environment_and_a_runtime_directory_configure_it() {
     std::fs::write(root.join("v2/ratelimit/config/edge.yaml"), user_limit(7)).unwrap();
     rls.log_until("rule files reloaded");
     assert_eq!(limit_of(&rt, rls.addr), 7);
+
+    // envoyproxy/ratelimit's HTTP endpoints: health, and the metrics of
+    // every limit, as Prometheus scrapes them.
+    let get = |path: &str| {
+        reqwest::blocking::Client::builder()
+            .no_proxy()
+            .build()
+            .unwrap()
+            .get(format!("http://127.0.0.1:{http}{path}"))
+            .send()
+            .unwrap()
+    };
+    let health = get("/healthcheck");
+    assert_eq!(health.status(), 200);
+    assert_eq!(health.text().unwrap(), "OK");
+    rt.block_on(async {
+        let mut c = crate::client(rls.addr).await;
+        for _ in 0..8 {
+            crate::ask(&mut c, vec![crate::descriptor(&[("user", "m")])]).await;
+        }
+    });
+    let exposition = get("/metrics").text().unwrap();
+    for want in [
+        r#"rate_limit_decisions_total{rule="edge.user",outcome="allow"} 7"#,
+        r#"rate_limit_decisions_total{rule="edge.user",outcome="deny"} 1"#,
+    ] {
+        assert!(exposition.contains(want), "{want} in:\n{exposition}");
+    }
+    if crate::support::promtool::present() {
+        let dir = std::env::temp_dir();
+        crate::support::promtool::run(&dir, &["check", "metrics"], &exposition);
+    }
 }

@@ -85,6 +85,12 @@ impl Rls {
 
     /// The binary as `cmd` runs it, once it listens on `addr`.
     pub fn spawn(mut cmd: Command, addr: SocketAddr) -> Self {
+        // Its HTTP endpoints on a port of their own, on loopback.
+        for (name, value) in [("PORT", "0"), ("HOST", "127.0.0.1")] {
+            if !cmd.get_envs().any(|(k, _)| k == name) {
+                cmd.env(name, value);
+            }
+        }
         let mut child = cmd
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
