@@ -61,12 +61,12 @@ struct Args {
     /// `USE_PROMETHEUS`: the metrics at this address and path too.
     prometheus: Option<(SocketAddr, String)>,
     /// The files, or the directory whose `*.yaml` files are the rules.
-    configs: Source,
+    configs: Rules,
     redis: Option<String>,
 }
 
 #[derive(Clone)]
-enum Source {
+enum Rules {
     Files(Vec<PathBuf>),
     Dir(PathBuf),
 }
@@ -215,9 +215,9 @@ fn args() -> Result<Args, String> {
             dir.push(sub);
         }
         dir.push(env("RUNTIME_APPDIRECTORY").unwrap_or_else(|| "config".into()));
-        Source::Dir(dir)
+        Rules::Dir(dir)
     } else {
-        Source::Files(files)
+        Rules::Files(files)
     };
     Ok(Args {
         listen,
@@ -230,10 +230,10 @@ fn args() -> Result<Args, String> {
 
 /// The rules' files now: the given ones, or the directory's `*.yaml`
 /// (and `*.yml`) files, by name.
-fn files(source: &Source) -> Vec<PathBuf> {
+fn files(source: &Rules) -> Vec<PathBuf> {
     match source {
-        Source::Files(f) => f.clone(),
-        Source::Dir(dir) => {
+        Rules::Files(f) => f.clone(),
+        Rules::Dir(dir) => {
             let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
                 .map(|entries| {
                     entries
@@ -251,7 +251,7 @@ fn files(source: &Source) -> Vec<PathBuf> {
 
 /// What the files hold, read through their symlinks: a change to it is a
 /// change of rules, however it came.
-fn contents(source: &Source) -> Vec<(PathBuf, Option<String>)> {
+fn contents(source: &Rules) -> Vec<(PathBuf, Option<String>)> {
     files(source)
         .into_iter()
         .map(|p| {
@@ -261,12 +261,12 @@ fn contents(source: &Source) -> Vec<(PathBuf, Option<String>)> {
         .collect()
 }
 
-fn load(source: &Source) -> Result<RlsConfig, Box<dyn std::error::Error + Send + Sync>> {
+fn load(source: &Rules) -> Result<RlsConfig, Box<dyn std::error::Error + Send + Sync>> {
     let paths = files(source);
     if paths.is_empty() {
         let dir = match source {
-            Source::Dir(d) => d.display().to_string(),
-            Source::Files(_) => String::new(),
+            Rules::Dir(d) => d.display().to_string(),
+            Rules::Files(_) => String::new(),
         };
         return Err(format!("{dir}: no *.yaml rules file").into());
     }

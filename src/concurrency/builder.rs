@@ -37,7 +37,7 @@ pub struct ConcurrencyLimitBuilder {
     retry_after: Duration,
     settings: Settings,
     #[cfg(feature = "redis")]
-    pub(super) global: super::global_options::GlobalOptions,
+    pub(super) global: super::global_options::SlotOptions,
 }
 
 impl ConcurrencyLimitLayer {

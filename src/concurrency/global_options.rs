@@ -14,13 +14,13 @@ use crate::settings::Settings;
 
 /// What [`ConcurrencyLimitBuilder::global`] and its companions set.
 #[derive(Debug)]
-pub(super) struct GlobalOptions {
+pub(super) struct SlotOptions {
     pub(super) redis: Option<RedisBackend>,
     pub(super) slot_ttl: Duration,
     pub(super) failure: FailurePolicy,
 }
 
-impl Default for GlobalOptions {
+impl Default for SlotOptions {
     fn default() -> Self {
         Self {
             redis: None,
@@ -30,7 +30,7 @@ impl Default for GlobalOptions {
     }
 }
 
-impl GlobalOptions {
+impl SlotOptions {
     /// The local slot store, or the Redis one once its settings check out.
     pub(super) fn slot_store(
         self,

@@ -19,7 +19,7 @@ pub(crate) struct Permit {
 }
 
 /// What an acquire decided, and who decided it.
-pub(crate) struct Outcome {
+pub(crate) struct Acquired {
     pub(crate) source: Source,
     /// The permit and the count with it, or the refusal.
     pub(crate) verdict: Result<(Permit, u32), Refused>,
@@ -30,7 +30,7 @@ pub(crate) struct Refused {
 }
 
 /// Only a Redis acquire awaits.
-pub(crate) type Acquire = NowOrLater<Outcome>;
+pub(crate) type Acquire = NowOrLater<Acquired>;
 
 pub(super) fn local_only(local: LocalPermit) -> Permit {
     Permit {

@@ -8,7 +8,7 @@ use futures_util::future::BoxFuture;
 use http::StatusCode;
 use http::request::Parts;
 
-use super::permit::{Acquire, Outcome, Permit};
+use super::permit::{Acquire, Acquired, Permit};
 use super::slot_store::SlotStore;
 use crate::gate::Admission;
 use crate::headers::{Rendered, StaticQuotaMember};
@@ -41,7 +41,7 @@ pub(crate) struct Shared {
 
 /// A found key with its slot or refusal.
 enum Ready {
-    Key(Key, Outcome),
+    Key(Key, Acquired),
     Reject(StatusCode, Option<Misconfig>),
     Skip,
 }
@@ -51,13 +51,13 @@ pub(crate) enum Stopped {
     /// The key extractor is async.
     Finding(BoxFuture<'static, Found>),
     /// The backend is.
-    Taking(Key, BoxFuture<'static, Outcome>),
+    Taking(Key, BoxFuture<'static, Acquired>),
 }
 
 enum Taken {
     Ready(Ready),
     /// Redis is deciding.
-    Pending(Key, BoxFuture<'static, Outcome>),
+    Pending(Key, BoxFuture<'static, Acquired>),
 }
 
 impl Taken {

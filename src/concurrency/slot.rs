@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 
-use super::permit::{Acquire, LocalSlots, Outcome, Permit, Refused, local_only};
+use super::permit::{Acquire, Acquired, LocalSlots, Permit, Refused, local_only};
 use crate::backend::redis::{RedisBackend, SlotOp};
 use crate::failure::{Admit, FailureMode, Guard};
 use crate::policy::Cause;
@@ -21,7 +21,7 @@ use crate::util::instant::after;
 use crate::{decision::Source, key::Key};
 
 /// A limit shared by every gateway through slots in Redis (`slot.lua`).
-pub(crate) struct Global {
+pub(crate) struct GlobalSlots {
     redis: RedisBackend,
     guard: Guard,
     ttl: Duration,
@@ -44,7 +44,7 @@ struct HeldSlots {
 /// Renewal calls in flight at once, across keys.
 const RENEW_CONCURRENCY: usize = 16;
 
-impl Global {
+impl GlobalSlots {
     pub(super) fn new(redis: RedisBackend, guard: Guard, ttl: Duration) -> Self {
         Self {
             redis,
@@ -149,7 +149,7 @@ impl Global {
         key: Key,
         limit: u32,
         retry_hint: Duration,
-    ) -> Outcome {
+    ) -> Acquired {
         let id: Arc<str> = slot_id().into();
         let op = SlotOp::Acquire {
             id: &id,
@@ -174,7 +174,7 @@ impl Global {
             Ok(r) if r.ok => {
                 let local = self.local.take(key.clone());
                 let slot = Slot::start(self, name, key, id);
-                Outcome {
+                Acquired {
                     source: Source::Global,
                     verdict: Ok((
                         Permit {
@@ -185,7 +185,7 @@ impl Global {
                     )),
                 }
             }
-            Ok(r) => Outcome {
+            Ok(r) => Acquired {
                 source: Source::Global,
                 verdict: Err(Refused {
                     retry_after: r.retry_after,
@@ -197,7 +197,7 @@ impl Global {
 
     /// Decides without Redis. The local fallback allows this instance's
     /// share of `limit`.
-    fn fail(&self, key: Key, limit: u32, retry_hint: Duration, cause: Cause) -> Outcome {
+    fn fail(&self, key: Key, limit: u32, retry_hint: Duration, cause: Cause) -> Acquired {
         let (verdict, source) = self.guard.fail_with(&key, cause, |mode| {
             let verdict = match mode {
                 FailureMode::RefusePercent(p) if self.guard.partial_refuses(p) => Err(Refused {
@@ -219,7 +219,7 @@ impl Global {
             let allowed = verdict.is_ok();
             (verdict, allowed)
         });
-        Outcome { source, verdict }
+        Acquired { source, verdict }
     }
 
     async fn call(&self, name: &str, key: &Key, op: SlotOp<'_>) -> Result<bool, Cause> {
@@ -247,7 +247,7 @@ fn slot_id() -> String {
 
 /// Renews every slot `g` holds each `every` (TTL/3, so two renewals may
 /// fail before a slot is lost), until no slot is held or `g` is gone.
-async fn renew_all(g: Weak<Global>, every: Duration) {
+async fn renew_all(g: Weak<GlobalSlots>, every: Duration) {
     let mut tick = tokio::time::interval_at(after(tokio::time::Instant::now(), every), every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -276,7 +276,7 @@ async fn renew_all(g: Weak<Global>, every: Duration) {
 
 /// A slot held in Redis: renewed while it lives, released when dropped.
 pub(crate) struct Slot {
-    global: Arc<Global>,
+    global: Arc<GlobalSlots>,
     name: Arc<str>,
     key: Key,
     id: Arc<str>,
@@ -285,7 +285,7 @@ pub(crate) struct Slot {
 impl Slot {
     /// Registers the slot with its limit's renewal task, so a response
     /// that streams for longer than the TTL keeps its slot.
-    pub(super) fn start(global: Arc<Global>, name: Arc<str>, key: Key, id: Arc<str>) -> Self {
+    pub(super) fn start(global: Arc<GlobalSlots>, name: Arc<str>, key: Key, id: Arc<str>) -> Self {
         global.register(&name, &key, &id);
         Self {
             global,
@@ -305,7 +305,7 @@ impl Drop for Slot {
 
 /// Releases slot `id` on its own task: drop cannot await. If the release
 /// fails, the TTL frees the slot.
-fn release_later(g: &Arc<Global>, name: &Arc<str>, key: &Key, id: &Arc<str>) {
+fn release_later(g: &Arc<GlobalSlots>, name: &Arc<str>, key: &Key, id: &Arc<str>) {
     let Ok(rt) = tokio::runtime::Handle::try_current() else {
         if let Some(suppressed) = g.warn_log.take(crate::observe::DENY_EVERY) {
             tracing::warn!(target: crate::observe::TARGET, rule = %name, suppressed,
@@ -328,7 +328,7 @@ fn release_later(g: &Arc<Global>, name: &Arc<str>, key: &Key, id: &Arc<str>) {
 /// an error, or a client that went away mid-call), the script may still
 /// have run, so the slot it may hold is released, not left to its TTL.
 struct Unanswered<'a> {
-    global: &'a Arc<Global>,
+    global: &'a Arc<GlobalSlots>,
     name: &'a Arc<str>,
     key: &'a Key,
     id: &'a Arc<str>,

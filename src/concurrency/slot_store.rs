@@ -3,9 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::permit::{Acquire, LocalSlots, Outcome};
+use super::permit::{Acquire, Acquired, LocalSlots};
 #[cfg(feature = "redis")]
-use super::slot::Global;
+use super::slot::GlobalSlots;
 #[cfg(feature = "redis")]
 use crate::backend::redis::RedisBackend;
 #[cfg(feature = "redis")]
@@ -18,7 +18,7 @@ use crate::{decision::Source, key::Key};
 pub(crate) enum SlotStore {
     Local(Arc<LocalSlots>),
     #[cfg(feature = "redis")]
-    Redis(Arc<Global>),
+    Redis(Arc<GlobalSlots>),
 }
 
 impl SlotStore {
@@ -28,7 +28,7 @@ impl SlotStore {
 
     #[cfg(feature = "redis")]
     pub(crate) fn redis(redis: RedisBackend, guard: Guard, ttl: Duration) -> Self {
-        Self::Redis(Arc::new(Global::new(redis, guard, ttl)))
+        Self::Redis(Arc::new(GlobalSlots::new(redis, guard, ttl)))
     }
 
     /// Takes a slot of `name` for `key` when fewer than `limit` are held;
@@ -43,7 +43,7 @@ impl SlotStore {
         #[cfg(not(feature = "redis"))]
         let _ = name;
         match self {
-            Self::Local(slots) => Acquire::Now(Outcome {
+            Self::Local(slots) => Acquire::Now(Acquired {
                 source: Source::Local,
                 verdict: slots.try_acquire(key, limit, retry_hint),
             }),

@@ -142,7 +142,7 @@ type Group = (Quota, Shard);
 type Answer = Result<Decided, Cause>;
 
 /// What [`Global::decide_now`] leaves to Redis.
-pub(super) enum Pending {
+pub(super) enum Asked {
     /// One exact decision, in this quota.
     Exact(Quota),
     /// A lease, for a request counted in the quota (boxed: it moves into
@@ -208,7 +208,7 @@ impl Global {
         key: &Key,
         quota: Quota,
         cost: NonZeroU32,
-    ) -> Result<(Decision, Source), Pending> {
+    ) -> Result<(Decision, Source), Asked> {
         if let Some(leases) = &self.leases
             && let Some(counted) = self.counted(rule, quota)
         {
@@ -222,7 +222,7 @@ impl Global {
                 Take::Spent(d) => return Ok((d, Source::Leased)),
                 Take::Denied(d) => return Ok((d, Source::Global)),
                 Take::Exact => return self.exact_now(rule, locks, key, (quota, counted), cost),
-                take => return Err(Pending::Lease(Box::new((take, counted)))),
+                take => return Err(Asked::Lease(Box::new((take, counted)))),
             }
         }
         self.exact_now(rule, locks, key, (quota, quota), cost)
@@ -239,7 +239,7 @@ impl Global {
         key: &Key,
         (shown, quota): (Quota, Quota),
         cost: NonZeroU32,
-    ) -> Result<(Decision, Source), Pending> {
+    ) -> Result<(Decision, Source), Asked> {
         let smooth = rule.algorithm.has_burst() && quota.period().is_none();
         if let Some(d) = self
             .denies
@@ -251,7 +251,7 @@ impl Global {
         if let Admit::Skip(_) = self.guard.admit() {
             return Ok(self.fail(locks, key, shown, cost, Cause::CircuitOpen));
         }
-        Err(Pending::Exact(quota))
+        Err(Asked::Exact(quota))
     }
 
     pub(super) fn breaker_status(&self) -> BreakerStatus {
@@ -291,15 +291,15 @@ impl Global {
         locks: &Locks,
         key: &Key,
         (quota, cost): (Quota, NonZeroU32),
-        pending: Pending,
+        pending: Asked,
     ) -> (Decision, Source) {
         let (mut take, counted) = match pending {
-            Pending::Exact(counted) => {
+            Asked::Exact(counted) => {
                 return self
                     .ask_exact(rule, locks, key, (quota, counted), cost)
                     .await;
             }
-            Pending::Lease(lease) => *lease,
+            Asked::Lease(lease) => *lease,
         };
         let Some(leases) = &self.leases else {
             return self

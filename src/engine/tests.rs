@@ -72,7 +72,7 @@ fn async_by_key(name: &str, quota: Quota) -> Rule {
 }
 
 /// A verdict with the decisions it rests on, as the tests read it.
-enum Verdict {
+enum Expect {
     Allow(Decisions),
     Deny(Decisions),
     Reject {
@@ -82,11 +82,11 @@ enum Verdict {
     },
 }
 
-fn verdict(v: super::Verdict, decisions: Decisions) -> Verdict {
+fn verdict(v: super::Verdict, decisions: Decisions) -> Expect {
     match v {
-        super::Verdict::Allow(_) => Verdict::Allow(decisions),
-        super::Verdict::Deny(_) => Verdict::Deny(decisions),
-        super::Verdict::Reject { rule, status, .. } => Verdict::Reject {
+        super::Verdict::Allow(_) => Expect::Allow(decisions),
+        super::Verdict::Deny(_) => Expect::Deny(decisions),
+        super::Verdict::Reject { rule, status, .. } => Expect::Reject {
             rule,
             status,
             decisions,
@@ -94,7 +94,7 @@ fn verdict(v: super::Verdict, decisions: Decisions) -> Verdict {
     }
 }
 
-fn eval(chain: &Arc<Chain>, parts: &Parts) -> Verdict {
+fn eval(chain: &Arc<Chain>, parts: &Parts) -> Expect {
     let mut decisions = Decisions::new();
     match chain.evaluate(parts, &mut decisions) {
         Ok(v) => verdict(v, decisions),
@@ -110,32 +110,32 @@ fn suspend(chain: &Arc<Chain>, parts: &Parts) -> Box<Suspended> {
     }
 }
 
-async fn resume(s: Box<Suspended>, parts: Parts) -> (Parts, Verdict) {
+async fn resume(s: Box<Suspended>, parts: Parts) -> (Parts, Expect) {
     let (p, d, v) = s.resume(parts).await;
     (p, verdict(v, d))
 }
 
-fn allowed(v: Verdict) -> Decisions {
+fn allowed(v: Expect) -> Decisions {
     match v {
-        Verdict::Allow(d) => d,
+        Expect::Allow(d) => d,
         other => panic!("expected Allow, got {}", summary(&other).0),
     }
 }
 
-fn denied(v: Verdict) -> Decisions {
+fn denied(v: Expect) -> Decisions {
     match v {
-        Verdict::Deny(d) => d,
+        Expect::Deny(d) => d,
         other => panic!("expected Deny, got {}", summary(&other).0),
     }
 }
 
 /// The verdict's kind and, per decision, the rule, allowed and remaining:
 /// what does not depend on the clock.
-fn summary(v: &Verdict) -> (String, Vec<(String, bool, u32)>) {
+fn summary(v: &Expect) -> (String, Vec<(String, bool, u32)>) {
     let (kind, ds) = match v {
-        Verdict::Allow(d) => ("allow".to_owned(), d),
-        Verdict::Deny(d) => ("deny".to_owned(), d),
-        Verdict::Reject {
+        Expect::Allow(d) => ("allow".to_owned(), d),
+        Expect::Deny(d) => ("deny".to_owned(), d),
+        Expect::Reject {
             rule,
             status,
             decisions,
@@ -292,7 +292,7 @@ fn a_missing_key_is_rejected_with_the_rules_status() {
         everyone("later", Quota::per_minute(10)),
     ]);
     match eval(&c, &parts(None)) {
-        Verdict::Reject {
+        Expect::Reject {
             rule,
             status,
             decisions,

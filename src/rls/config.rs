@@ -99,7 +99,7 @@ pub(super) struct Limit {
     /// `rate_limit.name`, for `replaces`.
     pub(super) name: Option<String>,
     pub(super) replaces: Vec<String>,
-    pub(super) unit: Unit,
+    pub(super) unit: TimeUnit,
     pub(super) requests_per_unit: u32,
     /// `quota_mode`: over the limit, the descriptor says so, but the
     /// request is refused only when every quota-mode descriptor is over.
@@ -135,7 +135,7 @@ pub(super) struct RuleSpec {
 /// envoyproxy/ratelimit counts them, unless the extension `calendar: true`
 /// makes a day or a month a calendar one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Unit {
+pub(super) enum TimeUnit {
     Second,
     Minute,
     Hour,
@@ -145,10 +145,10 @@ pub(super) enum Unit {
     Year,
 }
 
-impl<'de> Deserialize<'de> for Unit {
+impl<'de> Deserialize<'de> for TimeUnit {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let name = String::deserialize(d)?;
-        Unit::parse(&name).ok_or_else(|| {
+        TimeUnit::parse(&name).ok_or_else(|| {
             serde::de::Error::custom(format!(
                 "invalid rate limit unit {name:?} (second, minute, hour, day, week, month or year)"
             ))
@@ -156,30 +156,30 @@ impl<'de> Deserialize<'de> for Unit {
     }
 }
 
-impl Unit {
+impl TimeUnit {
     /// A unit by name, in any case, as envoyproxy/ratelimit reads it.
     fn parse(name: &str) -> Option<Self> {
         Some(match name.to_ascii_lowercase().as_str() {
-            "second" => Unit::Second,
-            "minute" => Unit::Minute,
-            "hour" => Unit::Hour,
-            "day" => Unit::Day,
-            "week" => Unit::Week,
-            "month" => Unit::Month,
-            "year" => Unit::Year,
+            "second" => TimeUnit::Second,
+            "minute" => TimeUnit::Minute,
+            "hour" => TimeUnit::Hour,
+            "day" => TimeUnit::Day,
+            "week" => TimeUnit::Week,
+            "month" => TimeUnit::Month,
+            "year" => TimeUnit::Year,
             _ => return None,
         })
     }
 
     pub(super) fn length(self) -> Duration {
         Duration::from_secs(match self {
-            Unit::Second => 1,
-            Unit::Minute => 60,
-            Unit::Hour => 3_600,
-            Unit::Day => 86_400,
-            Unit::Week => 7 * 86_400,
-            Unit::Month => 30 * 86_400,
-            Unit::Year => 365 * 86_400,
+            TimeUnit::Second => 1,
+            TimeUnit::Minute => 60,
+            TimeUnit::Hour => 3_600,
+            TimeUnit::Day => 86_400,
+            TimeUnit::Week => 7 * 86_400,
+            TimeUnit::Month => 30 * 86_400,
+            TimeUnit::Year => 365 * 86_400,
         })
     }
 }
@@ -232,7 +232,7 @@ struct RawDescriptor {
 #[serde(deny_unknown_fields)]
 struct RawLimit {
     /// Required, unless `unlimited`, where it is refused.
-    unit: Option<Unit>,
+    unit: Option<TimeUnit>,
     #[serde(default)]
     requests_per_unit: u32,
     #[serde(default)]
@@ -446,7 +446,7 @@ fn limit(l: RawLimit, raw: &RawDescriptor, path: &str) -> Result<Limit, String> 
             ));
         }
         // Shown as the second, the unit of a limit that never counts.
-        (true, None) => Unit::Second,
+        (true, None) => TimeUnit::Second,
         (false, Some(u)) => u,
         (false, None) => {
             return Err(format!(
@@ -472,8 +472,8 @@ fn limit(l: RawLimit, raw: &RawDescriptor, path: &str) -> Result<Limit, String> 
     } else {
         let n = l.requests_per_unit;
         let quota = match (raw.calendar, unit) {
-            (true, Unit::Day) => Quota::per_calendar_day(n),
-            (true, Unit::Month) => Quota::per_calendar_month(n),
+            (true, TimeUnit::Day) => Quota::per_calendar_day(n),
+            (true, TimeUnit::Month) => Quota::per_calendar_month(n),
             (true, other) => {
                 return Err(format!(
                     "`calendar: true` needs unit day or month, not {other:?}"

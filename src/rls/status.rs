@@ -10,32 +10,32 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 };
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 
-use super::config::{Limit, Node, Unit};
+use super::config::{Limit, Node, TimeUnit};
 use crate::decision::Decision;
 use crate::key::Key;
 
-pub(super) fn unit_of(pb: i32) -> Unit {
+pub(super) fn unit_of(pb: i32) -> TimeUnit {
     match pb {
-        1 => Unit::Second,
-        2 => Unit::Minute,
-        3 => Unit::Hour,
-        4 => Unit::Day,
-        5 => Unit::Month,
-        6 => Unit::Year,
-        7 => Unit::Week,
-        _ => Unit::Second,
+        1 => TimeUnit::Second,
+        2 => TimeUnit::Minute,
+        3 => TimeUnit::Hour,
+        4 => TimeUnit::Day,
+        5 => TimeUnit::Month,
+        6 => TimeUnit::Year,
+        7 => TimeUnit::Week,
+        _ => TimeUnit::Second,
     }
 }
 
-fn pb_unit(unit: Unit) -> PbUnit {
+fn pb_unit(unit: TimeUnit) -> PbUnit {
     match unit {
-        Unit::Second => PbUnit::Second,
-        Unit::Minute => PbUnit::Minute,
-        Unit::Hour => PbUnit::Hour,
-        Unit::Day => PbUnit::Day,
-        Unit::Week => PbUnit::Week,
-        Unit::Month => PbUnit::Month,
-        Unit::Year => PbUnit::Year,
+        TimeUnit::Second => PbUnit::Second,
+        TimeUnit::Minute => PbUnit::Minute,
+        TimeUnit::Hour => PbUnit::Hour,
+        TimeUnit::Day => PbUnit::Day,
+        TimeUnit::Week => PbUnit::Week,
+        TimeUnit::Month => PbUnit::Month,
+        TimeUnit::Year => PbUnit::Year,
     }
 }
 

@@ -88,7 +88,7 @@ pub(super) struct Endpoint {
     pub(super) tls: Tls,
     /// The master to follow and its credentials (sentinel mode only).
     #[cfg(feature = "redis-sentinel")]
-    pub(super) sentinel: Option<super::sentinel::Target>,
+    pub(super) sentinel: Option<super::sentinel::Watched>,
 }
 
 impl Endpoint {

@@ -21,7 +21,7 @@ use super::reconnect::{Abandoned, Reconnecting};
 
 /// The master a sentinel backend follows, and how to log in to it.
 #[derive(Clone, Default)]
-pub(super) struct Target {
+pub(super) struct Watched {
     pub(super) master_name: String,
     pub(super) username: Option<String>,
     pub(super) password: Option<String>,
@@ -34,7 +34,7 @@ pub(super) type Master = Arc<Reconnecting<MultiplexedConnection>>;
 /// rule's guard give up after `timeout`; connected at once unless `lazy`.
 pub(super) async fn connect(
     sentinels: &[String],
-    target: Option<&Target>,
+    target: Option<&Watched>,
     #[cfg(feature = "redis-tls")] certs: Option<redis::TlsCertificates>,
     timeout: std::time::Duration,
     lazy: bool,

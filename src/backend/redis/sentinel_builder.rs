@@ -3,7 +3,7 @@
 use super::backend::RedisBackend;
 use super::builder::RedisBackendBuilder;
 use super::endpoint::Topology;
-use super::sentinel::Target;
+use super::sentinel::Watched;
 
 impl RedisBackend {
     /// Starts configuring a backend for the master that Redis Sentinel
@@ -36,9 +36,9 @@ impl RedisBackend {
         let mut b = Self::builder(String::new());
         b.endpoint.urls = sentinels.into_iter().map(Into::into).collect();
         b.endpoint.topology = Topology::Sentinel;
-        b.endpoint.sentinel = Some(Target {
+        b.endpoint.sentinel = Some(Watched {
             master_name: master_name.into(),
-            ..Target::default()
+            ..Watched::default()
         });
         b
     }
@@ -50,7 +50,7 @@ impl RedisBackendBuilder {
     /// their URLs). Only for [`RedisBackend::sentinel_builder`]; elsewhere
     /// `build` fails with [`RedisBackendError::Unsupported`](super::RedisBackendError::Unsupported).
     pub fn sentinel_master_auth(mut self, username: Option<&str>, password: &str) -> Self {
-        let target = self.endpoint.sentinel.get_or_insert_with(Target::default);
+        let target = self.endpoint.sentinel.get_or_insert_with(Watched::default);
         target.username = username.map(str::to_owned);
         target.password = Some(password.to_owned());
         self
