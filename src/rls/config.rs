@@ -44,6 +44,8 @@ pub(super) struct Node {
     pub(super) children: Vec<Node>,
     /// Where the entry is, for errors found when its rule is built.
     pub(super) path: String,
+    /// Its limit's rule in the service's chain, once a snapshot placed it.
+    pub(super) rule: Option<usize>,
 }
 
 /// Which values of its key a node takes.
@@ -414,6 +416,7 @@ fn node(mut raw: RawDescriptor, parent: &str, src: &str) -> Result<Node, ConfigE
         limit,
         children,
         path,
+        rule: None,
     })
 }
 
@@ -505,12 +508,19 @@ fn limit(l: RawLimit, raw: &RawDescriptor, path: &str) -> Result<Limit, String> 
     })
 }
 
+/// The nodes of a descriptor's entries, one per entry (a descriptor is
+/// rarely deeper than four).
+pub(super) type Matched<'a> = smallvec::SmallVec<[&'a Node; 4]>;
+
 /// The nodes a descriptor's entries lead to, one per entry, matched by
 /// depth as envoyproxy/ratelimit matches them: at each depth a `key` with
 /// its exact `value` first, then the wildcards in the file's order, then
 /// the `key` alone. Empty when an entry matches nothing.
-pub(super) fn find<'a>(mut nodes: &'a [Node], entries: &[(&str, &str)]) -> Vec<&'a Node> {
-    let mut path = Vec::with_capacity(entries.len());
+pub(super) fn find<'a, 'e>(
+    mut nodes: &'a [Node],
+    entries: impl Iterator<Item = (&'e str, &'e str)>,
+) -> Matched<'a> {
+    let mut path = Matched::new();
     for (key, value) in entries {
         let same_key = || nodes.iter().filter(|n| n.key == *key);
         let exact = |n: &&Node| matches!(&n.value, Match::Exact(v) if v == value);
@@ -520,10 +530,18 @@ pub(super) fn find<'a>(mut nodes: &'a [Node], entries: &[(&str, &str)]) -> Vec<&
             .or_else(|| same_key().find(wild))
             .or_else(|| same_key().find(|n| n.value == Match::Any))
         else {
-            return Vec::new();
+            return Matched::new();
         };
         path.push(node);
         nodes = &node.children;
     }
     path
+}
+
+/// Sets each node's `rule` to what `place` says of its path.
+pub(super) fn place_rules(nodes: &mut [Node], place: &impl Fn(&str) -> Option<usize>) {
+    for n in nodes {
+        n.rule = place(&n.path);
+        place_rules(&mut n.children, place);
+    }
 }

@@ -2,7 +2,7 @@
 //! [`RateLimitLayer`] whose rules are the configuration's limits, one rule
 //! each, decided through the engine's keyed door: no request is made up.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
@@ -16,7 +16,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tonic::{Request, Response, Status};
 
-use super::config::{Limit, LimitKind, Node, RlsConfig, RuleSpec, find};
+use super::config::{Limit, LimitKind, Node, RlsConfig, RuleSpec, find, place_rules};
 use super::status::{bare, counter_key, current, of, pb_headers, unit_of};
 use crate::config::ConfigError;
 use crate::decision::{Decisions, RuleDecision, Source};
@@ -49,8 +49,6 @@ struct Inner {
 struct Snapshot {
     domains: BTreeMap<String, Vec<Node>>,
     chain: Arc<Chain>,
-    /// Each limit's rule in `chain`, by the limit's path.
-    rules: HashMap<String, usize>,
     /// Each limit's failure mode, for a check its store cannot answer.
     fails_closed: HashSet<String>,
 }
@@ -139,23 +137,18 @@ impl RateLimitServerBuilder {
 }
 
 impl Snapshot {
+    /// The domains with each limit's node pointing at its rule in `chain`.
     fn new(
-        domains: BTreeMap<String, Vec<Node>>,
+        mut domains: BTreeMap<String, Vec<Node>>,
         chain: Arc<Chain>,
         fails_closed: HashSet<String>,
     ) -> Self {
-        let mut limits = Vec::new();
-        for nodes in domains.values() {
-            each_limit(nodes, &mut limits);
+        for nodes in domains.values_mut() {
+            place_rules(nodes, &|path| chain.position(path));
         }
-        let rules = limits
-            .iter()
-            .filter_map(|(n, _)| Some((n.path.clone(), chain.position(&n.path)?)))
-            .collect();
         Self {
             domains,
             chain,
-            rules,
             fails_closed,
         }
     }
@@ -289,15 +282,12 @@ impl RateLimitServer {
                     "descriptor {i} has no entries"
                 )));
             }
-            let entries: Vec<(&str, &str)> = d
-                .entries
-                .iter()
-                .map(|e| (e.key.as_str(), e.value.as_str()))
-                .collect();
-            matched.push(find(nodes, &entries));
+            let entries = d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str()));
+            matched.push(find(nodes, entries));
         }
-        // `replaces`: a limit a matched limit replaces does not apply.
-        let replaced: HashSet<&str> = matched
+        // `replaces`: a limit a matched limit replaces does not apply (a
+        // few names at most, most often none: no set to build).
+        let replaced: Vec<&str> = matched
             .iter()
             .filter_map(|p| p.last())
             .filter_map(|n| n.limit.as_ref())
@@ -308,7 +298,7 @@ impl RateLimitServer {
                 .last()
                 .and_then(|n| Some((path.as_slice(), n.limit.as_ref()?)));
             let limit =
-                limit.filter(|(_, l)| l.name.as_deref().is_none_or(|n| !replaced.contains(n)));
+                limit.filter(|(_, l)| l.name.as_deref().is_none_or(|n| !replaced.contains(&n)));
             ask(&snap, &req, d, limit)
         });
         let answers = futures_util::future::join_all(asks).await;
@@ -396,7 +386,7 @@ async fn ask(
         }
         LimitKind::Rule(_) => {}
     }
-    let Some(&at) = snap.rules.get(&node.path) else {
+    let Some(at) = node.rule else {
         return Err(Status::internal(format!(
             "limit {:?} has no rule",
             node.path
