@@ -94,6 +94,17 @@ fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
     }
 }
 
+/// A `remote_address` descriptor whose `limit` overrides its quota with
+/// one an hour.
+fn one_an_hour(ip: &str) -> RateLimitDescriptor {
+    let mut d = descriptor(&[("remote_address", ip)]);
+    d.limit = Some(RateLimitOverride {
+        requests_per_unit: 1,
+        unit: 3, // HOUR
+    });
+    d
+}
+
 fn request(descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
     RateLimitRequest {
         domain: "edge".into(),
@@ -217,14 +228,7 @@ async fn hits_addend_zero_checks_and_above_one_spends_that_many() {
 #[tokio::test]
 async fn a_descriptors_limit_overrides_its_quota_with_counters_of_its_own() {
     let mut c = local_server().await;
-    let overridden = || {
-        let mut d = descriptor(&[("remote_address", "192.0.2.50")]);
-        d.limit = Some(RateLimitOverride {
-            requests_per_unit: 1,
-            unit: 3, // HOUR
-        });
-        vec![d]
-    };
+    let overridden = || vec![one_an_hour("192.0.2.50")];
     let r = ask(&mut c, overridden()).await;
     let limit = r.statuses[0].current_limit.as_ref().unwrap();
     assert_eq!((limit.requests_per_unit, limit.unit), (1, 3));

@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::google::protobuf::UInt64Value;
 use keyed_rate_limit::rls::{RateLimitServer, RlsConfig};
 use keyed_rate_limit_testing::RedisServer;
@@ -24,14 +23,7 @@ fn check(
 async fn a_check_reads_shadow_and_overridden_limits_without_counting() {
     let mut c = local_server().await;
     // An override of 1 an hour: checked whole, spent, then checked over.
-    let overridden = || {
-        let mut d = descriptor(&[("remote_address", "198.51.100.7")]);
-        d.limit = Some(RateLimitOverride {
-            requests_per_unit: 1,
-            unit: 3, // HOUR
-        });
-        d
-    };
+    let overridden = || crate::one_an_hour("198.51.100.7");
     let r = ask(&mut c, vec![check(overridden())]).await;
     assert_eq!((codes(&r), r.statuses[0].limit_remaining), (vec![OK], 1));
     let limit = r.statuses[0].current_limit.as_ref().unwrap();
