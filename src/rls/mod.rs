@@ -1,4 +1,5 @@
 #![doc = include_str!("../../docs/rls.md")]
+#![doc = include_str!("../../docs/rls_envoy.md")]
 
 // envoyproxy/ratelimit's YAML into a descriptor tree of the crate's rules.
 mod config;

@@ -108,6 +108,12 @@ impl Envoy {
 {rls_cluster}"#,
             up = endpoint(upstream.port()),
         );
+        Self::run(binary, &config, port)
+    }
+
+    /// Envoy (`binary`) running `config` as is, once it listens on `port`
+    /// of 127.0.0.1: a guide's `envoy.yaml` with its ports replaced.
+    pub fn run(binary: &Path, config: &str, port: u16) -> Self {
         let dir = std::env::temp_dir().join(format!("envoy-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("envoy.yaml");

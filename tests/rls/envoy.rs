@@ -196,3 +196,62 @@ fn envoy_counts_a_long_descriptor_value_like_any_other() {
         }
     }
 }
+
+/// The ```yaml blocks of the Envoy guide, in order.
+fn guide_yaml() -> Vec<String> {
+    let guide = include_str!("../../docs/rls_envoy.md");
+    guide
+        .split("```yaml\n")
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap().to_owned())
+        .collect()
+}
+
+/// The guide's `envoy.yaml` as it stands (its ports replaced), in front
+/// of two `keyed-rls` instances on one private Redis with the guide's
+/// rules: the quota is exact whichever instance answers, and once one is
+/// killed the gRPC health check takes it out, so `failure_mode_deny: true`
+/// answers no 500.
+#[test]
+fn the_guides_envoy_yaml_runs_as_is() {
+    let Some(venv) = venv() else { return };
+    let blocks = guide_yaml();
+    let (envoy_yaml, rules) = (&blocks[0], &blocks[1]);
+    let redis = keyed_rate_limit_testing::RedisServer::start();
+    let up = upstream();
+    let (edge, a, b) = (free_port(), free_port(), free_port());
+    let config = envoy_yaml
+        .replace("port_value: 10000", &format!("port_value: {edge}"))
+        .replace("port_value: 8080", &format!("port_value: {}", up.port()))
+        .replace("port_value: 8081", &format!("port_value: {a}"))
+        .replace("port_value: 8082", &format!("port_value: {b}"));
+    let rules = temp_file("edge.yaml", rules);
+    let start = |port: u16| {
+        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_keyed-rls"));
+        cmd.args(["--listen", &addr.to_string(), "--config"])
+            .arg(&rules)
+            .args(["--redis", &redis.url()]);
+        Rls::spawn(cmd, addr)
+    };
+    let (mut first, _second) = (start(a), start(b));
+    let envoy = Envoy::run(&venv.join("bin/envoy"), &config, edge);
+    // 3 a minute for one user, across both instances.
+    for _ in 0..3 {
+        assert_eq!(get(&envoy.url, "/", "ann").status(), 200);
+    }
+    let refused = get(&envoy.url, "/", "ann");
+    assert_eq!(refused.status(), 429);
+    assert!(
+        header(&refused, "x-ratelimit-limit").is_some(),
+        "Envoy's own headers"
+    );
+    // One instance dies: after the health check, every call goes to the
+    // other, and no request gets failure_mode_deny's 500.
+    first.kill();
+    std::thread::sleep(Duration::from_millis(2500));
+    for i in 0..6 {
+        let status = get(&envoy.url, "/", &format!("user-{i}")).status();
+        assert_eq!(status, 200, "user-{i}: the live instance answers");
+    }
+}
