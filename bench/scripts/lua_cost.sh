@@ -35,7 +35,7 @@ for alg in gcra token_bucket fixed_window sliding_window; do
     fixed_window) moves=("$lua/fixed_window_moves.lua" "$lua/one_key.lua");;
     *) moves=("$lua/sliding_window_moves.lua");;
   esac
-  # As script.rs builds it: the moves inside `moves()`, made on first use.
+  # As script/sources.rs builds it: the moves inside `moves()`, made on first use.
   sha=$(cli SCRIPT LOAD "$(cat $lua/clock.lua $lua/quota_change.lua "${prelude[@]}" $lua/$alg.lua
     printf 'moves = function()\nif made then return made end\nmade = {}\nlocal m = made\n'
     cat "${moves[@]}" $lua/moved.lua; printf 'return m\nend\n'
