@@ -58,6 +58,17 @@ descriptors:
     rate_limit: { unit: second, requests_per_unit: 1000000000 }
 ";
 
+/// Three limits, for a request of three descriptors decided together.
+const CONFIG3: &str = "domain: bench
+descriptors:
+  - key: a
+    rate_limit: { unit: second, requests_per_unit: 1000000000 }
+  - key: b
+    rate_limit: { unit: second, requests_per_unit: 1000000000 }
+  - key: c
+    rate_limit: { unit: second, requests_per_unit: 1000000000 }
+";
+
 static SERVED: AtomicU64 = AtomicU64::new(0);
 
 /// A service that answers what a decision answers, deciding nothing.
@@ -123,15 +134,23 @@ impl<T: RateLimitService> RateLimitService for Counting<T> {
 }
 
 fn request(user: &str) -> RateLimitRequest {
+    request_of(&["user"], user)
+}
+
+/// One descriptor per key, each `key` = `value`.
+fn request_of(keys: &[&str], value: &str) -> RateLimitRequest {
     RateLimitRequest {
         domain: "bench".into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: "user".into(),
-                value: user.into(),
-            }],
-            ..RateLimitDescriptor::default()
-        }],
+        descriptors: keys
+            .iter()
+            .map(|k| RateLimitDescriptor {
+                entries: vec![Entry {
+                    key: (*k).into(),
+                    value: value.into(),
+                }],
+                ..RateLimitDescriptor::default()
+            })
+            .collect(),
         hits_addend: 0,
     }
 }
@@ -149,21 +168,30 @@ fn serve_child(variant: &str, n: u64) {
         let mut server = tonic::transport::Server::builder();
         let router = match variant {
             "bare" => server.add_service(RateLimitServiceServer::new(Counting { inner: Bare, n })),
-            "rls-redis" => {
+            "rls-redis" | "rls-redis-3" => {
                 let url = std::env::var("RLS_REDIS_URL").expect("the parent's redis-server");
                 let redis = RedisBackend::builder(url)
                     .prefix("rls-cpu")
                     .build()
                     .await
                     .unwrap();
-                let rls = RateLimitServer::builder(RlsConfig::from_yaml_str(GLOBAL).unwrap())
+                let config = match variant {
+                    "rls-redis" => GLOBAL.to_owned(),
+                    _ => CONFIG3.replace("  - key", "  - scope: global\n    key"),
+                };
+                let rls = RateLimitServer::builder(RlsConfig::from_yaml_str(&config).unwrap())
                     .redis(redis)
                     .build()
                     .unwrap();
                 server.add_service(RateLimitServiceServer::new(Counting { inner: rls, n }))
             }
             _ => {
-                let rls = RateLimitServer::builder(RlsConfig::from_yaml_str(CONFIG).unwrap())
+                let config = if variant == "rls-local-3" {
+                    CONFIG3
+                } else {
+                    CONFIG
+                };
+                let rls = RateLimitServer::builder(RlsConfig::from_yaml_str(config).unwrap())
                     .build()
                     .unwrap();
                 server.add_service(RateLimitServiceServer::new(Counting { inner: rls, n }))
@@ -201,7 +229,11 @@ async fn count(variant: &str, n: u64, redis_url: &str) -> u64 {
         .unwrap();
     let addr: SocketAddr = line.trim().parse().unwrap();
     let mut c = client(addr).await;
-    while c.should_rate_limit(request("alice")).await.is_ok() {}
+    let req = || match variant.ends_with("-3") {
+        true => request_of(&["a", "b", "c"], "alice"),
+        false => request("alice"),
+    };
+    while c.should_rate_limit(req()).await.is_ok() {}
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     err.lines()
@@ -359,7 +391,7 @@ fn main() {
         println!("server instructions per ShouldRateLimit (callgrind, current-thread runtime, one connection, (I(3N) - I(N)) / 2N with N = {n})");
         let mut per = Vec::new();
         let redis = RedisServer::start();
-        for variant in ["bare", "rls-local", "rls-redis"] {
+        for variant in ["bare", "rls-local", "rls-redis", "rls-local-3", "rls-redis-3"] {
             let (small, large) = (
                 count(variant, n, &redis.url()).await,
                 count(variant, 3 * n, &redis.url()).await,
@@ -369,9 +401,11 @@ fn main() {
             per.push(each);
         }
         println!(
-            "rls-local / bare = {:.3}, rls-redis / bare = {:.3}",
+            "rls-local / bare = {:.3}, rls-redis / bare = {:.3}; three descriptors: local {:.3}x one, redis {:.3}x one",
             per[1] as f64 / per[0] as f64,
-            per[2] as f64 / per[0] as f64
+            per[2] as f64 / per[0] as f64,
+            per[3] as f64 / per[1] as f64,
+            per[4] as f64 / per[2] as f64
         );
         }
         if part("load") {
