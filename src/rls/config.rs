@@ -124,7 +124,9 @@ pub(super) struct RuleSpec {
     pub(super) quota: Quota,
     pub(super) shadow: bool,
     pub(super) algorithm: Option<Algorithm>,
-    pub(super) global: bool,
+    /// `scope`: `Some(true)` global, `Some(false)` local, `None` global
+    /// when the service has a Redis backend, as envoyproxy/ratelimit counts.
+    pub(super) global: Option<bool>,
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(super) failure_mode: Option<FailureMode>,
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
@@ -387,9 +389,9 @@ fn node(mut raw: RawDescriptor, parent: &str, src: &str) -> Result<Node, ConfigE
             "descriptor {path:?}: keys and values name the rule, so they are printable ASCII without spaces or braces"
         )));
     }
-    if (raw.lease.is_some() || raw.coalesce.is_some()) && raw.scope != Some(RawScope::Global) {
+    if (raw.lease.is_some() || raw.coalesce.is_some()) && raw.scope == Some(RawScope::Local) {
         return Err(fail(format!(
-            "descriptor {path:?}: `lease` and `coalesce` need `scope: global`"
+            "descriptor {path:?}: `lease` and `coalesce` need a global scope, not `scope: local`"
         )));
     }
     let shared = match (&value, raw.share_threshold) {
@@ -492,7 +494,7 @@ fn limit(l: RawLimit, raw: &RawDescriptor, path: &str) -> Result<Limit, String> 
             quota,
             shadow: raw.shadow_mode,
             algorithm: raw.algorithm,
-            global: raw.scope == Some(RawScope::Global),
+            global: raw.scope.as_ref().map(|s| *s == RawScope::Global),
             failure_mode: raw.failure_mode,
             lease: raw.lease,
             coalesce: raw.coalesce,

@@ -168,15 +168,26 @@ fn rules_of(
     for nodes in config.domains.values() {
         each_limit(nodes, &mut limits);
     }
+    #[cfg(feature = "redis")]
+    let shared = redis.is_some();
+    #[cfg(not(feature = "redis"))]
+    let shared = false;
+    let mut apart = 0;
     for (node, spec) in limits {
         #[cfg_attr(not(feature = "redis"), allow(unused_mut))]
         let mut rule = rule_for(&node.path, spec);
-        if spec.global {
+        // As envoyproxy/ratelimit counts: in Redis when there is one, and
+        // what only Redis can do (leases, group commit) asks for it.
+        let global = spec
+            .global
+            .unwrap_or(shared || spec.lease.is_some() || spec.coalesce.is_some());
+        apart += usize::from(spec.global.is_none() && !global);
+        if global {
             #[cfg(feature = "redis")]
             {
                 let Some(redis) = redis else {
                     return Err(ConfigError::new(format!(
-                        "descriptor {:?}: `scope: global` needs a Redis backend (RateLimitServerBuilder::redis)",
+                        "descriptor {:?}: a global scope (`scope: global`, a lease, coalescing) needs a Redis backend (RateLimitServerBuilder::redis)",
                         node.path
                     )));
                 };
@@ -197,10 +208,13 @@ fn rules_of(
                 node.path
             )));
         }
-        if spec.global && spec.failure_mode == Some(FailureMode::FailClosed) {
+        if global && spec.failure_mode == Some(FailureMode::FailClosed) {
             fails_closed.insert(node.path.clone());
         }
         rules.push(rule);
+    }
+    if apart > 0 {
+        tracing::warn!(target: crate::observe::TARGET, limits = apart, "the rate-limit service has no Redis backend: each instance counts its limits alone");
     }
     Ok((rules, fails_closed))
 }

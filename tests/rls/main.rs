@@ -442,25 +442,45 @@ descriptors:
         admitted += usize::from(r.overall_code == OK);
     }
     assert!((1..=20).contains(&admitted), "{admitted} of a quota of 20");
-    let e = RlsConfig::from_yaml_str("domain: edge\ndescriptors:\n  - key: a\n    lease: { ttl: 1s }\n    rate_limit: { unit: hour, requests_per_unit: 5 }\n")
+    // A lease asks for Redis: refused without a backend, or with scope: local.
+    let leased = "domain: edge\ndescriptors:\n  - key: a\n    lease: { ttl: 1s }\n    rate_limit: { unit: hour, requests_per_unit: 5 }\n";
+    let e = RateLimitServer::builder(RlsConfig::from_yaml_str(leased).unwrap())
+        .build()
         .unwrap_err();
-    assert!(e.to_string().contains("need `scope: global`"), "{e}");
+    assert!(e.to_string().contains("needs a Redis backend"), "{e}");
+    let local = leased.replace("    lease:", "    scope: local\n    lease:");
+    let e = RlsConfig::from_yaml_str(&local).unwrap_err();
+    assert!(e.to_string().contains("not `scope: local`"), "{e}");
 }
 
+/// Two servers on one Redis with envoyproxy/ratelimit's file as it is (no
+/// `scope`: global with a backend, as it counts), and with this crate's
+/// extensions: exactly the quota across both, either way.
 #[tokio::test]
 async fn two_servers_on_one_redis_admit_exactly_the_quota() {
     let redis = RedisServer::start();
-    let config = "domain: edge
+    let plain = "domain: edge
+descriptors:
+  - key: user
+    rate_limit: { unit: hour, requests_per_unit: 25 }
+";
+    let extended = "domain: edge
 descriptors:
   - key: user
     scope: global
     algorithm: fixed_window
     rate_limit: { unit: hour, requests_per_unit: 25 }
 ";
+    for (n, config) in [plain, extended].into_iter().enumerate() {
+        two_servers(&redis, &format!("rls-{n}"), config).await;
+    }
+}
+
+async fn two_servers(redis: &RedisServer, prefix: &str, config: &str) {
     let mut clients = Vec::new();
     for _ in 0..2 {
         let server = RateLimitServer::builder(RlsConfig::from_yaml_str(config).unwrap())
-            .redis(redis.backend("rls").await)
+            .redis(redis.backend(prefix).await)
             .build()
             .unwrap();
         clients.push(client(serve(server).await).await);
@@ -483,7 +503,10 @@ descriptors:
     for t in tasks {
         total += t.await.unwrap().1;
     }
-    assert_eq!(total, 25, "80 requests over 2 servers and 8 callers");
+    assert_eq!(
+        total, 25,
+        "{config}: 80 requests over 2 servers and 8 callers"
+    );
 }
 
 mod client {
