@@ -1,5 +1,6 @@
-//! A circuit breaker, so a dead Redis costs one timeout per probe instead
-//! of one per request.
+//! A circuit breaker, so a dead backend (Redis, or the remote rate-limit
+//! service of `rls::client`) costs one timeout per probe instead of one
+//! per request.
 
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;

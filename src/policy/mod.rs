@@ -1,7 +1,7 @@
 //! The value types that rules, backends, failure handling and observability
 //! share. They depend on nothing above the quota and the error types, so
-//! every layer can name them; users reach them through `rule`, `failure`
-//! and the crate root.
+//! every layer can name them; users reach them through `rule` and
+//! `failure`.
 
 #[cfg(feature = "redis")]
 mod cause;
