@@ -7,10 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::coalesce::{Batch, Join, Leader, Queues};
-use super::control::ControlError;
 use crate::backend::redis::{Decided, Locking, MAX_PREVIOUS, RedisBackend, Shard, Target};
 use crate::failure::PATIENCE;
-use crate::failure::{Admit, BreakerStatus, FailureMode, Guard};
+use crate::failure::{Admit, BreakerStatus, Guard};
 use crate::policy::ControlOp;
 use crate::policy::{Cause, QuotaChange};
 use crate::rule::Rule;
@@ -501,145 +500,5 @@ impl Global {
                 }
             }
         }
-    }
-
-    /// The control handle's `op` in Redis; this gateway's deny cache
-    /// forgets the key, so its next request asks Redis.
-    pub(super) async fn control(
-        &self,
-        rule: &Rule,
-        key: &Key,
-        quota: Option<Quota>,
-        op: ControlOp,
-    ) -> Result<Option<Decision>, ControlError> {
-        self.denies.forget(key);
-        if let Some(leases) = &self.leases {
-            leases.forget(key);
-        }
-        // Block and unblock touch only the lock, the rule and key's own.
-        let quota = quota.unwrap_or_else(|| Quota::per_second(1));
-        // A leased rule's state is counted in the lease's quota.
-        let quota = self
-            .leases
-            .as_ref()
-            .and_then(|l| l.policy().counted(quota, rule.algorithm))
-            .unwrap_or(quota);
-        let call = self.control_call(rule, &quota, key, op);
-        let patience = rule.failure.timeout.saturating_mul(PATIENCE);
-        match tokio::time::timeout(patience, call).await {
-            Ok(Ok((d, _))) => Ok(match op {
-                ControlOp::Adjust(_) => {
-                    self.learn(rule, key, &quota, &d);
-                    Some(d)
-                }
-                ControlOp::Reset => {
-                    self.learned.forget(key);
-                    None
-                }
-                ControlOp::Block(_)
-                | ControlOp::Unblock
-                | ControlOp::GiveBack(..)
-                | ControlOp::Refund(..) => None,
-            }),
-            Ok(Err(e)) => Err(ControlError::Redis(e)),
-            Err(_) => Err(ControlError::Timeout(patience)),
-        }
-    }
-
-    /// What a request of one unit would be told now, read from Redis
-    /// without spending: for an any-of group's headers. `None` while the
-    /// breaker is open or when Redis does not answer within the rule's
-    /// timeout; nothing is counted against the breaker.
-    pub(super) async fn read(&self, rule: &Rule, key: &Key, quota: Quota) -> Option<Decision> {
-        if self.breaker_status().state != crate::failure::BreakerState::Closed {
-            return None;
-        }
-        let quota = self.counting(rule, quota);
-        let op = ControlOp::Adjust(0);
-        let call = self.control_call(rule, &quota, key, op);
-        let (d, _) = tokio::time::timeout(rule.failure.timeout, call)
-            .await
-            .ok()?
-            .ok()?;
-        Some(d)
-    }
-
-    /// `op` on `key` in `quota`, converting the key from the rule's
-    /// previous quotas first, as a decision would.
-    async fn control_call(
-        &self,
-        rule: &Rule,
-        quota: &Quota,
-        key: &Key,
-        op: ControlOp,
-    ) -> Result<(Decision, bool), crate::backend::redis::RedisBackendError> {
-        self.know_fleet(rule).await;
-        let target = Target {
-            rule: &rule.name,
-            algorithm: rule.algorithm,
-            quota,
-            locks: Locking::default(),
-        };
-        let previous = self.previous(*quota);
-        self.redis
-            .control(target, key, op, (self.fixed, previous))
-            .await
-    }
-
-    /// Gives back (`units < 0`) or charges units a request spent in Redis,
-    /// after its response (or its refusal) is out: one `control.lua` call
-    /// behind the rule's breaker and timeout. A refund of a charge whose
-    /// window ends `ends_in` ms from now is void when that window is no
-    /// longer the current one (`outcome="refund_void"`). A failure is logged and counted
-    /// (`outcome="settle_failed"`); a charge then lands in this instance's
-    /// share under `LocalFallback`, and is dropped otherwise.
-    pub(super) async fn adjust_redis(
-        &self,
-        rule: &Rule,
-        key: &Key,
-        quota: Quota,
-        units: i64,
-        ends_in: Option<i64>,
-    ) {
-        let counted = self.counting(rule, quota);
-        if units < 0 {
-            // A cached deny may no longer hold.
-            self.denies.forget(key);
-        }
-        let cause = match self.guard.admit() {
-            Admit::Skip(_) => Cause::CircuitOpen,
-            Admit::Call | Admit::Probe => {
-                let op = match ends_in {
-                    Some(ends_in) if units < 0 => {
-                        let back = u32::try_from(units.unsigned_abs()).unwrap_or(u32::MAX);
-                        ControlOp::Refund(back, ends_in)
-                    }
-                    _ => ControlOp::Adjust(units),
-                };
-                let call = self.control_call(rule, &counted, key, op);
-                match self.guard.call(self.redis.reachability(), call).await {
-                    Ok((d, void)) => {
-                        if void {
-                            observe::refund_void(&rule.name);
-                        }
-                        return self.learn(rule, key, &counted, &d);
-                    }
-                    Err(cause) => cause,
-                }
-            }
-        };
-        self.guard.failed(&cause);
-        let fallback = units > 0 && rule.failure.mode == FailureMode::LocalFallback;
-        if fallback {
-            self.adjust_fallback(key, quota, units);
-        }
-        observe::settle_failed(
-            &rule.name,
-            || key.fingerprint(),
-            units,
-            &cause,
-            fallback,
-            &self.settle_log,
-        );
     }
 }

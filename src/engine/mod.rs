@@ -44,6 +44,9 @@ mod lease;
 /// The conversion of Redis state after a quota change.
 #[cfg(feature = "redis")]
 mod quota_change;
+/// A global rule's control operations and settlements.
+#[cfg(feature = "redis")]
+mod settle_global;
 
 // Around the requests.
 /// The control handle's operations.
