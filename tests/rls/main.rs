@@ -415,19 +415,21 @@ async fn a_reload_keeps_what_was_spent() {
     assert!(described.contains("edge.remote_address"), "{described}");
 }
 
-#[tokio::test]
-async fn a_leased_limit_on_two_servers_never_admits_more_than_the_quota() {
-    let redis = RedisServer::start();
-    let config = "domain: edge
+/// A global limit of 20 an hour taken in 200 ms leases.
+const LEASED: &str = "domain: edge
 descriptors:
   - key: user
     scope: global
     lease: { ttl: 200ms }
     rate_limit: { unit: hour, requests_per_unit: 20 }
 ";
+
+#[tokio::test]
+async fn a_leased_limit_on_two_servers_never_admits_more_than_the_quota() {
+    let redis = RedisServer::start();
     let mut clients = Vec::new();
     for _ in 0..2 {
-        let server = RateLimitServer::builder(RlsConfig::from_yaml_str(config).unwrap())
+        let server = RateLimitServer::builder(RlsConfig::from_yaml_str(LEASED).unwrap())
             .redis(redis.backend("rls-lease").await)
             .build()
             .unwrap();

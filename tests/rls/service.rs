@@ -48,14 +48,7 @@ async fn a_check_reads_shadow_and_overridden_limits_without_counting() {
 #[tokio::test]
 async fn a_check_reads_a_leased_limit_from_redis() {
     let redis = RedisServer::start();
-    let config = "domain: edge
-descriptors:
-  - key: user
-    scope: global
-    lease: { ttl: 200ms }
-    rate_limit: { unit: hour, requests_per_unit: 20 }
-";
-    let server = RateLimitServer::builder(RlsConfig::from_yaml_str(config).unwrap())
+    let server = RateLimitServer::builder(RlsConfig::from_yaml_str(crate::LEASED).unwrap())
         .redis(redis.backend("rls-check-lease").await)
         .build()
         .unwrap();
