@@ -514,6 +514,12 @@ impl KeyExtractor {
         self.source.needs()
     }
 
+    /// Whether another layer (authentication) sets what this reads: a
+    /// request extension. A rule placed before that layer never finds it.
+    pub(crate) fn set_by_a_layer(&self) -> bool {
+        self.source.reads_an_extension() || self.name() == "optional_extension"
+    }
+
     /// The label given at construction.
     pub fn name(&self) -> &str {
         &self.name

@@ -202,10 +202,12 @@ const EVERY: Duration = Duration::from_secs(60);
 /// an ERROR at most once a minute (and counted every time), and a rule
 /// that found no key in any request for a minute is a warning. Every
 /// request let through without a key (`outcome="unkeyed"`) or counted on
-/// the fallback's key (`outcome="fallback_key"`) is counted, and while the
-/// rule has never found its own key, each is a warning at once (at most
-/// one a minute): a layer placed before the one that sets its key (auth)
-/// looks exactly like that.
+/// the fallback's key (`outcome="fallback_key"`) is counted, and, for a
+/// key another layer sets (an extension), while the rule has never found
+/// it each is a warning at once (at most one a minute): a layer placed
+/// before the one that sets its key (auth) looks exactly like that. A
+/// missing header is the client's choice, not a misplaced layer: counted,
+/// not warned about.
 #[derive(Debug)]
 pub(crate) struct KeyWatch {
     rule: Arc<str>,
@@ -214,6 +216,8 @@ pub(crate) struct KeyWatch {
     found: AtomicBool,
     /// A key was ever found by the rule's own extractor.
     ever: AtomicBool,
+    /// Its key is set by another layer (an extension).
+    layered: bool,
     misplaced_log: Throttle,
     /// Requests skipped since the period began.
     skipped: AtomicU64,
@@ -231,6 +235,7 @@ impl KeyWatch {
             extractor: extractor.name().into(),
             found: AtomicBool::new(false),
             ever: AtomicBool::new(false),
+            layered: extractor.set_by_a_layer(),
             misplaced_log: Throttle::default(),
             skipped: AtomicU64::new(0),
             armed: AtomicBool::new(false),
@@ -279,7 +284,7 @@ impl KeyWatch {
     /// A request not counted on the rule's own key: counted as `outcome`,
     /// and a warning while the rule has never found its own.
     fn unkeyed(&self, outcome: &'static str) {
-        let never = !self.ever.load(Ordering::Relaxed);
+        let never = self.layered && !self.ever.load(Ordering::Relaxed);
         let log = never && self.misplaced_log.ready(EVERY);
         observe::unkeyed(&self.rule, &self.extractor, outcome, log);
     }
@@ -323,9 +328,10 @@ mod tests {
             "skip",
             "the first skip starts the first period"
         );
-        assert_eq!(*warns.lock().unwrap(), 1, "never its own key: at once");
+        // A missing header is the client's choice: no warning at once.
+        assert_eq!(*warns.lock().unwrap(), 0);
         assert_eq!(run(&parts), "skip");
-        assert_eq!(*warns.lock().unwrap(), 2, "a period without a key");
+        assert_eq!(*warns.lock().unwrap(), 1, "a period without a key");
         let (with_key, _) = http::Request::builder()
             .header("x-api-key", "k")
             .body(())
@@ -333,7 +339,7 @@ mod tests {
             .into_parts();
         assert_eq!(run(&with_key), "key");
         assert_eq!(run(&parts), "skip");
-        assert_eq!(*warns.lock().unwrap(), 2, "that period had a key");
+        assert_eq!(*warns.lock().unwrap(), 1, "that period had a key");
     }
 
     /// An optional extension that never arrives (the limit before auth)

@@ -97,6 +97,15 @@ pub(crate) enum KeySource {
 }
 
 impl KeySource {
+    /// Whether it reads a request extension (itself or through `and`/`or`).
+    pub(crate) fn reads_an_extension(&self) -> bool {
+        match self {
+            Self::Extension(..) => true,
+            Self::Both(both) => both.0.reads_an_extension() || both.1.reads_an_extension(),
+            _ => false,
+        }
+    }
+
     /// The missing source, if this request lacks it. Asked only once the
     /// extractor has found no key.
     pub(crate) fn absent(&self, p: &Parts) -> Option<Misconfig> {

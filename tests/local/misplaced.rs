@@ -121,3 +121,30 @@ async fn a_limit_before_auth_is_counted_and_warns_at_once() {
         );
     }
 }
+
+/// A header key with the per-IP fallback (the quickstart's pattern): a
+/// client without the header is counted on the fallback's key, but no
+/// layer is misplaced, so nothing warns.
+#[tokio::test]
+async fn a_missing_header_is_counted_not_warned_about() {
+    snapshotter();
+    let (events, _guard) = capture();
+    let rule = Rule::new(
+        "header-fallback",
+        KeyExtractor::header("x-api-key"),
+        Quota::per_minute(100),
+    )
+    .on_missing_key(OnMissingKey::Fallback(KeyExtractor::peer_ip()));
+    let addr = serve(rule, true).await;
+    signed_in(addr, 3).await;
+    assert_eq!(
+        counter(DECISIONS_TOTAL, "header-fallback", "fallback_key"),
+        3
+    );
+    assert!(
+        with_message(&events, WARNING)
+            .iter()
+            .all(|e| e.get("rule").is_none_or(|r| r != "header-fallback")),
+        "a header is the client's choice"
+    );
+}
