@@ -470,7 +470,7 @@ impl CompiledRule {
             && spent
             && let Outcome::Decided(_, spend) = &mut out
         {
-            // A window's refund is void once the window ends: when it began.
+            // A windowed rule's refund goes to the window it was charged in.
             let windowed = quota.period().is_some() || !self.rule.algorithm.has_burst();
             *spend = Some(Box::new(Spend {
                 rule: self.clone(),

@@ -59,31 +59,24 @@ impl Global {
         if self.fleet.initialized() {
             return;
         }
-        self.fleet
-            .get_or_init(|| async {
-                let _ = self.enter(rule).await;
-            })
-            .await;
+        self.fleet.get_or_init(|| self.enter(rule)).await;
     }
 
-    /// One entry in the fleet's record, and what it says.
-    pub(super) async fn enter(&self, rule: &Rule) -> Result<(), ()> {
+    /// One entry in the fleet's record, and what it says; nothing when
+    /// Redis cannot be asked (the next sweep asks again).
+    pub(super) async fn enter(&self, rule: &Rule) {
         let Some(quota) = rule.static_quota().filter(|q| q.period().is_none()) else {
-            return Ok(());
+            return;
         };
         if self.breaker_status().state != BreakerState::Closed {
-            return Err(());
+            return;
         }
         let to = self.counting(rule, quota);
         let read = self
             .redis
             .quotas_in_play(&rule.name, rule.algorithm, &to, lasting(to));
-        match tokio::time::timeout(rule.failure.timeout, read).await {
-            Ok(Ok(record)) => {
-                self.converting_in_fleet(rule, to, &record);
-                Ok(())
-            }
-            _ => Err(()),
+        if let Ok(Ok(record)) = tokio::time::timeout(rule.failure.timeout, read).await {
+            self.converting_in_fleet(rule, to, &record);
         }
     }
 

@@ -223,9 +223,12 @@ impl KeyExtractor {
     where
         T: Send + Sync + 'static,
     {
-        Self::new("optional_extension", move |p| {
-            p.extensions.get::<T>().map(&f)
-        })
+        Self {
+            source: KeySource::OptionalExtension,
+            ..Self::new("optional_extension", move |p| {
+                p.extensions.get::<T>().map(&f)
+            })
+        }
     }
 
     /// The TCP peer's IP, from axum's `ConnectInfo<SocketAddr>` or, with
@@ -517,7 +520,7 @@ impl KeyExtractor {
     /// Whether another layer (authentication) sets what this reads: a
     /// request extension. A rule placed before that layer never finds it.
     pub(crate) fn set_by_a_layer(&self) -> bool {
-        self.source.reads_an_extension() || self.name() == "optional_extension"
+        self.source.reads_an_extension()
     }
 
     /// The label given at construction.

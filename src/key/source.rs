@@ -92,6 +92,9 @@ pub(crate) enum KeySource {
     ConnectInfo,
     Router,
     Extension(fn(&Parts) -> bool, &'static str),
+    /// An extension whose absence is expected (`optional_extension`): never
+    /// a missing source, but still set by another layer.
+    OptionalExtension,
     /// Either extractor's source, for `and` and `or`.
     Both(Arc<(KeySource, KeySource)>),
 }
@@ -100,7 +103,7 @@ impl KeySource {
     /// Whether it reads a request extension (itself or through `and`/`or`).
     pub(crate) fn reads_an_extension(&self) -> bool {
         match self {
-            Self::Extension(..) => true,
+            Self::Extension(..) | Self::OptionalExtension => true,
             Self::Both(both) => both.0.reads_an_extension() || both.1.reads_an_extension(),
             _ => false,
         }
@@ -110,7 +113,7 @@ impl KeySource {
     /// extractor has found no key.
     pub(crate) fn absent(&self, p: &Parts) -> Option<Misconfig> {
         match self {
-            Self::Any => None,
+            Self::Any | Self::OptionalExtension => None,
             Self::ConnectInfo => (!has_connect_info(p)).then_some(Misconfig::NoConnectInfo),
             // An unmatched request (a fallback, a 404) has no MatchedPath
             // either, but the router gave it its OriginalUri.
@@ -126,7 +129,7 @@ impl KeySource {
     /// router`, `the User extension`; `None` for closures.
     pub(crate) fn needs(&self) -> Option<String> {
         match self {
-            Self::Any => None,
+            Self::Any | Self::OptionalExtension => None,
             Self::ConnectInfo => Some("ConnectInfo".to_owned()),
             Self::Router => Some("an axum router".to_owned()),
             Self::Extension(_, t) => Some(format!("the {} extension", short_type(t))),
