@@ -261,18 +261,22 @@ fn contents(source: &Rules) -> Vec<(PathBuf, Option<String>)> {
         .collect()
 }
 
-fn load(source: &Rules) -> Result<RlsConfig, Box<dyn std::error::Error + Send + Sync>> {
-    let paths = files(source);
-    if paths.is_empty() {
+/// The rules in what `contents` read of `source`: what the reload loop
+/// compares is what it loads, read once.
+fn load(source: &Rules, read: &[(PathBuf, Option<String>)]) -> Result<RlsConfig, String> {
+    if read.is_empty() {
         let dir = match source {
             Rules::Dir(d) => d.display().to_string(),
             Rules::Files(_) => String::new(),
         };
-        return Err(format!("{dir}: no *.yaml rules file").into());
+        return Err(format!("{dir}: no *.yaml rules file"));
     }
     let mut config = RlsConfig::default();
-    for p in paths {
-        config = config.merge(RlsConfig::from_path(&p)?)?;
+    for (path, text) in read {
+        let at = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+        let text = text.as_deref().ok_or_else(|| at(&"cannot be read"))?;
+        let file = RlsConfig::from_yaml_str(text).map_err(|e| at(&e))?;
+        config = config.merge(file).map_err(|e| e.to_string())?;
     }
     Ok(config)
 }
@@ -326,7 +330,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     // Before any rule is built, so that every count reaches it.
     let metrics = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
-    let config = load(&args.configs).map_err(|e| e.to_string())?;
+    let mut seen = contents(&args.configs);
+    let config = load(&args.configs, &seen)?;
     let mut builder = RateLimitServer::builder(config);
     if let Some(url) = &args.redis {
         builder = builder.redis(RedisBackend::builder(url.clone()).build().await?);
@@ -336,7 +341,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let reloading = server.clone();
     let source = args.configs.clone();
     tokio::spawn(async move {
-        let mut seen = contents(&source);
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tick.tick().await;
@@ -345,7 +349,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 continue;
             }
             seen = now;
-            match load(&source).and_then(|c| Ok(reloading.reload(c)?)) {
+            let reloaded =
+                load(&source, &seen).and_then(|c| reloading.reload(c).map_err(|e| e.to_string()));
+            match reloaded {
                 Ok(()) => tracing::info!("rule files reloaded"),
                 Err(e) => tracing::error!(error = %e, "rules not reloaded; the running ones stay"),
             }

@@ -19,6 +19,15 @@ impl Chain {
         self.rules.iter().position(|r| &*r.rule.name == name)
     }
 
+    /// Whether rule `at` fails closed on a store that cannot answer (a
+    /// global rule under `FailClosed`).
+    pub(crate) fn fails_closed(&self, at: usize) -> bool {
+        self.rules.get(at).is_some_and(|r| {
+            r.rule.scope.is_global()
+                && r.rule.failure.mode == crate::policy::FailureMode::FailClosed
+        })
+    }
+
     /// Rule `at` decides `cost` units of `key` in `quota`, or in its
     /// static quota; `None` when there is no such rule, or no quota to
     /// decide in. A quota other than the rule's keeps counters apart

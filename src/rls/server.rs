@@ -2,7 +2,7 @@
 //! [`RateLimitLayer`] whose rules are the configuration's limits, one rule
 //! each, decided through the engine's keyed door: no request is made up.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
@@ -22,7 +22,6 @@ use crate::config::ConfigError;
 use crate::decision::{Decisions, RuleDecision, Source};
 use crate::engine::Chain;
 use crate::key::{KeyExtractor, OnMissingKey};
-use crate::policy::FailureMode;
 use crate::quota::Quota;
 use crate::rate_limit::RateLimitLayer;
 use crate::rule::Rule;
@@ -49,8 +48,6 @@ struct Inner {
 struct Snapshot {
     domains: BTreeMap<String, Vec<Node>>,
     chain: Arc<Chain>,
-    /// Each limit's failure mode, for a check its store cannot answer.
-    fails_closed: HashSet<String>,
 }
 
 impl std::fmt::Debug for RateLimitServer {
@@ -116,14 +113,14 @@ impl RateLimitServerBuilder {
     /// its scope can't run), or a global limit without a Redis backend,
     /// naming the descriptor.
     pub fn build(self) -> Result<RateLimitServer, ConfigError> {
-        let (rules, fails_closed) = rules_of(&self, &self.config)?;
+        let rules = rules_of(&self, &self.config)?;
         // Nothing to give back: every rule is decided on its own.
         let layer = RateLimitLayer::builder()
             .refunds(false)
             .rules(rules)
             .build()
             .map_err(ConfigError::from)?;
-        let snapshot = Snapshot::new(self.config.domains, layer.chain(), fails_closed);
+        let snapshot = Snapshot::new(self.config.domains, layer.chain());
         Ok(RateLimitServer {
             inner: Arc::new(Inner {
                 layer,
@@ -138,19 +135,11 @@ impl RateLimitServerBuilder {
 
 impl Snapshot {
     /// The domains with each limit's node pointing at its rule in `chain`.
-    fn new(
-        mut domains: BTreeMap<String, Vec<Node>>,
-        chain: Arc<Chain>,
-        fails_closed: HashSet<String>,
-    ) -> Self {
+    fn new(mut domains: BTreeMap<String, Vec<Node>>, chain: Arc<Chain>) -> Self {
         for nodes in domains.values_mut() {
             place_rules(nodes, &|path| chain.position(path));
         }
-        Self {
-            domains,
-            chain,
-            fails_closed,
-        }
+        Self { domains, chain }
     }
 }
 
@@ -159,11 +148,10 @@ impl Snapshot {
 fn rules_of(
     #[cfg_attr(not(feature = "redis"), allow(unused_variables))] b: &RateLimitServerBuilder,
     config: &RlsConfig,
-) -> Result<(Vec<Rule>, HashSet<String>), ConfigError> {
+) -> Result<Vec<Rule>, ConfigError> {
     #[cfg(feature = "redis")]
     let redis = &b.redis;
     let mut rules = Vec::new();
-    let mut fails_closed = HashSet::new();
     let mut limits = Vec::new();
     for nodes in config.domains.values() {
         each_limit(nodes, &mut limits);
@@ -208,15 +196,12 @@ fn rules_of(
                 node.path
             )));
         }
-        if global && spec.failure_mode == Some(FailureMode::FailClosed) {
-            fails_closed.insert(node.path.clone());
-        }
         rules.push(rule);
     }
     if apart > 0 {
         tracing::warn!(target: crate::observe::TARGET, limits = apart, "the rate-limit service has no Redis backend: each instance counts its limits alone");
     }
-    Ok((rules, fails_closed))
+    Ok(rules)
 }
 
 impl RateLimitServer {
@@ -254,14 +239,14 @@ impl RateLimitServer {
             #[cfg(feature = "redis")]
             redis: self.inner.redis.clone(),
         };
-        let (rules, fails_closed) = rules_of(&b, &config)?;
+        let rules = rules_of(&b, &config)?;
         let _one = self
             .inner
             .reloading
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         self.inner.layer.reload(rules).map_err(ConfigError::from)?;
-        let snapshot = Snapshot::new(config.domains, self.inner.layer.chain(), fails_closed);
+        let snapshot = Snapshot::new(config.domains, self.inner.layer.chain());
         *self
             .inner
             .snapshot
@@ -437,7 +422,7 @@ async fn ask(
         // failure mode's: no check through a closed one.
         return match snap.chain.peek_key(at, &key, quota).await {
             Some(decision) => Ok(Answer::Status(of(decision, shown, shadow))),
-            None if snap.fails_closed.contains(&node.path) => Err(Status::unavailable(format!(
+            None if snap.chain.fails_closed(at) => Err(Status::unavailable(format!(
                 "rate limit {:?} cannot reach its store",
                 node.path
             ))),

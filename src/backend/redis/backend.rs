@@ -11,7 +11,6 @@ use super::conn::{Call, Conn};
 use super::error::RedisBackendError;
 use super::keys;
 use super::membership::Membership;
-use super::quotas::{self, Record};
 use super::script::{self, Decided, Grant, LeaseAsk, Locking, SlotOp, SlotReply, Target};
 use crate::failure::{LiveCount, Reachability};
 use crate::key::DEFAULT_MAX_KEY_LEN;
@@ -330,12 +329,12 @@ impl RedisBackend {
         algorithm: Algorithm,
         quota: &Quota,
         lasts: Duration,
-    ) -> Result<Record, RedisBackendError> {
+    ) -> Result<script::Record, RedisBackendError> {
         let key = keys::tagged_key(&self.inner.prefix, rule, &Key::new(""), keys::QUOTAS);
         let own = keys::state_suffix(algorithm, quota);
         let ms = u64::try_from(lasts.as_millis()).unwrap_or(u64::MAX);
-        let flat: Vec<String> = self.invoke(&quotas::enter(key, &own, ms)).await?;
-        quotas::parse(&flat, &own).ok_or_else(|| {
+        let flat: Vec<String> = self.invoke(&script::record::enter(key, &own, ms)).await?;
+        script::record::parse(&flat, &own).ok_or_else(|| {
             let kind = (redis::ErrorKind::UnexpectedReturnType, "a record of quotas");
             RedisBackendError::Redis(kind.into())
         })
@@ -395,7 +394,7 @@ impl RedisBackend {
     }
 
     pub(super) async fn load_scripts(&self) -> Result<(), RedisBackendError> {
-        for source in script::SOURCES.into_iter().chain([quotas::QUOTAS_LUA]) {
+        for source in script::SOURCES {
             let mut load = redis::cmd("SCRIPT");
             load.arg("LOAD").arg(source);
             self.inner.conn.query::<redis::Value>(&load).await?;

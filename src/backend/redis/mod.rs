@@ -13,7 +13,6 @@ mod instances;
 mod keys;
 mod membership;
 mod pinger;
-mod quotas;
 #[cfg(any(feature = "redis-cluster", feature = "redis-sentinel"))]
 mod reconnect;
 mod script;
@@ -30,7 +29,6 @@ pub use builder::{DEFAULT_LIVE_TTL, RedisBackendBuilder};
 pub use endpoint::ConnectionMode;
 pub use error::RedisBackendError;
 pub(crate) use membership::process_id;
-pub(crate) use quotas::Record;
 pub(crate) use script::{
-    Decided, Grant, LeaseAsk, Locking, MAX_PREVIOUS, Previous, SlotOp, Target,
+    Decided, Grant, LeaseAsk, Locking, MAX_PREVIOUS, Previous, Record, SlotOp, Target,
 };

@@ -2,7 +2,8 @@
 //! (`sources`), and the calls that run them, each beside the reply it
 //! decodes: a batch of rate decisions (`rate`), a lease (`lease`), the
 //! control handle (`control`), concurrency slots and the live instance
-//! count (`slot`), over one way of writing arguments (`args`).
+//! count (`slot`), a rule's record of the quotas in play (`record`), over
+//! one way of writing arguments (`args`).
 //!
 //! # An algorithm's module
 //!
@@ -43,6 +44,7 @@ mod args;
 mod control;
 mod lease;
 mod rate;
+pub(in crate::backend::redis) mod record;
 mod slot;
 mod sources;
 
@@ -53,5 +55,6 @@ pub(crate) use rate::{
     BatchKeys, Decided, Item, Locking, MAX_PREVIOUS, NARROW, Previous, Target, WIDE,
     batch_decisions, calendar, rate,
 };
+pub(crate) use record::Record;
 pub(crate) use slot::{SlotOp, SlotReply, instances, renew, slot, slot_reply};
 pub(crate) use sources::SOURCES;

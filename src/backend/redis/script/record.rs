@@ -4,23 +4,14 @@
 //! first seen before its own, as a reload would: a rolling restart hands
 //! no key a fresh quota.
 
-use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::Script;
-
-#[cfg(test)]
-use super::keys;
+use super::sources::QUOTAS;
 #[cfg(test)]
 use crate::algorithm::Algorithm;
+#[cfg(test)]
+use crate::backend::redis::keys;
 use crate::quota::Quota;
-
-pub(super) const QUOTAS_LUA: &str = concat!(
-    include_str!("lua/clock.lua"),
-    include_str!("lua/quotas.lua")
-);
-
-static QUOTAS: LazyLock<Script> = LazyLock::new(|| Script::new(QUOTAS_LUA));
 
 /// Another quota in a rule's record, on Redis time (ms).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -44,14 +35,14 @@ pub(crate) struct Record {
 
 /// The call entering `own` (a state key suffix) in the record `key` for
 /// `lasts_ms`.
-pub(super) fn enter(key: Vec<u8>, own: &[u8], lasts_ms: u64) -> redis::ScriptInvocation<'static> {
+pub(crate) fn enter(key: Vec<u8>, own: &[u8], lasts_ms: u64) -> redis::ScriptInvocation<'static> {
     let mut invocation = QUOTAS.key(key);
     invocation.arg(own).arg(lasts_ms.min(1 << 50));
     invocation
 }
 
 /// The reply's triples, this gateway's last, then Redis time.
-pub(super) fn parse(flat: &[String], own: &[u8]) -> Option<Record> {
+pub(crate) fn parse(flat: &[String], own: &[u8]) -> Option<Record> {
     let (now, triples) = flat.split_last()?;
     if triples.len() % 3 != 0 {
         return None;

@@ -155,8 +155,14 @@ const INSTANCES_LUA: &str = concat!(
     include_str!("../lua/instances.lua")
 );
 
+/// A rule's record of the quotas in play (`record`).
+const QUOTAS_LUA: &str = concat!(
+    include_str!("../lua/clock.lua"),
+    include_str!("../lua/quotas.lua")
+);
+
 /// Every script's source, for loading them all at start-up.
-pub(crate) const SOURCES: [&str; 16] = [
+pub(crate) const SOURCES: [&str; 17] = [
     GRANT_GCRA_LUA,
     GRANT_TOKEN_BUCKET_LUA,
     GRANT_FIXED_WINDOW_LUA,
@@ -173,6 +179,7 @@ pub(crate) const SOURCES: [&str; 16] = [
     CONTROL_SLIDING_WINDOW_LUA,
     CONTROL_CALENDAR_LUA,
     INSTANCES_LUA,
+    QUOTAS_LUA,
 ];
 
 /// An algorithm's scripts, each with its text (loaded after `NOSCRIPT`).
@@ -220,6 +227,7 @@ static CALENDAR: LazyLock<Scripts> =
     LazyLock::new(|| Scripts::new(CALENDAR_WINDOW_LUA, None, CONTROL_CALENDAR_LUA));
 pub(super) static SLOT: LazyLock<Script> = LazyLock::new(|| Script::new(SLOT_LUA));
 pub(super) static INSTANCES: LazyLock<Script> = LazyLock::new(|| Script::new(INSTANCES_LUA));
+pub(super) static QUOTAS: LazyLock<Script> = LazyLock::new(|| Script::new(QUOTAS_LUA));
 
 /// The scripts of `algorithm`, or the calendar's.
 pub(super) fn of(algorithm: Algorithm, calendar: bool) -> &'static Scripts {
