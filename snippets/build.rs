@@ -33,7 +33,6 @@ fn features(stem: &str) -> &'static [&'static str] {
         "redis_tls" => &["redis-tls"],
         "redis_sentinel" => &["redis-sentinel"],
         "grpc" => &["tonic"],
-        "rls" => &["rls"],
         _ => &[],
     }
 }

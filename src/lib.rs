@@ -82,8 +82,7 @@
 //! | `redis-tls` | | `rediss://` URLs with rustls (ring), `tls_root_cert`, `tls_client_cert` (implies `redis`) |
 //! | `tonic` | | the layers on a tonic `Server` (refusals in tonic's body type), and `peer_ip()` from tonic's `TcpConnectInfo` |
 //! | `config` | | rules from TOML or YAML files (`config::RulesConfig`), reloaded on change with `notify` (`RulesConfig::watch`) |
-//! | `rls` | | Envoy's rate-limit service (RLS v3) over the same rules, with envoyproxy/ratelimit's YAML (`rls::RateLimitServer`), and a client layer that asks one (`rls::client`); implies `config` and `tonic` |
-//! | `rls-server` | | the `keyed-rls` binary: the service configured by files, with health checks (implies `rls` and `redis`) |
+//! | `rls` | | a layer that asks a remote rate-limit service, Envoy's RLS v3 (`rls::client`); implies `tonic` |
 //!
 //! Only `metrics` is on by default. A tonic `Server` needs the `tonic`
 //! feature: its responses have tonic's body type, in which the layer writes
@@ -104,7 +103,7 @@
 //! | limit requests in flight per key | [`concurrency`] |
 //! | shape body bytes per key: downloads, uploads, streams | [`bandwidth`] |
 //! | load rules from a TOML or YAML file, and reload them on change | [`config`][config] (feature `config`) |
-//! | serve the same rules to Envoy or any gateway as Envoy's rate-limit service (RLS v3) | `rls` (feature `rls`; the `keyed-rls` binary, feature `rls-server`) |
+//! | serve the same rules to Envoy or any gateway as Envoy's rate-limit service (RLS v3) | the `keyed-rls` crate (library and binary), over this crate's [`KeyedRules`](rate_limit::KeyedRules) |
 //! | render the rules as a Markdown table or a Mermaid flowchart | [`describe`] |
 //! | keep local counters across a restart | [`snapshot`] |
 //!

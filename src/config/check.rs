@@ -55,7 +55,7 @@ impl TryFrom<RawRule> for RuleConfig {
             if raw.quota.is_some() && policy.counted(raw.static_quota(), raw.algorithm).is_none() {
                 return err(format!(
                     "`lease`: a ttl of {:?} holds back {} units, the whole burst of {} (shorten the ttl or raise the burst; calendar quotas are not leased)",
-                    l.ttl.0,
+                    policy.ttl(),
                     policy.held_back(&raw.static_quota()),
                     raw.static_quota().burst()
                 ));

@@ -47,7 +47,9 @@ impl ConfigError {
         self.column
     }
 
-    pub(crate) fn new(message: impl Into<String>) -> Self {
+    /// An error with no place, for a program that reads a file of its own
+    /// (as `keyed-rls` reads envoyproxy/ratelimit's YAML).
+    pub fn new(message: impl Into<String>) -> Self {
         Self {
             message: message.into(),
             path: None,
@@ -56,7 +58,16 @@ impl ConfigError {
         }
     }
 
-    pub(crate) fn at(message: impl Into<String>, src: &str, line: usize, column: usize) -> Self {
+    /// An error at the 1-based `line` and `column` of `src`, which the
+    /// message quotes.
+    ///
+    /// ```
+    /// use keyed_rate_limit::config::ConfigError;
+    ///
+    /// let err = ConfigError::at("unknown field `unit`", "a: 1\nunit: 2\n", 2, 1);
+    /// assert_eq!(err.to_string(), "line 2, column 1: unknown field `unit`\n  2 | unit: 2");
+    /// ```
+    pub fn at(message: impl Into<String>, src: &str, line: usize, column: usize) -> Self {
         let mut message = message.into();
         // Quote the line, so the field is named whatever the message says.
         if let Some(text) = src.lines().nth(line.wrapping_sub(1)) {
@@ -71,7 +82,7 @@ impl ConfigError {
     }
 
     /// The error, in the file at `path`.
-    pub(crate) fn in_file(mut self, path: &Path) -> Self {
+    pub fn in_file(mut self, path: &Path) -> Self {
         self.path = Some(path.to_owned());
         self
     }

@@ -27,5 +27,3 @@ pub use error::ConfigError;
 pub use registry::Registry;
 pub use schema::RulesConfig;
 pub use watch::ConfigWatcher;
-#[cfg(feature = "rls")]
-pub(crate) use {read::yaml_error, schema::LeaseSpec};

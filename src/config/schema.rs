@@ -6,6 +6,8 @@ use serde::Deserialize;
 use super::parse::{DurationSpec, KeySpec, MissingSpec, NearLimitSpec, OffsetSpec, QuotaSpec};
 use crate::failure::FailureMode;
 use crate::key::TrustedProxies;
+#[cfg(feature = "redis")]
+use crate::policy::LeasePolicy;
 use crate::rule::KeySpaceFull;
 use crate::{algorithm::Algorithm, headers::HeaderStyle, headers::ResetFormat, quota::Quota};
 
@@ -76,16 +78,25 @@ pub(super) struct LockoutSpec {
 #[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-pub(crate) struct LeaseSpec {
+pub(super) struct LeaseSpec {
     pub(super) ttl: DurationSpec,
     pub(super) max_units: Option<u32>,
 }
 
 #[cfg(feature = "redis")]
 impl LeaseSpec {
-    pub(crate) fn policy(self) -> crate::policy::LeasePolicy {
-        let p = crate::policy::LeasePolicy::new(self.ttl.0);
+    pub(super) fn policy(self) -> LeasePolicy {
+        let p = LeasePolicy::new(self.ttl.0);
         self.max_units.map_or(p, |n| p.with_max_units(n))
+    }
+}
+
+/// A lease as a file writes it, `{ ttl = "50ms", max_units = 500 }`: for
+/// formats of other programs that carry one (`keyed-rls`'s descriptors).
+#[cfg(feature = "redis")]
+impl<'de> Deserialize<'de> for LeasePolicy {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        LeaseSpec::deserialize(d).map(LeaseSpec::policy)
     }
 }
 

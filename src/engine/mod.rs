@@ -52,7 +52,6 @@ mod settle_global;
 /// The control handle's operations.
 mod control;
 /// A rule deciding a key it is handed, with no request (the rate-limit service's door).
-#[cfg(feature = "rls")]
 mod keyed;
 /// A chain's counters saved and loaded.
 mod snapshot;

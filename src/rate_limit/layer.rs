@@ -7,6 +7,7 @@ use std::sync::Weak;
 use tower::Layer;
 
 use super::control::Control;
+use super::keyed::KeyedRules;
 use super::service::RateLimitService;
 use super::shared::Shared;
 use crate::engine::{Carry, Chain};
@@ -34,17 +35,14 @@ pub struct RateLimitLayer {
     pub(super) shared: Arc<Shared>,
 }
 
-/// The keyed door's side of a layer (the rate-limit service's): the chain
-/// its rules run in now, and the answer to what they decided.
-#[cfg(feature = "rls")]
 impl RateLimitLayer {
-    pub(crate) fn chain(&self) -> Arc<crate::engine::Chain> {
-        self.shared.chain.load()
-    }
-
-    /// See [`Shared::answer`](super::shared::Shared::answer).
-    pub(crate) fn answer(&self, rules: crate::decision::Decisions) -> super::shared::Detached {
-        self.shared.answer(rules)
+    /// The layer's rules as they are now, for deciding keys handed to them:
+    /// see [`KeyedRules`].
+    pub fn keyed(&self) -> KeyedRules {
+        KeyedRules {
+            chain: self.shared.chain.load(),
+            shared: self.shared.clone(),
+        }
     }
 }
 

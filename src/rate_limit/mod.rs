@@ -8,6 +8,7 @@
 mod builder;
 mod control;
 mod future;
+mod keyed;
 mod layer;
 mod service;
 mod shared;
@@ -16,6 +17,7 @@ pub use crate::engine::ControlError;
 pub use builder::RateLimitBuilder;
 pub use control::Control;
 pub use future::ResponseFuture;
+pub use keyed::{KeyedAnswer, KeyedRules, RuleIndex};
 pub use layer::RateLimitLayer;
 #[cfg(feature = "config")]
 pub(crate) use layer::WeakLayer;

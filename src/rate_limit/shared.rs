@@ -93,48 +93,6 @@ impl Shared {
         })
     }
 
-    /// The answer to decisions made through the keyed door that must all
-    /// allow (the rate-limit service's descriptors): the headers of an
-    /// allow, or the refusal of every rule that refused, whose
-    /// `Retry-After` is the longest wait and whose body names each of
-    /// them.
-    #[cfg(feature = "rls")]
-    pub(crate) fn answer(&self, mut rules: Decisions) -> Detached {
-        let mut headers = crate::headers::Rendered::new();
-        self.headers.render(&mut rules, &mut headers);
-        let refused: Vec<&RuleDecision> = rules
-            .iter()
-            .filter(|d| !d.decision.is_allowed() && !d.shadow)
-            .collect();
-        let wait = |d: &&&RuleDecision| d.decision.retry_after().unwrap_or(Duration::MAX);
-        let Some(answer) = refused.iter().max_by_key(wait) else {
-            return Detached {
-                headers: headers.into_vec(),
-                refusal: None,
-            };
-        };
-        let denied = Denied {
-            rule: answer.rule.clone(),
-            retry_after: answer.decision.retry_after(),
-            status: StatusCode::TOO_MANY_REQUESTS,
-            hidden: answer.hidden,
-            misconfig: None,
-            violated: match refused.len() {
-                1 => Vec::new(),
-                _ => refused
-                    .iter()
-                    .filter(|d| !d.hidden)
-                    .map(|d| d.rule.clone())
-                    .collect(),
-            },
-        };
-        let refusal = refusal(&self.deny, &denied, &http::HeaderMap::new(), headers);
-        Detached {
-            headers: Vec::new(),
-            refusal: Some(refusal),
-        }
-    }
-
     /// Turns the chain's verdict into headers and, when allowed, puts the
     /// decision in the extensions for the handler. `rules` by reference:
     /// moving them costs more than the headers' use of them. Inlined, so
@@ -204,15 +162,6 @@ impl Shared {
         }
         res
     }
-}
-
-/// What [`Shared::answer`] answers.
-#[cfg(feature = "rls")]
-pub(crate) struct Detached {
-    /// An allow's rate-limit headers.
-    pub(crate) headers: Vec<(http::HeaderName, http::HeaderValue)>,
-    /// A deny's whole answer: status, `Retry-After`, headers and body.
-    pub(crate) refusal: Option<http::Response<bytes::Bytes>>,
 }
 
 /// The refusal of a rule, or of an any-of group's members (in the group's

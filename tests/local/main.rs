@@ -18,6 +18,7 @@ mod control;
 mod cost;
 #[cfg(feature = "metrics")]
 mod counted;
+mod dependencies;
 mod deploy;
 mod docs;
 mod draft;

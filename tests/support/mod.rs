@@ -7,6 +7,8 @@
 pub mod accounting;
 #[cfg(feature = "redis")]
 pub mod admits;
+#[cfg(feature = "redis")]
+mod backend;
 pub mod bandwidth;
 pub mod cost;
 pub mod draft;
@@ -23,8 +25,12 @@ pub mod sf;
 #[cfg(feature = "redis")]
 pub mod soak;
 pub mod wait;
+pub mod web;
 
-use std::net::SocketAddr;
+#[cfg(feature = "redis")]
+#[allow(unused_imports)]
+pub use backend::Backend;
+pub use web::{client, header, ok_app, serve};
 
 use axum::routing::get;
 use axum::{Extension, Router};
@@ -37,13 +43,6 @@ pub const ALGORITHMS: [Algorithm; 4] = [
     Algorithm::FixedWindow,
     Algorithm::SlidingWindow,
 ];
-
-/// `GET /` answering `ok` behind `layer`.
-pub fn ok_app(layer: RateLimitLayer) -> Router {
-    Router::new()
-        .route("/", get(|| async { "ok" }))
-        .layer(layer)
-}
 
 /// `GET /` answers with the source of the first rule's decision.
 pub fn source_app(layer: RateLimitLayer) -> Router {
@@ -60,25 +59,6 @@ pub fn source_app(layer: RateLimitLayer) -> Router {
         .layer(layer)
 }
 
-/// Serves `app` on 127.0.0.1:0 with `ConnectInfo`, returning its base URL.
-pub async fn serve(app: Router) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-        .unwrap();
-    });
-    format!("http://{addr}")
-}
-
-pub fn client() -> reqwest::Client {
-    reqwest::Client::builder().no_proxy().build().unwrap()
-}
-
 /// `GET url` with `headers`, from a fresh client.
 pub async fn get_with(url: &str, headers: &[(&str, &str)]) -> reqwest::Response {
     let mut req = client().get(url);
@@ -86,12 +66,6 @@ pub async fn get_with(url: &str, headers: &[(&str, &str)]) -> reqwest::Response 
         req = req.header(*k, *v);
     }
     req.send().await.unwrap()
-}
-
-pub fn header(res: &reqwest::Response, name: &str) -> Option<String> {
-    res.headers()
-        .get(name)
-        .map(|v| v.to_str().unwrap().to_owned())
 }
 
 /// Sends `n` GETs with `headers`, each from a fresh client, and returns
@@ -173,22 +147,4 @@ pub fn state_keys(server: &keyed_rate_limit_testing::RedisServer, pattern: &str)
     let mut keys = server.keys(pattern);
     keys.retain(|k| !k.ends_with(b"}:live"));
     keys
-}
-
-/// A backend on a private server under its own key prefix.
-#[cfg(feature = "redis")]
-pub trait Backend {
-    /// Connects a [`RedisBackend`](keyed_rate_limit::RedisBackend) with this key prefix.
-    async fn backend(&self, prefix: &str) -> keyed_rate_limit::RedisBackend;
-}
-
-#[cfg(feature = "redis")]
-impl Backend for keyed_rate_limit_testing::RedisServer {
-    async fn backend(&self, prefix: &str) -> keyed_rate_limit::RedisBackend {
-        keyed_rate_limit::RedisBackend::builder(self.url())
-            .prefix(prefix)
-            .build()
-            .await
-            .expect("connect to the private redis")
-    }
 }

@@ -39,9 +39,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use keyed_rate_limit::RedisBackend;
-use keyed_rate_limit::rls::{RateLimitServer, RlsConfig};
 use keyed_rate_limit_bench::app::env_u64;
 use keyed_rate_limit_testing::{Envoy, RedisServer};
+use keyed_rls::{RateLimitServer, RlsConfig};
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 

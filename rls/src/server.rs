@@ -16,15 +16,14 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tonic::{Request, Response, Status};
 
+use keyed_rate_limit::RedisBackend;
+use keyed_rate_limit::config::ConfigError;
+use keyed_rate_limit::decision::{RuleDecision, Source};
+use keyed_rate_limit::rate_limit::{KeyedRules, RateLimitLayer};
+use keyed_rate_limit::{KeyExtractor, OnMissingKey, Quota, Rule};
+
 use super::config::{Limit, LimitKind, Node, RlsConfig, RuleSpec, find, place_rules};
 use super::status::{bare, counter_key, current, of, pb_headers, unit_of};
-use crate::config::ConfigError;
-use crate::decision::{Decisions, RuleDecision, Source};
-use crate::engine::Chain;
-use crate::key::{KeyExtractor, OnMissingKey};
-use crate::quota::Quota;
-use crate::rate_limit::RateLimitLayer;
-use crate::rule::Rule;
 
 /// The rate-limit service: Envoy's RLS v3 over this crate's rules and
 /// counters. Cheap to clone; see the [module page](super).
@@ -39,15 +38,14 @@ struct Inner {
     snapshot: RwLock<Arc<Snapshot>>,
     /// One reload at a time.
     reloading: Mutex<()>,
-    #[cfg(feature = "redis")]
-    redis: Option<crate::backend::redis::RedisBackend>,
+    redis: Option<RedisBackend>,
 }
 
-/// What one request is decided with: the domains and the chain of their
-/// rules, from one configuration.
+/// What one request is decided with: the domains and their rules, from
+/// one configuration.
 struct Snapshot {
     domains: BTreeMap<String, Vec<Node>>,
-    chain: Arc<Chain>,
+    rules: KeyedRules,
 }
 
 impl std::fmt::Debug for RateLimitServer {
@@ -93,14 +91,12 @@ fn each_limit<'a>(nodes: &'a [Node], out: &mut Vec<(&'a Node, &'a RuleSpec)>) {
 #[derive(Debug, Default)]
 pub struct RateLimitServerBuilder {
     config: RlsConfig,
-    #[cfg(feature = "redis")]
-    redis: Option<crate::backend::redis::RedisBackend>,
+    redis: Option<RedisBackend>,
 }
 
 impl RateLimitServerBuilder {
     /// The backend of every `scope: global` limit.
-    #[cfg(feature = "redis")]
-    pub fn redis(mut self, backend: crate::backend::redis::RedisBackend) -> Self {
+    pub fn redis(mut self, backend: RedisBackend) -> Self {
         self.redis = Some(backend);
         self
     }
@@ -113,20 +109,19 @@ impl RateLimitServerBuilder {
     /// its scope can't run), or a global limit without a Redis backend,
     /// naming the descriptor.
     pub fn build(self) -> Result<RateLimitServer, ConfigError> {
-        let rules = rules_of(&self, &self.config)?;
+        let rules = rules_of(self.redis.as_ref(), &self.config)?;
         // Nothing to give back: every rule is decided on its own.
         let layer = RateLimitLayer::builder()
             .refunds(false)
             .rules(rules)
             .build()
             .map_err(ConfigError::from)?;
-        let snapshot = Snapshot::new(self.config.domains, layer.chain());
+        let snapshot = Snapshot::new(self.config.domains, layer.keyed());
         Ok(RateLimitServer {
             inner: Arc::new(Inner {
                 layer,
                 snapshot: RwLock::new(Arc::new(snapshot)),
                 reloading: Mutex::new(()),
-                #[cfg(feature = "redis")]
                 redis: self.redis,
             }),
         })
@@ -135,71 +130,55 @@ impl RateLimitServerBuilder {
 
 impl Snapshot {
     /// The domains with each limit's node pointing at its rule in `chain`.
-    fn new(mut domains: BTreeMap<String, Vec<Node>>, chain: Arc<Chain>) -> Self {
+    fn new(mut domains: BTreeMap<String, Vec<Node>>, rules: KeyedRules) -> Self {
         for nodes in domains.values_mut() {
-            place_rules(nodes, &|path| chain.position(path));
+            place_rules(nodes, &|path| rules.rule(path));
         }
-        Self { domains, chain }
+        Self { domains, rules }
     }
 }
 
-/// One rule per limit, named by its path; and the paths of the limits
-/// that fail closed.
-fn rules_of(
-    #[cfg_attr(not(feature = "redis"), allow(unused_variables))] b: &RateLimitServerBuilder,
-    config: &RlsConfig,
-) -> Result<Vec<Rule>, ConfigError> {
-    #[cfg(feature = "redis")]
-    let redis = &b.redis;
+/// One rule per limit, named by its path.
+fn rules_of(redis: Option<&RedisBackend>, config: &RlsConfig) -> Result<Vec<Rule>, ConfigError> {
     let mut rules = Vec::new();
     let mut limits = Vec::new();
     for nodes in config.domains.values() {
         each_limit(nodes, &mut limits);
     }
-    #[cfg(feature = "redis")]
-    let shared = redis.is_some();
-    #[cfg(not(feature = "redis"))]
-    let shared = false;
     let mut apart = 0;
     for (node, spec) in limits {
-        #[cfg_attr(not(feature = "redis"), allow(unused_mut))]
         let mut rule = rule_for(&node.path, spec);
         // As envoyproxy/ratelimit counts: in Redis when there is one, and
         // what only Redis can do (leases, group commit) asks for it.
         let global = spec
             .global
-            .unwrap_or(shared || spec.lease.is_some() || spec.coalesce.is_some());
+            .unwrap_or(redis.is_some() || spec.lease.is_some() || spec.coalesce.is_some());
         apart += usize::from(spec.global.is_none() && !global);
         if global {
-            #[cfg(feature = "redis")]
-            {
-                let Some(redis) = redis else {
-                    return Err(ConfigError::new(format!(
-                        "descriptor {:?}: a global scope (`scope: global`, a lease, coalescing) needs a Redis backend (RateLimitServerBuilder::redis)",
-                        node.path
-                    )));
-                };
-                rule = rule.global(redis.clone());
-                if let Some(mode) = spec.failure_mode {
-                    rule = rule.on_redis_failure(mode);
-                }
-                if let Some(lease) = spec.lease {
-                    rule = rule.lease(lease.policy());
-                }
-                if let Some(on) = spec.coalesce {
-                    rule = rule.coalesce(on);
-                }
+            let Some(redis) = redis else {
+                return Err(ConfigError::new(format!(
+                    "descriptor {:?}: a global scope (`scope: global`, a lease, coalescing) needs a Redis backend (RateLimitServerBuilder::redis)",
+                    node.path
+                )));
+            };
+            rule = rule.global(redis.clone());
+            if let Some(mode) = spec.failure_mode {
+                rule = rule.on_redis_failure(mode);
             }
-            #[cfg(not(feature = "redis"))]
-            return Err(ConfigError::new(format!(
-                "descriptor {:?}: `scope: global` needs the `redis` feature",
-                node.path
-            )));
+            if let Some(lease) = spec.lease {
+                rule = rule.lease(lease);
+            }
+            if let Some(on) = spec.coalesce {
+                rule = rule.coalesce(on);
+            }
         }
         rules.push(rule);
     }
     if apart > 0 {
-        tracing::warn!(target: crate::observe::TARGET, limits = apart, "the rate-limit service has no Redis backend: each instance counts its limits alone");
+        tracing::warn!(
+            limits = apart,
+            "the rate-limit service has no Redis backend: each instance counts its limits alone"
+        );
     }
     Ok(rules)
 }
@@ -209,7 +188,6 @@ impl RateLimitServer {
     pub fn builder(config: RlsConfig) -> RateLimitServerBuilder {
         RateLimitServerBuilder {
             config,
-            #[cfg(feature = "redis")]
             redis: None,
         }
     }
@@ -234,19 +212,14 @@ impl RateLimitServer {
     ///
     /// As [`RateLimitServerBuilder::build`]; the running configuration stays.
     pub fn reload(&self, config: RlsConfig) -> Result<(), ConfigError> {
-        let b = RateLimitServerBuilder {
-            config: RlsConfig::default(),
-            #[cfg(feature = "redis")]
-            redis: self.inner.redis.clone(),
-        };
-        let rules = rules_of(&b, &config)?;
+        let rules = rules_of(self.inner.redis.as_ref(), &config)?;
         let _one = self
             .inner
             .reloading
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         self.inner.layer.reload(rules).map_err(ConfigError::from)?;
-        let snapshot = Snapshot::new(config.domains, self.inner.layer.chain());
+        let snapshot = Snapshot::new(config.domains, self.inner.layer.keyed());
         *self
             .inner
             .snapshot
@@ -302,7 +275,7 @@ impl RateLimitServer {
         });
         let answers = futures_util::future::join_all(asks).await;
         let mut response = RateLimitResponse::default();
-        let mut decided = Decisions::new();
+        let mut decided = Vec::new();
         // `quota_mode`: those over refuse only when all of them are.
         let (mut quotas, mut quotas_over, mut over) = (0, 0, false);
         let quota_mode = matched.iter().map(|p| {
@@ -335,7 +308,7 @@ impl RateLimitServer {
         }
         over |= quotas > 0 && quotas == quotas_over;
         response.overall_code = if over { Code::OverLimit } else { Code::Ok } as i32;
-        let answer = self.inner.layer.answer(decided);
+        let answer = snap.rules.answer(decided);
         match answer.refusal {
             Some(res) => {
                 let (parts, body) = res.into_parts();
@@ -420,22 +393,21 @@ async fn ask(
     let Some(cost) = NonZeroU32::new(u32::try_from(hits).unwrap_or(u32::MAX)) else {
         // Checked, not counted; a store that cannot answer is the limit's
         // failure mode's: no check through a closed one.
-        return match snap.chain.peek_key(at, &key, quota).await {
+        return match snap.rules.peek(at, &key, quota).await {
             Some(decision) => Ok(Answer::Status(of(decision, shown, shadow))),
-            None if snap.chain.fails_closed(at) => Err(Status::unavailable(format!(
+            None if snap.rules.fails_closed(at) => Err(Status::unavailable(format!(
                 "rate limit {:?} cannot reach its store",
                 node.path
             ))),
             None => Ok(Answer::Status(bare(Code::Ok))),
         };
     };
-    let Some(step) = snap.chain.decide_key(at, key, cost, quota) else {
+    let Some(decided) = snap.rules.decide(at, key, cost, quota).await else {
         return Err(Status::internal(format!(
             "limit {:?} has no rule",
             node.path
         )));
     };
-    let decided = step.resolve().await;
     if decided.source == Source::FailClosed {
         // The store cannot answer and the rule fails closed: Envoy's own
         // `failure_mode_deny` decides, as for a service that is down.

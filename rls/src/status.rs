@@ -11,8 +11,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 
 use super::config::{Limit, Node, TimeUnit};
-use crate::decision::Decision;
-use crate::key::Key;
+use keyed_rate_limit::Key;
+use keyed_rate_limit::decision::Decision;
 
 pub(super) fn unit_of(pb: i32) -> TimeUnit {
     match pb {

@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use envoy_types::pb::google::protobuf::UInt64Value;
-use keyed_rate_limit::rls::{RateLimitServer, RlsConfig};
 use keyed_rate_limit_testing::RedisServer;
+use keyed_rls::{RateLimitServer, RlsConfig};
 
 use crate::support::Backend as _;
 use crate::{OK, OVER, ask, client, codes, descriptor, header, local_server, serve};

@@ -4,7 +4,6 @@
 //! this project did not write: grpcio's stubs from `xds-protos`
 //! (`binary.rs`) and Envoy 1.40 (`envoy.rs`).
 
-#[path = "../support/mod.rs"]
 mod support;
 
 mod binary;
@@ -23,8 +22,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
-use keyed_rate_limit::rls::{RateLimitServer, RlsConfig};
 use keyed_rate_limit_testing::RedisServer;
+use keyed_rls::{RateLimitServer, RlsConfig};
 use tonic::transport::Channel;
 
 use crate::support::Backend as _;
@@ -519,7 +518,7 @@ mod client {
     use keyed_rate_limit::KeyExtractor;
     use keyed_rate_limit::failure::BreakerConfig;
     use keyed_rate_limit::rls::client::RemoteRateLimitLayer;
-    use keyed_rate_limit::rls::{RateLimitServer, RlsConfig};
+    use keyed_rls::{RateLimitServer, RlsConfig};
 
     use super::CONFIG;
     use crate::support::{client, header, ok_app, serve as serve_http};

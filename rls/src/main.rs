@@ -1,6 +1,6 @@
 //! `keyed-rls`: Envoy's rate-limit service over keyed-rate-limit's rules
-//! (feature `rls-server`: `cargo install keyed-rate-limit --features
-//! rls-server`, or `cargo run --features rls-server --bin keyed-rls -- …`).
+//! (`cargo install keyed-rls`, or `cargo run -p keyed-rls -- …` in this
+//! workspace).
 //! `keyed-rls --help` lists the flags and the environment.
 //!
 //! Serves `envoy.service.ratelimit.v3.RateLimitService` and
@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use keyed_rate_limit::RedisBackend;
-use keyed_rate_limit::rls::{RateLimitServer, RlsConfig};
+use keyed_rls::{RateLimitServer, RlsConfig};
 
 const HELP: &str = "\
 keyed-rls: Envoy's rate-limit service (RLS v3) over keyed-rate-limit's rules
@@ -360,7 +360,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter
-        .set_serving::<keyed_rate_limit::rls::RateLimitServiceServer<RateLimitServer>>()
+        .set_serving::<keyed_rls::RateLimitServiceServer<RateLimitServer>>()
         .await;
     serve_http(args.http, "/metrics", metrics.clone()).await?;
     if let Some((addr, path)) = &args.prometheus {

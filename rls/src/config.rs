@@ -7,16 +7,18 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::algorithm::Algorithm;
-use crate::config::ConfigError;
-use crate::policy::FailureMode;
-use crate::quota::Quota;
+use keyed_rate_limit::Algorithm;
+use keyed_rate_limit::Quota;
+use keyed_rate_limit::config::ConfigError;
+use keyed_rate_limit::failure::FailureMode;
+use keyed_rate_limit::rate_limit::RuleIndex;
+use keyed_rate_limit::rule::LeasePolicy;
 
 /// One or more domains read from envoyproxy/ratelimit's YAML files, with
 /// this crate's extensions; see the [module page](super) for the format.
 ///
 /// ```
-/// use keyed_rate_limit::rls::RlsConfig;
+/// use keyed_rls::RlsConfig;
 ///
 /// let config = RlsConfig::from_yaml_str(
 ///     "domain: edge\n\
@@ -45,7 +47,7 @@ pub(super) struct Node {
     /// Where the entry is, for errors found when its rule is built.
     pub(super) path: String,
     /// Its limit's rule in the service's chain, once a snapshot placed it.
-    pub(super) rule: Option<usize>,
+    pub(super) rule: Option<RuleIndex>,
 }
 
 /// Which values of its key a node takes.
@@ -127,11 +129,8 @@ pub(super) struct RuleSpec {
     /// `scope`: `Some(true)` global, `Some(false)` local, `None` global
     /// when the service has a Redis backend, as envoyproxy/ratelimit counts.
     pub(super) global: Option<bool>,
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(super) failure_mode: Option<FailureMode>,
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    pub(super) lease: Option<crate::config::LeaseSpec>,
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(super) lease: Option<LeasePolicy>,
     pub(super) coalesce: Option<bool>,
 }
 
@@ -228,7 +227,7 @@ struct RawDescriptor {
     calendar: bool,
     scope: Option<RawScope>,
     failure_mode: Option<FailureMode>,
-    lease: Option<crate::config::LeaseSpec>,
+    lease: Option<LeasePolicy>,
     coalesce: Option<bool>,
 }
 
@@ -267,8 +266,7 @@ impl RlsConfig {
     /// Invalid YAML, an unknown field, a bad value or a bad descriptor, with
     /// its line and column.
     pub fn from_yaml_str(src: &str) -> Result<Self, ConfigError> {
-        let raw: RawDomain =
-            serde_norway::from_str(src).map_err(|e| crate::config::yaml_error(&e, src))?;
+        let raw: RawDomain = serde_norway::from_str(src).map_err(|e| yaml_error(&e, src))?;
         let mut config = Self::default();
         config.add(raw, src)?;
         Ok(config)
@@ -541,9 +539,23 @@ pub(super) fn find<'a, 'e>(
 }
 
 /// Sets each node's `rule` to what `place` says of its path.
-pub(super) fn place_rules(nodes: &mut [Node], place: &impl Fn(&str) -> Option<usize>) {
+pub(super) fn place_rules(nodes: &mut [Node], place: &impl Fn(&str) -> Option<RuleIndex>) {
     for n in nodes {
         n.rule = place(&n.path);
         place_rules(&mut n.children, place);
+    }
+}
+
+/// A YAML error at its line and column, as the library's own files report
+/// theirs.
+fn yaml_error(e: &serde_norway::Error, src: &str) -> ConfigError {
+    let text = e.to_string();
+    match e.location() {
+        // The message names the place already; drop its " at line …".
+        Some(at) => {
+            let msg = text.rsplit_once(" at line ").map_or(&*text, |(m, _)| m);
+            ConfigError::at(msg, src, at.line(), at.column())
+        }
+        None => ConfigError::new(text),
     }
 }

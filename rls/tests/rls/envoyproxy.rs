@@ -9,7 +9,7 @@
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::google::protobuf::UInt64Value;
-use keyed_rate_limit::rls::{RateLimitServer, RlsConfig};
+use keyed_rls::{RateLimitServer, RlsConfig};
 
 use crate::{client, descriptor, serve};
 
