@@ -183,8 +183,10 @@ impl Quota {
     /// [`Algorithm`](crate::Algorithm): no burst, the window's length as
     /// `w` and the time to its end as `t` and `Retry-After`, on the system
     /// clock (UTC) for local rules and Redis `TIME` for global ones. Every
-    /// gateway, and envoyproxy/ratelimit itself, sees the same windows, so
-    /// counts and resets agree to the second.
+    /// gateway, and envoyproxy/ratelimit itself, sees the same windows:
+    /// their resets agree to the second. Its units are windows of 1, 60,
+    /// 3,600, 86,400 and 604,800 seconds, a "month" of 30 days and a "year"
+    /// of 365: not [calendar months](Self::per_calendar_month).
     ///
     /// Prefer [`Quota::new`] (GCRA) unless you need those edges: a fixed
     /// window lets a key spend `limit` just before an edge and `limit` again
