@@ -5,7 +5,7 @@ use std::fmt::Write;
 use std::time::Duration;
 
 use crate::key::lookup::OnMissingKey;
-use crate::quota::Offset;
+use crate::quota::{Offset, Period};
 use crate::rule::Rule;
 use crate::rule::{Cost, QuotaChange, QuotaSource};
 
@@ -45,7 +45,8 @@ pub struct DescribedRule {
     /// The quota in config syntax (`100/min, burst 20`), the cost when it is
     /// not 1, or `per request (quota_fn)`.
     pub quota: String,
-    /// `gcra`, `token_bucket`, `fixed_window` or `sliding_window`.
+    /// `gcra`, `token_bucket`, `fixed_window` or `sliding_window`; for a
+    /// calendar quota, `calendar window` or `aligned window`.
     pub algorithm: String,
     /// `local`, or `global` with its consistency: `global, exact`,
     /// `global, coalesced`, or `global, leased 50ms: Redis burst 4750` (the
@@ -82,8 +83,12 @@ impl DescribedRule {
     fn new(rule: &Rule) -> Self {
         let mut quota = match &rule.quota {
             QuotaSource::Static(q) if q.period().is_some() => {
-                let period = q.period().map_or("", |p| p.as_str());
-                let mut s = format!("{}/calendar_{period}", q.limit());
+                let mut s = match q.period() {
+                    Some(Period::Aligned) => {
+                        format!("{}/aligned_{}", q.limit(), window(q.window()))
+                    }
+                    p => format!("{}/calendar_{}", q.limit(), p.map_or("", Period::as_str)),
+                };
                 if q.utc_offset() != 0 {
                     let _ = write!(s, ", utc_offset {}", Offset(q.utc_offset()));
                 }
@@ -129,6 +134,7 @@ impl DescribedRule {
             key: rule.key().name().to_owned(),
             quota,
             algorithm: match rule.static_quota().and_then(|q| q.period()) {
+                Some(Period::Aligned) => "aligned window".to_owned(),
                 Some(_) => "calendar window".to_owned(),
                 None => rule.algorithm.as_str().to_owned(),
             },

@@ -43,7 +43,8 @@ macro_rules! string_de {
 string_de!(QuotaSpec, DurationSpec, KeySpec, MissingSpec, OffsetSpec);
 
 /// `"100/min"`, `"10/5s"`, `"1/day"`: a limit per window; `"1000/calendar_day"`
-/// and `"10000/calendar_month"`: a limit per calendar period.
+/// and `"10000/calendar_month"`: a limit per calendar period; `"50/aligned_min"`,
+/// `"10/aligned_5s"`: a limit per window aligned on the clock (`Quota::aligned`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct QuotaSpec(pub(crate) Quota);
 
@@ -108,6 +109,13 @@ impl FromStr for QuotaSpec {
             "calendar_day" => return Ok(Self(Quota::per_calendar_day(limit))),
             "calendar_month" => return Ok(Self(Quota::per_calendar_month(limit))),
             _ => {}
+        }
+        if let Some(w) = window.trim().strip_prefix("aligned_") {
+            let window = parse_window(w).map_err(|e| bad(&e))?;
+            if window.subsec_nanos() != 0 {
+                return Err(bad("an aligned window is whole seconds"));
+            }
+            return Ok(Self(Quota::aligned(limit, window)));
         }
         let window = parse_window(window.trim()).map_err(|e| bad(&e))?;
         Ok(Self(Quota::new(limit, window)))
@@ -316,7 +324,23 @@ mod tests {
         let cal = |s: &str| s.parse::<QuotaSpec>().unwrap().0;
         assert_eq!(cal("1000/calendar_day"), Quota::per_calendar_day(1000));
         assert_eq!(cal(" 5 / calendar_month"), Quota::per_calendar_month(5));
-        for bad in ["100", "x/min", "0/min", "10/0s", "10/week", "10/"] {
+        let aligned = |secs| Quota::aligned(50, Duration::from_secs(secs));
+        assert_eq!(cal("50/aligned_min"), aligned(60));
+        assert_eq!(cal("50/aligned_minute"), aligned(60));
+        assert_eq!(cal("50 / aligned_15min"), aligned(900));
+        assert_eq!(cal("50/aligned_day"), aligned(86_400));
+        for bad in [
+            "100",
+            "x/min",
+            "0/min",
+            "10/0s",
+            "10/week",
+            "10/",
+            "10/aligned_500ms",
+            "10/aligned_0s",
+            "10/aligned_",
+            "10/aligned",
+        ] {
             let err = bad.parse::<QuotaSpec>().unwrap_err();
             assert!(err.starts_with(&format!("invalid quota {bad:?}")), "{err}");
         }

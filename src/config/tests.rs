@@ -54,6 +54,18 @@ fn calendar_quotas() {
         "[[rules]]\nname = \"m\"\nkey = \"everyone\"\nquota = \"9/calendar_day\"\nutc_offset = \"+1:00\"\n",
     );
     assert_eq!((e.line(), e.column()), (Some(5), Some(14)), "{e}");
+    let config = RulesConfig::from_yaml_str(
+        "rules:\n  - name: a\n    key: everyone\n    quota: 50/aligned_15min\n    utc_offset: \"+05:30\"\n",
+    )
+    .unwrap();
+    let layer = config.into_layer(&Registry::new()).unwrap();
+    assert_eq!(
+        layer.rules()[0].static_quota(),
+        Some(Quota::aligned(50, std::time::Duration::from_secs(900)).with_utc_offset(19_800))
+    );
+    let e = toml_err("[[rules]]\nname = \"a\"\nkey = \"everyone\"\nquota = \"9/aligned_1500ms\"\n");
+    assert!(e.message().contains("whole seconds"), "{e}");
+    assert_eq!((e.line(), e.column()), (Some(4), Some(9)), "{e}");
 }
 
 #[test]

@@ -30,10 +30,8 @@ impl Chain {
                                 .collect(),
                         }
                     }
-                    Some(period) => Saved::Calendar {
-                        limit: q.limit(),
-                        period,
-                        offset: q.utc_offset(),
+                    Some(_) => Saved::Calendar {
+                        quota: q,
                         keys: store.calendar_counts(),
                     },
                 };
@@ -81,20 +79,14 @@ impl Chain {
                         store.carry_used(key.clone(), used, old, q, how);
                     }
                 }
-                Saved::Calendar {
-                    limit,
-                    period,
-                    offset,
-                    keys,
-                } if q.period() == Some(*period) && q.utc_offset() == *offset => {
+                Saved::Calendar { quota: old, keys } if old.same_windows(&q) => {
                     // Only the window that is still current.
                     let Some((_, end)) = q.window_secs(now.div_euclid(1_000_000)) else {
                         continue;
                     };
-                    let old = q.with_limit(*limit);
                     for (key, count, saved_end) in keys {
                         if *saved_end == end {
-                            store.carry_count(key, *count, old, q, how);
+                            store.carry_count(key, *count, *old, q, how);
                         }
                     }
                 }

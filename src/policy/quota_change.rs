@@ -19,11 +19,12 @@
 /// attacker where it was, in proportion, instead of handing it a fresh
 /// quota, which is what `Reset` does.
 ///
-/// On a local rule, rolling quotas and calendar quotas of the same period
-/// and UTC offset convert the usage that exists when the new rules take
-/// over: every request the old rules decided counts, however long the
-/// reload takes. A key is carried over when the new rules first meet it,
-/// or by the reload itself right after the swap, whichever comes first;
+/// On a local rule, rolling quotas and calendar quotas of the same period,
+/// UTC offset and (for [aligned](crate::Quota::aligned) ones) window
+/// convert the usage that exists when the new rules take over: every
+/// request the old rules decided counts, however long the reload takes.
+/// A key is carried over when the new rules first meet it, or by the
+/// reload itself right after the swap, whichever comes first;
 /// `reload` returns once every key is. Requests that were already
 /// suspended on the old rules at the swap (awaiting Redis for an earlier
 /// global rule, or waiting under `OnDeny::Wait`) finish on them, but their
@@ -71,7 +72,8 @@
 /// since its reload converts it first.
 ///
 /// Not converted anywhere: between a rolling and a calendar quota, two
-/// calendar periods, the sliding window across windows, and `quota_fn`
+/// calendar periods (aligned windows of two lengths among them), the
+/// sliding window across windows, and `quota_fn`
 /// rules (each computed quota keeps its own counters): those keys start
 /// afresh whatever this says.
 ///

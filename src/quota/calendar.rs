@@ -1,14 +1,17 @@
-//! Calendar arithmetic for quotas that reset at midnight or on the first of
-//! the month: proleptic Gregorian, on days since the Unix epoch (Howard
-//! Hinnant's `days_from_civil`). `lua/calendar.lua` does the same sums on
-//! Redis `TIME`; a test runs both over the same instants.
+//! Calendar arithmetic for quotas that reset at midnight, on the first of
+//! the month, or at each whole multiple of a window since the epoch:
+//! proleptic Gregorian, on days since the Unix epoch (Howard Hinnant's
+//! `days_from_civil`). `lua/calendar.lua` does the same sums on Redis
+//! `TIME`; a test runs both over the same instants.
 
 /// The calendar period a quota resets on.
 ///
 /// ```
+/// use std::time::Duration;
 /// use keyed_rate_limit::{Quota, quota::Period};
 /// assert_eq!(Quota::per_calendar_month(10_000).period(), Some(Period::Month));
 /// assert_eq!(Period::Day.as_str(), "day");
+/// assert_eq!(Quota::aligned(50, Duration::from_secs(60)).period(), Some(Period::Aligned));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -17,27 +20,41 @@ pub enum Period {
     Day,
     /// From midnight on the first of a month to the first of the next.
     Month,
+    /// From one whole multiple of the quota's [`window`](crate::Quota::window)
+    /// since 1970-01-01T00:00:00Z to the next ([`Quota::aligned`](crate::Quota::aligned)).
+    Aligned,
 }
 
 impl Period {
-    /// `day` or `month`, as the Redis script and config files spell it.
+    /// `day`, `month` or `aligned`, as snapshots and rules files
+    /// (`"1000/calendar_day"`, `"50/aligned_min"`) name it.
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::Day => "day",
             Self::Month => "month",
+            Self::Aligned => "aligned",
         }
     }
 }
 
 pub(super) const DAY_SECS: i64 = 86_400;
 
+/// The longest aligned window: 100 years of 365 days. The scripts count in
+/// doubles, exact to 2^53; the µs to a window's end stay below it.
+pub(super) const MAX_ALIGNED_SECS: u64 = 100 * 365 * DAY_SECS as u64;
+
 /// The window of `period`, at a UTC offset of `offset` seconds, that holds
 /// `now` (seconds since the epoch): its start and end, in seconds since the
-/// epoch.
-pub(super) fn window(period: Period, offset: i32, now: i64) -> (i64, i64) {
+/// epoch. `len` is an aligned window's length in seconds (at least 1); the
+/// calendar's periods have their own.
+pub(super) fn window(period: Period, offset: i32, now: i64, len: i64) -> (i64, i64) {
     let offset = i64::from(offset);
     let day = (now + offset).div_euclid(DAY_SECS);
     let (start, end) = match period {
+        Period::Aligned => {
+            let start = (now + offset).div_euclid(len) * len;
+            return (start - offset, start + len - offset);
+        }
         Period::Day => (day, day + 1),
         Period::Month => {
             let (y, m) = year_month(day);
@@ -74,6 +91,11 @@ fn year_month(days: i64) -> (i64, i64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A day's or a month's window: they take no length.
+    fn window(period: Period, offset: i32, now: i64) -> (i64, i64) {
+        super::window(period, offset, now, 0)
+    }
 
     /// Seconds since the epoch of `y-m-d 00:00:00` UTC, by counting days.
     fn midnight(y: i64, m: i64, d: i64) -> i64 {
@@ -156,5 +178,61 @@ mod tests {
             months += 1;
         }
         assert_eq!(months, 430 * 12);
+    }
+
+    /// envoyproxy/ratelimit's units, its window `[now - now % len, … + len)`
+    /// and its reset `len - now % len`, on edges and between them.
+    #[test]
+    fn aligned_windows_are_envoys() {
+        const UNITS: [i64; 7] = [
+            1,
+            60,
+            3600,
+            DAY_SECS,
+            7 * DAY_SECS,
+            30 * DAY_SECS,
+            365 * DAY_SECS,
+        ];
+        for len in UNITS {
+            for now in [
+                0,
+                1,
+                len - 1,
+                len,
+                1_767_225_599,
+                1_767_225_600,
+                4_102_444_799,
+            ] {
+                let (start, end) = super::window(Period::Aligned, 0, now, len);
+                assert_eq!(
+                    (start, end),
+                    (now - now % len, now - now % len + len),
+                    "{len} at {now}"
+                );
+                assert_eq!(end - now, len - now % len, "the reset, {len} at {now}");
+            }
+        }
+        // A week's windows end on Thursdays, as 1970-01-01 was one.
+        assert_eq!(
+            super::window(Period::Aligned, 0, 1, 7 * DAY_SECS).1,
+            7 * DAY_SECS
+        );
+    }
+
+    #[test]
+    fn an_offset_moves_aligned_windows_as_it_moves_days() {
+        let ist = 5 * 3600 + 1800;
+        let t = midnight(2026, 3, 31) + 20 * 3600;
+        // An aligned day is a calendar day, at any offset.
+        for offset in [0, ist, -8 * 3600] {
+            assert_eq!(
+                super::window(Period::Aligned, offset, t, DAY_SECS),
+                window(Period::Day, offset, t)
+            );
+        }
+        // Hours at +05:30 end at half past each UTC hour.
+        let (start, end) = super::window(Period::Aligned, ist, t, 3600);
+        assert_eq!((start % 3600, end - start), (1800, 3600));
+        assert!(start <= t && t < end);
     }
 }

@@ -8,12 +8,14 @@
 //!   units come back through the window, one every `window / limit` under
 //!   GCRA; [`with_burst`](Quota::with_burst) bounds how many go at once.
 //! - **Calendar** ([`per_calendar_day`](Quota::per_calendar_day),
-//!   [`per_calendar_month`](Quota::per_calendar_month), and [`Period`] for the rest): the
+//!   [`per_calendar_month`](Quota::per_calendar_month),
+//!   [`aligned`](Quota::aligned), and [`Period`] for the rest): the
 //!   count starts again at each boundary (midnight UTC, or
-//!   [`with_utc_offset`](Quota::with_utc_offset), and the first of each
-//!   month with month lengths and leap years right), as API plans are
-//!   sold. A key may spend the whole limit just before a boundary and
-//!   again just after.
+//!   [`with_utc_offset`](Quota::with_utc_offset), the first of each
+//!   month with month lengths and leap years right, or each whole
+//!   multiple of an aligned window since the epoch, as
+//!   envoyproxy/ratelimit counts), as API plans are sold. A key may spend
+//!   the whole limit just before a boundary and again just after.
 //!
 //! "Per day" is said one way for each: a rolling day is
 //! `Quota::new(limit, Duration::from_secs(86_400))`, `"1000/day"` in a
@@ -144,7 +146,7 @@ impl Quota {
     /// assert_eq!(noon.duration_since(start).unwrap(), Duration::from_secs(12 * 3600));
     /// ```
     pub const fn per_calendar_day(limit: u32) -> Self {
-        Self::calendar(limit, Period::Day)
+        Self::calendar(limit, Period::Day, 1)
     }
 
     /// `limit` units per calendar month, from midnight UTC on the first to
@@ -164,14 +166,58 @@ impl Quota {
     /// assert_eq!(end.duration_since(start).unwrap(), Duration::from_secs(29 * 86_400));
     /// ```
     pub const fn per_calendar_month(limit: u32) -> Self {
-        Self::calendar(limit, Period::Month)
+        Self::calendar(limit, Period::Month, 31)
     }
 
-    const fn calendar(limit: u32, period: Period) -> Self {
-        let days = match period {
-            Period::Day => 1,
-            Period::Month => 31,
-        };
+    /// `limit` units per `window`, counted in fixed windows aligned on the
+    /// clock, as envoyproxy/ratelimit counts: the window holding `now`
+    /// (seconds since 1970-01-01T00:00:00Z) is `[now - now % len, now -
+    /// now % len + len)` for a window of `len` seconds, and every unit comes
+    /// back at its end, in `len - now % len` seconds.
+    /// [`with_utc_offset`](Self::with_utc_offset) moves the edges as it moves
+    /// a calendar day's. `"<limit>/aligned_<window>"` in a rules file
+    /// (`"50/aligned_min"`, `"1000/aligned_15min"`).
+    ///
+    /// It is a calendar quota of period [`Period::Aligned`], counted as
+    /// [`per_calendar_day`](Self::per_calendar_day) is, whatever the rule's
+    /// [`Algorithm`](crate::Algorithm): no burst, the window's length as
+    /// `w` and the time to its end as `t` and `Retry-After`, on the system
+    /// clock (UTC) for local rules and Redis `TIME` for global ones. Every
+    /// gateway, and envoyproxy/ratelimit itself, sees the same windows:
+    /// their resets agree to the second. Its units are windows of 1, 60,
+    /// 3,600, 86,400 and 604,800 seconds, a "month" of 30 days and a "year"
+    /// of 365: not [calendar months](Self::per_calendar_month).
+    ///
+    /// Prefer [`Quota::new`] (GCRA) unless you need those edges: a fixed
+    /// window lets a key spend `limit` just before an edge and `limit` again
+    /// just after (twice the rate for a moment), and refuses it for the
+    /// rest of the window once spent, while GCRA spaces units evenly and
+    /// gives them back one at a time. [`validate`](Self::validate) refuses
+    /// a window that is zero, not a whole number of seconds, or longer than
+    /// 100 years of 365 days.
+    ///
+    /// ```
+    /// use std::time::{Duration, UNIX_EPOCH};
+    /// use keyed_rate_limit::{Quota, quota::Period};
+    ///
+    /// let q = Quota::aligned(50, Duration::from_secs(60));
+    /// assert_eq!(q.period(), Some(Period::Aligned));
+    /// // 12:34:56 UTC: the minute from 12:34:00, whole again in 4 seconds.
+    /// let now = UNIX_EPOCH + Duration::from_secs(20_000 * 86_400 + 12 * 3600 + 34 * 60 + 56);
+    /// let (start, end) = q.calendar_window(now).unwrap();
+    /// assert_eq!(now.duration_since(start).unwrap(), Duration::from_secs(56));
+    /// assert_eq!(end.duration_since(now).unwrap(), Duration::from_secs(4));
+    /// assert!(Quota::aligned(50, Duration::from_millis(1500)).validate().is_err());
+    /// ```
+    pub const fn aligned(limit: u32, window: Duration) -> Self {
+        Self {
+            period: Some(Period::Aligned),
+            ..Self::new(limit, window)
+        }
+    }
+
+    /// A day's or a month's quota; `window` is the longest, in days.
+    const fn calendar(limit: u32, period: Period, days: u64) -> Self {
         Self {
             period: Some(period),
             ..Self::new(limit, Duration::from_secs(days * calendar::DAY_SECS as u64))
@@ -211,7 +257,8 @@ impl Quota {
     }
 
     /// The calendar window holding `at`, as its start and end; `None` for
-    /// a quota that is not a calendar quota. Instants before 1970 count as
+    /// a quota that is not a calendar quota, or an aligned one whose window
+    /// [`validate`](Self::validate) refuses. Instants before 1970 count as
     /// 1970-01-01T00:00:00Z.
     pub fn calendar_window(&self, at: SystemTime) -> Option<(SystemTime, SystemTime)> {
         // Instants before 1970 count as its first second.
@@ -227,14 +274,30 @@ impl Quota {
     /// The calendar window holding `now` (seconds since the epoch), in
     /// seconds since the epoch.
     pub(crate) fn window_secs(&self, now: i64) -> Option<(i64, i64)> {
-        Some(calendar::window(self.period?, self.utc_offset, now))
+        let len = match self.period? {
+            Period::Aligned => self.aligned_secs()?,
+            _ => 0,
+        };
+        Some(calendar::window(self.period?, self.utc_offset, now, len))
     }
 
-    /// The same quota with another limit: a calendar quota as saved with
-    /// an older limit.
-    pub(crate) const fn with_limit(mut self, limit: u32) -> Self {
-        self.limit = limit;
-        self
+    /// An aligned window's length in seconds: whole, from one second to
+    /// the longest the scripts count exactly.
+    const fn aligned_secs(&self) -> Option<i64> {
+        let secs = self.window.as_secs();
+        if self.window.subsec_nanos() == 0 && secs >= 1 && secs <= calendar::MAX_ALIGNED_SECS {
+            Some(secs as i64)
+        } else {
+            None
+        }
+    }
+
+    /// Whether both are calendar quotas counted in the same windows: of one
+    /// period, UTC offset and (for aligned ones) length, whatever the limits.
+    pub(crate) fn same_windows(&self, other: &Self) -> bool {
+        self.period.is_some()
+            && (self.period, self.utc_offset, self.window)
+                == (other.period, other.utc_offset, other.window)
     }
 
     /// Sets the burst: the most units a key may spend at once.
@@ -285,6 +348,7 @@ impl Quota {
     /// assert!(Quota::per_second(0).validate().is_err());
     /// assert!(Quota::per_second(1).with_burst(0).validate().is_err());
     /// assert!(Quota::new(1, Duration::ZERO).validate().is_err());
+    /// assert!(Quota::aligned(1, Duration::from_millis(500)).validate().is_err());
     /// ```
     pub fn validate(&self) -> Result<(), QuotaError> {
         if self.limit == 0 {
@@ -301,6 +365,12 @@ impl Quota {
         }
         match self.period {
             None if self.utc_offset != 0 => Err(QuotaError::OffsetWithoutCalendar),
+            Some(Period::Aligned) if self.window.subsec_nanos() != 0 => {
+                Err(QuotaError::AlignedNotWholeSeconds)
+            }
+            Some(Period::Aligned) if self.aligned_secs().is_none() => {
+                Err(QuotaError::AlignedTooLong)
+            }
             Some(_) if i64::from(self.utc_offset).abs() >= calendar::DAY_SECS => {
                 Err(QuotaError::OffsetOutOfRange)
             }
@@ -329,11 +399,15 @@ impl fmt::Debug for Quota {
     }
 }
 
-/// Renders as `100/60s burst 20`, or `1000/calendar day UTC+05:30`.
+/// Renders as `100/60s burst 20`, `1000/calendar day UTC+05:30`, or
+/// `50/aligned 60s`.
 impl fmt::Display for Quota {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(p) = self.period {
-            write!(f, "{}/calendar {}", self.limit, p.as_str())?;
+            match p {
+                Period::Aligned => write!(f, "{}/aligned {:?}", self.limit, self.window)?,
+                _ => write!(f, "{}/calendar {}", self.limit, p.as_str())?,
+            }
             if self.utc_offset != 0 {
                 write!(f, " UTC{}", Offset(self.utc_offset))?;
             }
@@ -376,6 +450,12 @@ pub enum QuotaError {
     OffsetOutOfRange,
     /// A calendar quota with a burst: calendar windows have none.
     BurstOnCalendar,
+    /// An [aligned](Quota::aligned) window that is not a whole number of
+    /// seconds.
+    AlignedNotWholeSeconds,
+    /// An [aligned](Quota::aligned) window longer than 100 years of 365
+    /// days.
+    AlignedTooLong,
 }
 
 impl fmt::Display for QuotaError {
@@ -386,13 +466,56 @@ impl fmt::Display for QuotaError {
             Self::ZeroBurst => "the burst is zero",
             Self::TooFine => "window / limit is below one nanosecond",
             Self::OffsetWithoutCalendar => {
-                "a UTC offset needs a calendar quota (per_calendar_day, per_calendar_month)"
+                "a UTC offset needs a calendar quota (per_calendar_day, per_calendar_month, aligned)"
             }
             Self::OffsetOutOfRange => "the UTC offset is a day or more",
             Self::BurstOnCalendar => "a calendar quota has no burst",
+            Self::AlignedNotWholeSeconds => "an aligned window is not a whole number of seconds",
+            Self::AlignedTooLong => "an aligned window is longer than 100 years",
         })
     }
 }
 
 impl std::error::Error for QuotaError {}
 crate::util::report::debug_as_display!(QuotaError);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_aligned_window_is_whole_seconds_up_to_a_century() {
+        let aligned = |d| Quota::aligned(10, d);
+        let max = Duration::from_secs(calendar::MAX_ALIGNED_SECS);
+        assert_eq!(
+            aligned(Duration::ZERO).validate(),
+            Err(QuotaError::ZeroWindow)
+        );
+        assert_eq!(
+            aligned(Duration::from_millis(1500)).validate(),
+            Err(QuotaError::AlignedNotWholeSeconds)
+        );
+        assert_eq!(
+            aligned(max + Duration::from_secs(1)).validate(),
+            Err(QuotaError::AlignedTooLong)
+        );
+        assert_eq!(
+            aligned(Duration::from_secs(60)).with_burst(5).validate(),
+            Err(QuotaError::BurstOnCalendar)
+        );
+        assert_eq!(aligned(max).validate(), Ok(()));
+        // A window validate refuses has none, rather than a panic.
+        assert_eq!(
+            aligned(Duration::ZERO).calendar_window(SystemTime::now()),
+            None
+        );
+        assert_eq!(aligned(Duration::from_millis(1500)).window_secs(0), None);
+        assert_eq!(aligned(max).window_secs(0), Some((0, max.as_secs() as i64)));
+        assert_eq!(
+            aligned(Duration::from_secs(60))
+                .with_utc_offset(-3600)
+                .to_string(),
+            "10/aligned 60s UTC-01:00"
+        );
+    }
+}

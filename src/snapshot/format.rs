@@ -2,12 +2,13 @@
 //! before anything is restored.
 
 use std::io::{Read, Write};
+use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
 use super::{Saved, SavedRule, SnapshotError, VERSION};
 use crate::key::Key;
-use crate::quota::Period;
+use crate::quota::{Period, Quota};
 
 const HEADER: &str = "keyed-rate-limit snapshot";
 
@@ -34,16 +35,18 @@ pub(crate) fn write(mut w: impl Write, rules: &[SavedRule], now: i64) -> Result<
                     line(format!("key {} {whole_at}", hex(k.as_bytes())));
                 }
             }
-            Saved::Calendar {
-                limit,
-                period,
-                offset,
-                keys,
-            } => {
-                line(format!(
-                    "rule {name} calendar {limit} {} {offset}",
-                    period.as_str()
-                ));
+            Saved::Calendar { quota: q, keys } => {
+                let (limit, offset) = (q.limit(), q.utc_offset());
+                line(match q.period() {
+                    Some(Period::Aligned) => format!(
+                        "rule {name} calendar {limit} aligned {offset} {}",
+                        q.window().as_secs()
+                    ),
+                    p => format!(
+                        "rule {name} calendar {limit} {} {offset}",
+                        p.map_or("", Period::as_str)
+                    ),
+                });
                 for (k, count, end) in keys {
                     line(format!("key {} {count} {end}", hex(k.as_bytes())));
                 }
@@ -141,20 +144,26 @@ pub(crate) fn read(mut r: impl Read) -> Result<(Vec<SavedRule>, i64), SnapshotEr
                     keys: Vec::new(),
                 },
             }),
-            ["rule", name, "calendar", limit, period, offset] => rules.push(SavedRule {
-                name: text_of(name).ok_or(corrupt(no, "a rule name is not hex of UTF-8"))?,
-                state: Saved::Calendar {
-                    limit: positive32(limit)?,
-                    period: match *period {
-                        "day" => Period::Day,
-                        "month" => Period::Month,
-                        _ => return Err(corrupt(no, "an unknown calendar period")),
+            ["rule", name, "calendar", limit, period, offset, window @ ..] => {
+                let limit = positive32(limit)?;
+                let quota = match (*period, window) {
+                    ("day", []) => Quota::per_calendar_day(limit),
+                    ("month", []) => Quota::per_calendar_month(limit),
+                    ("aligned", [secs]) => {
+                        Quota::aligned(limit, Duration::from_secs(positive(secs)?))
+                    }
+                    _ => return Err(corrupt(no, "an unknown calendar period")),
+                };
+                let offset = i32::try_from(num(offset)?)
+                    .map_err(|_| corrupt(no, "an offset out of range"))?;
+                rules.push(SavedRule {
+                    name: text_of(name).ok_or(corrupt(no, "a rule name is not hex of UTF-8"))?,
+                    state: Saved::Calendar {
+                        quota: quota.with_utc_offset(offset),
+                        keys: Vec::new(),
                     },
-                    offset: i32::try_from(num(offset)?)
-                        .map_err(|_| corrupt(no, "an offset out of range"))?,
-                    keys: Vec::new(),
-                },
-            }),
+                });
+            }
             ["key", key, rest @ ..] => {
                 let key = Key::from(unhex(key).ok_or(corrupt(no, "a key is not hex"))?);
                 match (rules.last_mut().map(|r| &mut r.state), rest) {
@@ -221,20 +230,28 @@ mod tests {
             SavedRule {
                 name: "monthly".into(),
                 state: Saved::Calendar {
-                    limit: 10,
-                    period: Period::Month,
-                    offset: -3600,
+                    quota: Quota::per_calendar_month(10).with_utc_offset(-3600),
                     keys: vec![(Key::from("k"), 3, 1_700_000_000)],
+                },
+            },
+            SavedRule {
+                name: "per aligned minute".into(),
+                state: Saved::Calendar {
+                    quota: Quota::aligned(50, Duration::from_secs(60)).with_utc_offset(1800),
+                    keys: vec![(Key::from("k"), 50, 1_700_000_040)],
                 },
             },
         ]
     }
 
     #[test]
-    fn round_trips_binary_keys_and_both_kinds() {
+    fn round_trips_binary_keys_and_every_kind() {
         let mut out = Vec::new();
         write(&mut out, &sample(), 42).unwrap();
         assert_eq!(read(&out[..]).unwrap(), (sample(), 42));
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains(" calendar 10 month -3600\n"), "{text}");
+        assert!(text.contains(" calendar 50 aligned 1800 60\n"), "{text}");
     }
 
     #[test]

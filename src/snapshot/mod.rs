@@ -50,6 +50,7 @@
 //! rule <name> rolling <limit> <window ns> <burst>
 //! key <key> <unix µs when the key's bucket is whole again>
 //! rule <name> calendar <limit> <day|month> <UTC offset s>
+//! rule <name> calendar <limit> aligned <UTC offset s> <window s>
 //! key <key> <count> <unix s when its window ends>
 //! end <number of lines before this one> <SHA-256 of every byte before this line, hex>
 //! ```
@@ -65,7 +66,7 @@ mod format;
 pub(crate) use format::{read, write};
 
 use crate::key::Key;
-use crate::quota::Period;
+use crate::quota::Quota;
 
 /// The format version this crate writes and reads.
 pub(crate) const VERSION: u32 = 1;
@@ -86,11 +87,10 @@ pub(crate) enum Saved {
         burst: u32,
         keys: Vec<(Key, i64)>,
     },
-    /// A calendar quota: each key's count, and when its window ends (s).
+    /// A calendar quota (its limit, period, UTC offset and, for an aligned
+    /// one, its window): each key's count, and when its window ends (s).
     Calendar {
-        limit: u32,
-        period: Period,
-        offset: i32,
+        quota: Quota,
         keys: Vec<(Key, u32, i64)>,
     },
 }

@@ -338,4 +338,29 @@ mod tests {
         store.cleanup_at(us(MARCH_1 + DAY + 5 * 3600));
         assert_eq!(store.len(), 1, "the day ended, the month did not");
     }
+
+    /// envoyproxy/ratelimit's minute: spent, the key waits for the next
+    /// whole minute since the epoch, told exactly how long.
+    #[test]
+    fn an_aligned_minute_is_refused_until_its_edge() {
+        let store = CalendarStore::new(Budget::new(100, KeySpaceFull::Overflow));
+        let q = Quota::aligned(3, Duration::from_secs(60));
+        let key = Key::from("k");
+        // 12:34:56.25 on 29 February 2024: the minute from 12:34:00.
+        let now = us(LEAP_DAY + 12 * 3600 + 34 * 60 + 56) + 250_000;
+        let d = store.check_at(now, &key, q, n(3));
+        assert_eq!((d.is_allowed(), d.remaining()), (true, 0));
+        assert_eq!(d.window(), Duration::from_secs(60));
+        assert_eq!(d.reset(), Duration::from_millis(3750));
+        let d = store.check_at(now, &key, q, n(1));
+        assert_eq!(d.retry_after(), Some(Duration::from_millis(3750)));
+        let edge = us(LEAP_DAY + 12 * 3600 + 35 * 60);
+        let d = store.check_at(edge - 1, &key, q, n(1));
+        assert_eq!(d.retry_after(), Some(Duration::from_micros(1)));
+        let d = store.check_at(edge, &key, q, n(3));
+        assert_eq!((d.is_allowed(), d.reset()), (true, Duration::from_secs(60)));
+        // A plan of another length (a `quota_fn`): its own window, from zero.
+        let hour = Quota::aligned(3, Duration::from_secs(3600));
+        assert_eq!(store.check_at(edge, &key, hour, n(1)).remaining(), 2);
+    }
 }

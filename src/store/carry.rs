@@ -19,7 +19,8 @@ impl LocalStore {
     /// Makes this store, which replaces `old` in a reload, start each new
     /// key from what it used under `from` in `old`, converted to `to` as
     /// `how` says: between rolling quotas, or calendar quotas of the same
-    /// period and offset (anything else starts afresh). Lasts until
+    /// windows (period, offset and aligned length; anything else starts
+    /// afresh). Lasts until
     /// [`adopt_all`](Self::adopt_all): requests that the old rules decide
     /// meanwhile count.
     pub(crate) fn inherit_from(
@@ -42,7 +43,7 @@ impl LocalStore {
                         .clamp(0.0, f64::from(to.burst()))
                 });
             }
-        } else if same_calendar(from, to) {
+        } else if from.same_windows(&to) {
             let old = old.clone();
             self.calendar().inherit(move |key, window| {
                 let count = old.calendar.get().map_or(0, |c| c.count_in(key, window));
@@ -112,9 +113,9 @@ fn converted_used(used: f64, from: Quota, to: Quota, how: QuotaChange) -> Option
 
 /// A calendar `count` of `from` under `to`, converted as `how` says when
 /// the limit changed (rounded up: a conversion never hands out a unit).
-/// `None` between calendars of another period or offset.
+/// `None` between calendars of other windows.
 fn converted_count(count: u32, from: Quota, to: Quota, how: QuotaChange) -> Option<u32> {
-    if !same_calendar(from, to) {
+    if !from.same_windows(&to) {
         None
     } else if from.limit() == to.limit() {
         Some(count)
@@ -126,10 +127,6 @@ fn converted_count(count: u32, from: Quota, to: Quota, how: QuotaChange) -> Opti
         )?;
         Some(n.ceil().min(f64::from(u32::MAX)) as u32)
     }
-}
-
-fn same_calendar(from: Quota, to: Quota) -> bool {
-    from.period().is_some() && from.period() == to.period() && from.utc_offset() == to.utc_offset()
 }
 
 /// Whether two rolling quotas count alike: a state under one reads the

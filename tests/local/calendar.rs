@@ -1,9 +1,10 @@
-//! Calendar quotas on local rules, over HTTP: the window is the calendar's,
-//! and the headers say how long it is and when it ends.
+//! Calendar quotas on local rules, over HTTP: the window is the calendar's
+//! (or aligned on the clock, as envoyproxy/ratelimit counts), and the
+//! headers say how long it is and when it ends.
 
 use std::time::Duration;
 
-use crate::support::{calendar_window_now, client, header, ok_app, serve, sf};
+use crate::support::{calendar_window_now, client, envoy_reset, header, ok_app, serve, sf};
 
 use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
 
@@ -46,6 +47,52 @@ async fn day_and_month_quotas_reset_at_their_boundaries() {
     }
 }
 
+/// envoyproxy/ratelimit's week, as it counts: spent, the key is refused
+/// until the next whole week since the epoch (a Thursday, 00:00 UTC), and
+/// `t` and `Retry-After` say when, `len - now % len`.
+#[tokio::test]
+async fn an_aligned_week_refuses_until_its_edge_as_envoy_counts() {
+    let len = 7 * 86_400;
+    let q = Quota::aligned(2, Duration::from_secs(len));
+    let layer = RateLimitLayer::builder()
+        .rule(Rule::new("weekly", KeyExtractor::header("x-key"), q))
+        .build()
+        .unwrap();
+    let url = serve(ok_app(layer)).await;
+    let c = client();
+    let send = |key: &'static str| c.get(&url).header("x-key", key).send();
+    for remaining in [1, 0] {
+        let res = send("k").await.unwrap();
+        assert_eq!(res.status(), 200);
+        let policy = sf::member(&res, "ratelimit-policy", "weekly");
+        assert_eq!(
+            (policy.int("q"), policy.int("w")),
+            (Some(2), Some(len as i64))
+        );
+        let rl = sf::member(&res, "ratelimit", "weekly");
+        assert_eq!(rl.int("r"), Some(remaining));
+        let (t, left) = (rl.int("t").unwrap() as u64, envoy_reset(len, 0));
+        assert!(t.abs_diff(left) <= 1, "t={t}, envoy's reset {left}");
+    }
+    for _ in 0..2 {
+        let res = send("k").await.unwrap();
+        assert_eq!(res.status(), 429);
+        let retry: u64 = header(&res, "retry-after").unwrap().parse().unwrap();
+        let left = envoy_reset(len, 0);
+        assert!(
+            retry.abs_diff(left) <= 1,
+            "Retry-After {retry}, envoy's {left}"
+        );
+        let t = sf::member(&res, "ratelimit", "weekly").int("t").unwrap() as u64;
+        assert!(t.abs_diff(left) <= 1, "t={t}, envoy's reset {left}");
+    }
+    assert_eq!(
+        send("other").await.unwrap().status(),
+        200,
+        "a count per key"
+    );
+}
+
 #[test]
 fn a_bad_calendar_quota_is_a_build_error() {
     for (q, why) in [
@@ -60,6 +107,18 @@ fn a_bad_calendar_quota_is_a_build_error() {
         (
             Quota::per_minute(10).with_utc_offset(3600),
             "a UTC offset needs a calendar quota",
+        ),
+        (
+            Quota::aligned(10, Duration::from_millis(1500)),
+            "an aligned window is not a whole number of seconds",
+        ),
+        (
+            Quota::aligned(10, Duration::from_secs(101 * 365 * 86_400)),
+            "an aligned window is longer than 100 years",
+        ),
+        (
+            Quota::aligned(10, Duration::from_secs(60)).with_burst(5),
+            "a calendar quota has no burst",
         ),
     ] {
         let err = RateLimitLayer::builder()
@@ -80,6 +139,18 @@ fn a_bad_calendar_quota_is_a_build_error() {
     let rule = &described.rules()[0];
     assert_eq!(rule.quota, "9/calendar_month, utc_offset +05:30");
     assert_eq!(rule.algorithm, "calendar window");
+    let described = RateLimitLayer::builder()
+        .rule(Rule::new(
+            "a",
+            KeyExtractor::everyone(),
+            Quota::aligned(50, Duration::from_secs(900)).with_utc_offset(-3600),
+        ))
+        .build()
+        .unwrap()
+        .describe();
+    let rule = &described.rules()[0];
+    assert_eq!(rule.quota, "50/aligned_15min, utc_offset -01:00");
+    assert_eq!(rule.algorithm, "aligned window");
     assert_eq!(
         Duration::from_secs(31 * 86_400),
         Quota::per_calendar_month(1).window()

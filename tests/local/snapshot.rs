@@ -162,3 +162,33 @@ fn corrupt_truncated_and_foreign_files_are_refused() {
     let err = build(&tampered).unwrap();
     assert!(err.to_string().contains("corrupt"), "{err}");
 }
+
+/// An aligned window's counts come back after a restart, as a calendar
+/// day's do; under an aligned window of another length the key starts
+/// afresh (its windows are not the saved one's).
+#[tokio::test]
+async fn an_aligned_window_is_restored_into_the_same_windows_only() {
+    let rule = |len| {
+        let q = Quota::aligned(10, Duration::from_secs(len));
+        Rule::new("aligned", KeyExtractor::header("x-api-key"), q)
+    };
+    let week = 7 * 86_400;
+    let layer = RateLimitLayer::builder().rule(rule(week)).build().unwrap();
+    let url = serve(ok_app(layer.clone())).await;
+    for _ in 0..3 {
+        assert_eq!(get(&url, "k").await.status(), 200);
+    }
+    let mut saved = Vec::new();
+    layer.snapshot(&mut saved).unwrap();
+    for (len, want) in [(week, 6), (2 * 86_400, 9)] {
+        let layer = RateLimitLayer::builder()
+            .rule(rule(len))
+            .restore(&saved[..])
+            .unwrap()
+            .build()
+            .unwrap();
+        let res = get(&serve(ok_app(layer)).await, "k").await;
+        let r = member(&res, "ratelimit", "aligned").int("r");
+        assert_eq!(r, Some(want), "restored into an aligned window of {len} s");
+    }
+}

@@ -15,14 +15,17 @@ use keyed_rate_limit::rate_limit::ControlError;
 use keyed_rate_limit::{KeyExtractor, Quota, RateLimitLayer, Rule};
 use keyed_rate_limit_testing::RedisServer;
 
-/// Every algorithm with `quota`, then a fixed window with a calendar
-/// quota of the same limit; each with a name for messages and prefixes.
+/// Every algorithm with `quota`, then a fixed window with a calendar day
+/// and an aligned week (envoyproxy/ratelimit's) of the same limit; each
+/// with a name for messages and prefixes.
 fn every_algorithm(quota: Quota) -> Vec<(Algorithm, Quota, String)> {
     let mut cases: Vec<(Algorithm, Quota)> = ALGORITHMS.iter().map(|a| (*a, quota)).collect();
+    let week = Duration::from_secs(7 * 86_400);
     cases.push((
         Algorithm::FixedWindow,
         Quota::per_calendar_day(quota.limit()),
     ));
+    cases.push((Algorithm::FixedWindow, Quota::aligned(quota.limit(), week)));
     cases
         .into_iter()
         .map(|(a, q)| (a, q, format!("{a:?}-{q}").replace(' ', "-")))
@@ -33,7 +36,7 @@ fn global(rule: Rule, redis: keyed_rate_limit::RedisBackend) -> Rule {
     rule.global(redis).redis_timeout(Duration::from_millis(500))
 }
 
-/// Every algorithm and a calendar quota: read, charge, give back,
+/// Every algorithm and the calendar quotas: read, charge, give back,
 /// reset, block and unblock, as the layer then decides.
 #[tokio::test]
 async fn the_handle_works_on_every_redis_algorithm() {

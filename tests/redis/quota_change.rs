@@ -185,12 +185,14 @@ async fn a_quota_of_ages_reloads() {
 }
 
 /// A calendar count on Redis converts as a local one does: 8 of 10 a day
-/// is 4 of 5 or 16 of 20 (`Proportional`), 5 of 5 or 8 of 20 (`AsIs`),
-/// none (`Reset`).
+/// (or an aligned week) is 4 of 5 or 16 of 20 (`Proportional`), 5 of 5 or
+/// 8 of 20 (`AsIs`), none (`Reset`). An aligned window of another length
+/// is another window: it starts afresh.
 #[tokio::test]
 async fn calendar_quotas_convert_in_every_mode() {
     let server = RedisServer::start();
-    let day = |n| Quota::per_calendar_day(n);
+    let day: fn(u32) -> Quota = Quota::per_calendar_day;
+    let week: fn(u32) -> Quota = |n| Quota::aligned(n, Duration::from_secs(7 * 86_400));
     let cases = [
         (QuotaChange::Proportional, 5, (200, Some(0))),
         (QuotaChange::Proportional, 20, (200, Some(3))),
@@ -199,17 +201,30 @@ async fn calendar_quotas_convert_in_every_mode() {
         (QuotaChange::Reset, 5, (200, Some(4))),
         (QuotaChange::Reset, 20, (200, Some(19))),
     ];
-    for (how, to, want) in cases {
-        let prefix = format!("qc-cal-{how:?}-{to}");
-        let got = spend_then_reload(
-            &server,
-            &prefix,
-            Algorithm::Gcra,
-            (day(10), 8),
-            day(to),
-            how,
-        )
-        .await;
-        assert_eq!(got, want, "{how:?} to {to} a day");
+    for (period, quota) in [("day", day), ("week", week)] {
+        for (how, to, want) in cases {
+            let prefix = format!("qc-cal-{period}-{how:?}-{to}");
+            let got = spend_then_reload(
+                &server,
+                &prefix,
+                Algorithm::Gcra,
+                (quota(10), 8),
+                quota(to),
+                how,
+            )
+            .await;
+            assert_eq!(got, want, "{how:?} to {to} a {period}");
+        }
     }
+    let hour = Quota::aligned(10, Duration::from_secs(3600));
+    let got = spend_then_reload(
+        &server,
+        "qc-cal-week-to-hour",
+        Algorithm::Gcra,
+        (week(10), 8),
+        hour,
+        QuotaChange::AsIs,
+    )
+    .await;
+    assert_eq!(got, (200, Some(9)), "a week's count is no hour's");
 }

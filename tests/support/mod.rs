@@ -140,6 +140,29 @@ pub fn calendar_window_now(q: &keyed_rate_limit::Quota) -> (u64, u64) {
     (left, end.duration_since(start).unwrap().as_secs())
 }
 
+/// envoyproxy/ratelimit's reset, `len - now % len` seconds, on the system
+/// clock moved `offset` seconds east: the time to the edge of an aligned
+/// window of `len` seconds, worked out apart from the crate.
+pub fn envoy_reset(len: u64, offset: i32) -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let shifted = now.checked_add_signed(offset.into()).unwrap();
+    len - shifted % len
+}
+
+/// An offset east of UTC that puts the next edge of aligned windows of
+/// `len` seconds (at most a day) `ahead` seconds from now: a test that
+/// never straddles an edge, or one that waits for it.
+pub fn aligned_edge_in(len: u64, ahead: u64) -> i32 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    i32::try_from((len - (now + ahead) % len) % len).unwrap()
+}
+
 /// The keys matching `pattern` on `server` but the live instance count's
 /// set, which every backend keeps by default: the rules' state.
 #[cfg(feature = "redis")]

@@ -24,9 +24,14 @@ local function year_month(days)
   return y, m
 end
 
--- The window of `period` ('day' or 'month') at `offset` seconds east of
--- UTC that holds `now`: its start and end, in seconds since the epoch.
-local function calendar_window(period, offset, now)
+-- The window of `period` ('day', 'month' or 'aligned', whose length is
+-- `len` seconds) at `offset` seconds east of UTC that holds `now`: its
+-- start and end, in seconds since the epoch.
+local function calendar_window(period, offset, now, len)
+  if period == 'aligned' then
+    local start = math.floor((now + offset) / len) * len
+    return start - offset, start + len - offset
+  end
   local day = math.floor((now + offset) / 86400)
   local first, next_first = day, day + 1
   if period == 'month' then

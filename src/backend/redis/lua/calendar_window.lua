@@ -1,8 +1,8 @@
 -- A fixed window whose edges are calendar boundaries (calendar.lua comes
 -- first). State: a hash {s = window start, e = window end (s), c = units
 -- spent, l = the limit `c` was counted under, r = the window start a
--- reload's mode converted it in}. ARGV: limit, period ('day' | 'month'),
--- utc_offset_s.
+-- reload's mode converted it in}. ARGV: limit, period ('day' | 'month',
+-- or an aligned window's length in seconds), utc_offset_s.
 -- A count of another limit converts (quota_change.lua): by the rule's
 -- mode once, when that limit is one of its previous quotas and the window
 -- began before the reload; otherwise proportionally (a gateway on other
@@ -16,7 +16,8 @@
 -- first count or a conversion.
 local limit = tonumber(ARGV[1])
 local secs = tonumber(t[1])
-local start, finish = calendar_window(ARGV[2], tonumber(ARGV[3]), secs)
+local len = tonumber(ARGV[2])
+local start, finish = calendar_window(len and 'aligned' or ARGV[2], tonumber(ARGV[3]), secs, len)
 local reset_ms = math.max(1, math.ceil(((finish - secs) * 1000000 - tonumber(t[2])) / 1000))
 
 -- The hash is read by HMGET, not in batch.lua's MGET.

@@ -6,7 +6,7 @@
 -- the lockout's deny count are the rule and key's own (`…}:lock`,
 -- `…}:denies`).
 -- ARGV: the rate script's three (limit, window_us, burst; the calendar's
--- limit, period, utc_offset_s), then op ('adjust' | 'reset' | 'block' |
+-- limit, period or aligned length, utc_offset_s), then op ('adjust' | 'reset' | 'block' |
 -- 'unblock'), units (adjust: > 0 spends, < 0 gives back, 0 reads),
 -- block_ms, the window an adjustment is for (0: none; a lease's leftovers
 -- name the window they were granted in), the conversion mode of a count

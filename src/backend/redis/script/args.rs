@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redis::Script;
 
-use crate::quota::Quota;
+use crate::quota::{Period, Quota};
 
 /// A script call written straight into its command, `EVALSHA sha n keys…
 /// args…`: the client's `ScriptInvocation` allocates each argument, then
@@ -54,6 +54,18 @@ impl Args for Eval {
     fn push<T: redis::ToRedisArgs>(&mut self, arg: T) {
         self.arg(arg);
     }
+}
+
+/// A calendar quota's three arguments: its limit, its `period` (`day` or
+/// `month`, or an aligned window's length in seconds: the scripts tell it
+/// from a name by its being a number) and its UTC offset in seconds.
+pub(super) fn calendar_args(call: &mut impl Args, quota: &Quota, period: Period) {
+    call.push(quota.limit());
+    match period {
+        Period::Aligned => call.push(quota.window().as_secs()),
+        named => call.push(named.as_str()),
+    }
+    call.push(quota.utc_offset());
 }
 
 /// The window in whole microseconds, the scripts' unit (at least 1).

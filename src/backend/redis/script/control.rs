@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::args::{ms, window_us};
+use super::args::{calendar_args, ms, window_us};
 use super::rate::{Previous, change_args};
 use super::sources;
 use crate::policy::ControlOp;
@@ -26,14 +26,13 @@ pub(crate) fn control(
     let script = &sources::of(algorithm, quota.period().is_some()).control;
     let mut invocation = script.key(key);
     match quota.period() {
-        Some(period) => invocation
-            .arg(quota.limit())
-            .arg(period.as_str())
-            .arg(quota.utc_offset()),
-        None => invocation
-            .arg(quota.limit())
-            .arg(window_us(quota))
-            .arg(quota.burst()),
+        Some(period) => calendar_args(&mut invocation, quota, period),
+        None => {
+            invocation
+                .arg(quota.limit())
+                .arg(window_us(quota))
+                .arg(quota.burst());
+        }
     };
     let (name, units, block) = match op {
         ControlOp::Adjust(u) => ("adjust", u, Duration::ZERO),

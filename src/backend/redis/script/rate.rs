@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::args::{Args, Eval, ms, window_us};
+use super::args::{Args, Eval, calendar_args, ms, window_us};
 use super::sources;
 use crate::policy::Lockout;
 use crate::quota::Period;
@@ -188,9 +188,7 @@ pub(crate) fn calendar(
 ) -> Eval {
     let (script, source) = &sources::of(Algorithm::FixedWindow, true).rate;
     batch_call(script, source, keys, items, locks, previous, |eval| {
-        eval.arg(quota.limit())
-            .arg(period.as_str())
-            .arg(quota.utc_offset());
+        calendar_args(eval, quota, period)
     })
 }
 
