@@ -482,6 +482,16 @@ fn limit(l: RawLimit, raw: &RawDescriptor, path: &str) -> Result<Limit, String> 
                     "`calendar: true` needs unit day or month, not {other:?}"
                 ));
             }
+            // As envoyproxy/ratelimit counts, unless an extension of this
+            // crate's counting says otherwise: a fixed window on the clock.
+            (false, unit)
+                if raw.algorithm.is_none()
+                    && raw.burst.is_none()
+                    && raw.lease.is_none()
+                    && raw.coalesce.is_none() =>
+            {
+                Quota::aligned(n, unit.length())
+            }
             (false, unit) => Quota::new(n, unit.length()),
         };
         let quota = match raw.burst {

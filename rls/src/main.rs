@@ -29,7 +29,8 @@ usage: keyed-rls [--listen ADDR] [--config FILE ...] [--redis URL]
 
   --listen ADDR   the gRPC address (else GRPC_HOST:GRPC_PORT)
   --config FILE   a domain's YAML file, repeatable (else the runtime directory)
-  --redis URL     the backend of `scope: global` limits (else REDIS_URL)
+  --redis URL     where every limit counts, but `scope: local` ones (else
+                  REDIS_URL; without either, each instance counts alone)
   -h, --help      this text
 
 environment, as envoyproxy/ratelimit reads it:

@@ -378,7 +378,14 @@ async fn ask(
                     ..bare(Code::OverLimit)
                 }));
             }
-            let q = Quota::new(o.requests_per_unit, unit_of(o.unit).length());
+            let length = unit_of(o.unit).length();
+            // In the limit's own way of counting.
+            let q = match &limit.kind {
+                LimitKind::Rule(spec) if spec.algorithm.is_some() => {
+                    Quota::new(o.requests_per_unit, length)
+                }
+                _ => Quota::aligned(o.requests_per_unit, length),
+            };
             (Some(q), shown)
         }
         None => (None, current(limit)),

@@ -167,6 +167,7 @@ fn the_environment_and_a_runtime_directory_configure_it() {
     assert_eq!(health.text().unwrap(), "OK");
     rt.block_on(async {
         let mut c = crate::client(rls.addr).await;
+        crate::minute_edge();
         for _ in 0..8 {
             crate::ask(&mut c, vec![crate::descriptor(&[("user", "m")])]).await;
         }
@@ -182,4 +183,80 @@ fn the_environment_and_a_runtime_directory_configure_it() {
         let dir = std::env::temp_dir();
         crate::support::promtool::run(&dir, &["check", "metrics"], &exposition);
     }
+}
+
+/// envoyproxy/ratelimit's file as is, served by two processes on one
+/// private Redis: every limit counts in Redis, in windows on the clock.
+/// Exactly the limit is admitted across both in a window, the status's
+/// reset is the window's edge, and the next window admits the limit again.
+#[test]
+fn two_processes_on_one_redis_count_its_file_as_it_does() {
+    const FILE: &str = "domain: edge
+descriptors:
+  - key: user
+    rate_limit: { unit: minute, requests_per_unit: 3 }
+  - key: burst
+    rate_limit: { unit: second, requests_per_unit: 5 }
+";
+    let redis = keyed_rate_limit_testing::RedisServer::start();
+    let config = temp_file("edge.yaml", FILE);
+    let start = || {
+        let port = free_port();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_keyed-rls"));
+        cmd.args(["--listen", &format!("127.0.0.1:{port}"), "--config"])
+            .arg(&config)
+            .args(["--redis", &redis.url()]);
+        Rls::spawn(cmd, ([127, 0, 0, 1], port).into())
+    };
+    let (a, b) = (start(), start());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut c = [crate::client(a.addr).await, crate::client(b.addr).await];
+        let edge = crate::minute_edge();
+        let mut ok = 0;
+        let mut last = None;
+        for i in 0..8 {
+            let r = crate::ask(&mut c[i % 2], vec![crate::descriptor(&[("user", "u")])]).await;
+            ok += usize::from(r.overall_code == crate::OK);
+            last = Some(r);
+        }
+        assert_eq!(ok, 3, "a minute's 3 across both processes");
+        let over = &last.unwrap().statuses[0];
+        assert_eq!(over.limit_remaining, 0);
+        let reset = over.duration_until_reset.unwrap().seconds as u64;
+        assert!(
+            (edge - 1..=edge).contains(&reset),
+            "{reset} s to the minute's end, {edge}"
+        );
+        // A second's windows, twice: each admits 5 across both.
+        for window in 0..2 {
+            let into = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .subsec_millis();
+            // Start a window's first tenth, with the window to finish in.
+            tokio::time::sleep(std::time::Duration::from_millis(
+                u64::from(1_000 - into) + 20,
+            ))
+            .await;
+            let mut ok = 0;
+            for i in 0..12 {
+                let r = crate::ask(&mut c[i % 2], vec![crate::descriptor(&[("burst", "b")])]).await;
+                ok += usize::from(r.overall_code == crate::OK);
+            }
+            assert_eq!(ok, 5, "window {window}: a second's 5 across both processes");
+            // Late in the same window, nothing came back (a bucket would
+            // have refilled 4 units by now).
+            let into = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .subsec_millis();
+            if into < 800 {
+                tokio::time::sleep(std::time::Duration::from_millis(u64::from(850 - into))).await;
+                let r =
+                    crate::ask(&mut c[window], vec![crate::descriptor(&[("burst", "b")])]).await;
+                assert_eq!(r.overall_code, crate::OVER, "850 ms into window {window}");
+            }
+        }
+    });
 }
