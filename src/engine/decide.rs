@@ -271,7 +271,7 @@ impl CompiledRule {
                     Err(pending) => {
                         let (this, g) = (self.clone(), g.clone());
                         NowOrLater::Later(Box::pin(async move {
-                            g.ask(&this.rule, &this.locks, &bounded, (quota, cost), pending)
+                            g.ask(&this.rule, &this.locks, &bounded, cost, pending)
                                 .await
                         }))
                     }

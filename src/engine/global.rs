@@ -1,5 +1,7 @@
-//! A global rule's runtime (feature `redis`): the deny cache, the guarded
-//! Redis call, and the failure mode's local fallback.
+//! A global rule's runtime (feature `redis`), and the path of its
+//! decisions: a lease, a cached deny or an open breaker's failure mode when
+//! one can answer; otherwise one exact script call under the rule's guard,
+//! alone or coalesced (a lease's grant is in `lease.rs`).
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -21,22 +23,6 @@ use crate::store::local::LocalStore;
 use crate::store::lock::Locks;
 use crate::{decision::Decision, decision::Source, key::Key, observe, quota::Quota};
 
-/// What `rule`'s scripts do with a key's lock: read it when the rule can
-/// be locked, count denies toward its lockout unless it is a shadow.
-fn locks(rule: &Rule) -> Locking {
-    Locking {
-        read: rule.is_blockable(),
-        lockout: rule.lockout.filter(|_| !rule.shadow),
-    }
-}
-
-/// Whether cached denies may answer for `rule`: not under a lockout, whose
-/// denies all count in Redis (at most its `after` calls per period and
-/// key, then the lock answers here).
-fn caches_denies(rule: &Rule) -> bool {
-    rule.lockout.is_none() || rule.shadow
-}
-
 pub(super) struct Global {
     pub(super) redis: RedisBackend,
     pub(super) guard: Guard,
@@ -50,8 +36,9 @@ pub(super) struct Global {
     pub(super) leases: Option<Arc<Leases>>,
     /// This rule instance's name among a key's lease holders.
     pub(super) holder: String,
-    /// A static quota, and the quota its leases are counted in.
-    pub(super) counted: Option<(Quota, Quota)>,
+    /// A leasing rule's static quota, and the quota its leases are
+    /// counted in.
+    pub(super) counted: Option<Quotas>,
     /// Requests queued behind their group's call in flight, when the rule
     /// coalesces.
     pub(super) queues: Option<Arc<Queues<Group, Answer>>>,
@@ -82,52 +69,33 @@ pub(crate) struct Converting {
     pub(super) at: i64,
 }
 
-impl Drop for Global {
-    /// Gives back what every lease has left, when a runtime can send it.
-    fn drop(&mut self) {
-        let Some(leases) = &self.leases else { return };
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let back = leases.drain();
-        if back.is_empty() {
-            return;
+/// A request's quota as the rule shows it, and as Redis counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Quotas {
+    /// The rule's quota: the failure mode decides in it.
+    pub(super) shown: Quota,
+    /// The quota Redis decides in: beside leases, the leases' (the burst
+    /// held back), so that an exact decision keeps their bound; otherwise
+    /// the rule's.
+    pub(super) counted: Quota,
+}
+
+impl Quotas {
+    /// A quota Redis counts as it is.
+    fn same(quota: Quota) -> Self {
+        Self {
+            shown: quota,
+            counted: quota,
         }
-        let (redis, (name, algorithm, patience)) = (self.redis.clone(), self.rule.clone());
-        rt.spawn(async move {
-            for unspent in back {
-                let call = return_unspent(&redis, &name, algorithm, &unspent);
-                if tokio::time::timeout(patience, call).await.is_err() {
-                    break;
-                }
-            }
-        });
     }
 }
 
-/// Gives `unspent` back to Redis: what of it the bucket has not refilled,
-/// counted as it is sent.
-pub(super) async fn return_unspent(
-    redis: &RedisBackend,
-    name: &str,
-    algorithm: crate::algorithm::Algorithm,
-    unspent: &Unspent,
-) -> Result<(), crate::backend::redis::RedisBackendError> {
-    let units = unspent.units();
-    if units == 0 {
-        return Ok(());
-    }
-    let op = ControlOp::GiveBack(units, unspent.window);
-    let target = Target {
-        rule: name,
-        algorithm,
-        quota: &unspent.counted,
-        locks: Locking::default(),
-    };
-    redis
-        .control(target, &unspent.key, op, (true, None))
-        .await
-        .map(drop)
+/// What [`Global::decide_now`] leaves to Redis.
+pub(super) enum Asked {
+    /// One exact decision.
+    Exact(Quotas),
+    /// A lease (boxed: it moves into a boxed future anyway).
+    Lease(Box<(Take, Quotas)>),
 }
 
 /// The most requests one script call decides.
@@ -139,15 +107,6 @@ type Group = (Quota, Shard);
 
 /// A queued request's decision, or why Redis gave none.
 type Answer = Result<Decided, Cause>;
-
-/// What [`Global::decide_now`] leaves to Redis.
-pub(super) enum Asked {
-    /// One exact decision, in this quota.
-    Exact(Quota),
-    /// A lease, for a request counted in the quota (boxed: it moves into
-    /// a boxed future anyway).
-    Lease(Box<(Take, Quota)>),
-}
 
 impl Global {
     pub(super) fn new(rule: &Rule, redis: RedisBackend, instances: u32) -> Self {
@@ -167,8 +126,9 @@ impl Global {
                 .map(|l| Leases::new(l, rule.max_keys, rule.algorithm.has_burst())),
             holder: format!("{}.{n}", crate::backend::redis::process_id()),
             counted: rule.global.lease.and_then(|l| {
-                let q = rule.static_quota()?;
-                Some((q, l.counted(q, rule.algorithm)?))
+                let shown = rule.static_quota()?;
+                let counted = l.counted(shown, rule.algorithm)?;
+                Some(Quotas { shown, counted })
             }),
             queues: rule.global.coalesce.then(Queues::new),
             rule: (
@@ -181,76 +141,6 @@ impl Global {
             fleet: tokio::sync::OnceCell::new(),
             fixed: rule.static_quota().is_some(),
         }
-    }
-
-    /// The quota Redis counts `quota` in when this rule leases it.
-    pub(super) fn counted(&self, rule: &Rule, quota: Quota) -> Option<Quota> {
-        let leases = self.leases.as_ref()?;
-        match self.counted {
-            Some((q, counted)) if q == quota => Some(counted),
-            _ => leases.policy().counted(quota, rule.algorithm),
-        }
-    }
-
-    /// The quota Redis decides `quota` in: the leases' for a leasing rule,
-    /// so that an exact decision beside leases keeps their bound.
-    pub(super) fn counting(&self, rule: &Rule, quota: Quota) -> Quota {
-        self.counted(rule, quota).unwrap_or(quota)
-    }
-
-    /// Decides without Redis when it can: from a lease, a cached deny, or
-    /// an open breaker's failure mode. `Err` says what to ask Redis.
-    pub(super) fn decide_now(
-        &self,
-        rule: &Rule,
-        locks: &Locks,
-        key: &Key,
-        quota: Quota,
-        cost: NonZeroU32,
-    ) -> Result<(Decision, Source), Asked> {
-        if let Some(leases) = &self.leases
-            && let Some(counted) = self.counted(rule, quota)
-        {
-            // Beside leases, Redis counts in their quota, whose burst is
-            // held back: a cost above it never fits.
-            if cost.get() > rule.algorithm.capacity(&counted) {
-                let d = Decision::never(quota.limit(), quota.window());
-                return Ok((d, Source::Global));
-            }
-            match leases.take(key, counted, quota, cost.get()) {
-                Take::Spent(d) => return Ok((d, Source::Leased)),
-                Take::Denied(d) => return Ok((d, Source::Global)),
-                Take::Exact => return self.exact_now(rule, locks, key, (quota, counted), cost),
-                take => return Err(Asked::Lease(Box::new((take, counted)))),
-            }
-        }
-        self.exact_now(rule, locks, key, (quota, quota), cost)
-    }
-
-    /// An exact decision without Redis when one can be made: a cached
-    /// deny, or an open breaker's failure mode.
-    /// `shown` is the rule's quota (the failure mode's), `quota` the one
-    /// Redis decides in.
-    fn exact_now(
-        &self,
-        rule: &Rule,
-        locks: &Locks,
-        key: &Key,
-        (shown, quota): (Quota, Quota),
-        cost: NonZeroU32,
-    ) -> Result<(Decision, Source), Asked> {
-        let smooth = rule.algorithm.has_burst() && quota.period().is_none();
-        if let Some(d) = self
-            .denies
-            .get(key, quota, cost, smooth)
-            .filter(|_| caches_denies(rule))
-        {
-            return Ok((d, Source::Global));
-        }
-        if let Admit::Skip(_) = self.guard.admit() {
-            return Ok(self.fail(locks, key, shown, cost, Cause::CircuitOpen));
-        }
-        Err(Asked::Exact(quota))
     }
 
     pub(super) fn breaker_status(&self) -> BreakerStatus {
@@ -282,6 +172,79 @@ impl Global {
             }
         }
     }
+
+    /// The quota Redis counts `quota` in when this rule leases it.
+    pub(super) fn counted(&self, rule: &Rule, quota: Quota) -> Option<Quota> {
+        let leases = self.leases.as_ref()?;
+        match self.counted {
+            Some(q) if q.shown == quota => Some(q.counted),
+            _ => leases.policy().counted(quota, rule.algorithm),
+        }
+    }
+
+    /// The quota Redis decides `quota` in: the leases' for a leasing rule,
+    /// so that an exact decision beside leases keeps their bound.
+    pub(super) fn counting(&self, rule: &Rule, quota: Quota) -> Quota {
+        self.counted(rule, quota).unwrap_or(quota)
+    }
+
+    /// Decides without Redis when it can: from a lease, a cached deny, or
+    /// an open breaker's failure mode. `Err` says what to ask Redis.
+    pub(super) fn decide_now(
+        &self,
+        rule: &Rule,
+        locks: &Locks,
+        key: &Key,
+        quota: Quota,
+        cost: NonZeroU32,
+    ) -> Result<(Decision, Source), Asked> {
+        if let Some(leases) = &self.leases
+            && let Some(counted) = self.counted(rule, quota)
+        {
+            // A cost above the leases' burst never fits.
+            if cost.get() > rule.algorithm.capacity(&counted) {
+                let d = Decision::never(quota.limit(), quota.window());
+                return Ok((d, Source::Global));
+            }
+            let quotas = Quotas {
+                shown: quota,
+                counted,
+            };
+            match leases.take(key, counted, quota, cost.get()) {
+                Take::Spent(d) => return Ok((d, Source::Leased)),
+                Take::Denied(d) => return Ok((d, Source::Global)),
+                Take::Exact => return self.exact_now(rule, locks, key, quotas, cost),
+                take => return Err(Asked::Lease(Box::new((take, quotas)))),
+            }
+        }
+        self.exact_now(rule, locks, key, Quotas::same(quota), cost)
+    }
+
+    /// An exact decision without Redis when one can be made: a cached
+    /// deny, or an open breaker's failure mode.
+    fn exact_now(
+        &self,
+        rule: &Rule,
+        locks: &Locks,
+        key: &Key,
+        quotas: Quotas,
+        cost: NonZeroU32,
+    ) -> Result<(Decision, Source), Asked> {
+        let counted = quotas.counted;
+        let smooth = rule.algorithm.has_burst() && counted.period().is_none();
+        if let Some(d) = self
+            .denies
+            .get(key, counted, cost, smooth)
+            .filter(|_| caches_denies(rule))
+        {
+            return Ok((d, Source::Global));
+        }
+        if let Admit::Skip(_) = self.guard.admit() {
+            return Ok(self.fail(locks, key, quotas.shown, cost, Cause::CircuitOpen));
+        }
+        Err(Asked::Exact(quotas))
+    }
+
     /// What `decide_now` left to Redis, under the rule's timeout; failures
     /// go to the failure mode.
     pub(super) async fn ask(
@@ -289,60 +252,52 @@ impl Global {
         rule: &Rule,
         locks: &Locks,
         key: &Key,
-        (quota, cost): (Quota, NonZeroU32),
+        cost: NonZeroU32,
         pending: Asked,
     ) -> (Decision, Source) {
-        let (mut take, counted) = match pending {
-            Asked::Exact(counted) => {
-                return self
-                    .ask_exact(rule, locks, key, (quota, counted), cost)
-                    .await;
-            }
+        let (mut take, quotas) = match pending {
+            Asked::Exact(quotas) => return self.ask_exact(rule, locks, key, quotas, cost).await,
             Asked::Lease(lease) => *lease,
         };
         let Some(leases) = &self.leases else {
-            return self
-                .ask_exact(rule, locks, key, (quota, counted), cost)
-                .await;
+            return self.ask_exact(rule, locks, key, quotas, cost).await;
         };
+        let Quotas { shown, counted } = quotas;
         loop {
             take = match take {
                 Take::Spent(d) => return (d, Source::Leased),
                 Take::Denied(d) => return (d, Source::Global),
                 Take::Exact => {
-                    let quotas = (quota, counted);
                     return match self.exact_now(rule, locks, key, quotas, cost) {
                         Ok(decided) => decided,
                         Err(_) => self.ask_exact(rule, locks, key, quotas, cost).await,
                     };
                 }
                 Take::Ask(flight) => {
-                    return self
-                        .grant(rule, locks, key, (quota, counted, cost), flight)
-                        .await;
+                    return self.grant(rule, locks, key, quotas, cost, flight).await;
                 }
                 Take::Wait(woken) => {
                     if woken.await == Ok(Woken::Failed) {
-                        return self.fail(locks, key, quota, cost, Cause::Waited);
+                        return self.fail(locks, key, shown, cost, Cause::Waited);
                     }
-                    leases.take(key, counted, quota, cost.get())
+                    leases.take(key, counted, shown, cost.get())
                 }
             };
         }
     }
 
-    /// One exact Redis decision in `quota`; `shown` is the rule's (the
-    /// failure mode's).
+    /// One exact Redis decision; the deny cache and the key's lock learn
+    /// from it, and a failure goes to the failure mode.
     async fn ask_exact(
         self: &Arc<Self>,
         rule: &Rule,
         locks: &Locks,
         key: &Key,
-        (shown, quota): (Quota, Quota),
+        quotas: Quotas,
         cost: NonZeroU32,
     ) -> (Decision, Source) {
         let name = &rule.name;
-        match self.call_exact(rule, key, quota, cost).await {
+        match self.call_exact(rule, key, quotas.counted, cost).await {
             Ok(Decided {
                 decision,
                 locked: true,
@@ -363,20 +318,15 @@ impl Global {
             Ok(Decided {
                 decision: d, next, ..
             }) => {
-                match next {
-                    // The next request would be denied until `next`: cache that now.
-                    Some(wait) if d.is_allowed() => {
-                        let deny = Decision::denied(d.limit(), d.window(), wait, d.reset());
-                        self.denies.put(key, quota, NonZeroU32::MIN, &deny);
-                    }
-                    _ if d.is_allowed() => self.denies.forget(key),
-                    _ => self.denies.put(key, quota, cost, &d),
+                match deny_to_cache(&d, next, cost) {
+                    Some((deny, from)) => self.denies.put(key, quotas.counted, from, &deny),
+                    None => self.denies.forget(key),
                 }
                 (d, Source::Global)
             }
             Err(cause) => {
                 self.denies.forget(key);
-                self.fail(locks, key, shown, cost, cause)
+                self.fail(locks, key, quotas.shown, cost, cause)
             }
         }
     }
@@ -501,4 +451,89 @@ impl Global {
             }
         }
     }
+}
+
+/// What `rule`'s scripts do with a key's lock: read it when the rule can
+/// be locked, count denies toward its lockout unless it is a shadow.
+fn locks(rule: &Rule) -> Locking {
+    Locking {
+        read: rule.is_blockable(),
+        lockout: rule.lockout.filter(|_| !rule.shadow),
+    }
+}
+
+/// Whether cached denies may answer for `rule`: not under a lockout, whose
+/// denies all count in Redis (at most its `after` calls per period and
+/// key, then the lock answers here).
+fn caches_denies(rule: &Rule) -> bool {
+    rule.lockout.is_none() || rule.shadow
+}
+
+/// The deny Redis's answer `d` to a request of `cost` leaves for the next
+/// requests, and the least cost it answers for; `None` when the key's
+/// requests must ask Redis again. `next`: for an allow that left nothing,
+/// the wait until one more unit fits.
+fn deny_to_cache(
+    d: &Decision,
+    next: Option<Duration>,
+    cost: NonZeroU32,
+) -> Option<(Decision, NonZeroU32)> {
+    match next {
+        // The next request, of any cost, would be denied until `next`.
+        Some(wait) if d.is_allowed() => {
+            let deny = Decision::denied(d.limit(), d.window(), wait, d.reset());
+            Some((deny, NonZeroU32::MIN))
+        }
+        _ if d.is_allowed() => None,
+        // A cheaper request may fit sooner.
+        _ => Some((*d, cost)),
+    }
+}
+
+impl Drop for Global {
+    /// Gives back what every lease has left, when a runtime can send it.
+    fn drop(&mut self) {
+        let Some(leases) = &self.leases else { return };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let back = leases.drain();
+        if back.is_empty() {
+            return;
+        }
+        let (redis, (name, algorithm, patience)) = (self.redis.clone(), self.rule.clone());
+        rt.spawn(async move {
+            for unspent in back {
+                let call = return_unspent(&redis, &name, algorithm, &unspent);
+                if tokio::time::timeout(patience, call).await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
+}
+
+/// Gives `unspent` back to Redis: what of it the bucket has not refilled,
+/// counted as it is sent.
+pub(super) async fn return_unspent(
+    redis: &RedisBackend,
+    name: &str,
+    algorithm: crate::algorithm::Algorithm,
+    unspent: &Unspent,
+) -> Result<(), crate::backend::redis::RedisBackendError> {
+    let units = unspent.units();
+    if units == 0 {
+        return Ok(());
+    }
+    let op = ControlOp::GiveBack(units, unspent.window);
+    let target = Target {
+        rule: name,
+        algorithm,
+        quota: &unspent.counted,
+        locks: Locking::default(),
+    };
+    redis
+        .control(target, &unspent.key, op, (true, None))
+        .await
+        .map(drop)
 }

@@ -4,7 +4,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::global::{Global, return_unspent};
+use super::global::{Global, Quotas, return_unspent};
 use crate::backend::redis::{Grant, LeaseAsk, Locking, Target};
 use crate::failure::Admit;
 use crate::policy::Cause;
@@ -20,9 +20,14 @@ impl Global {
         rule: &Rule,
         locks: &Locks,
         key: &Key,
-        (quota, counted, cost): (Quota, Quota, NonZeroU32),
+        quotas: Quotas,
+        cost: NonZeroU32,
         mut flight: Box<Flight>,
     ) -> (Decision, Source) {
+        let Quotas {
+            shown: quota,
+            counted,
+        } = quotas;
         if let Admit::Skip(_) = self.guard.admit() {
             flight.failed();
             return self.fail(locks, key, quota, cost, Cause::CircuitOpen);

@@ -35,7 +35,7 @@ mod coalesce;
 /// starts each key from Redis's last answer.
 #[cfg(feature = "redis")]
 mod fallback;
-/// Exact decisions, one script call each.
+/// A global rule's runtime, and its exact decisions.
 #[cfg(feature = "redis")]
 mod global;
 /// Leased decisions: quota taken from Redis in advance.
