@@ -121,14 +121,7 @@ impl Global {
         let cause = match self.guard.admit() {
             Admit::Skip(_) => Cause::CircuitOpen,
             Admit::Call | Admit::Probe => {
-                let op = match ends_in {
-                    Some(ends_in) if units < 0 => {
-                        let back = u32::try_from(units.unsigned_abs()).unwrap_or(u32::MAX);
-                        ControlOp::Refund(back, ends_in)
-                    }
-                    _ => ControlOp::Adjust(units),
-                };
-                let call = self.control_call(rule, &counted, key, op);
+                let call = self.control_call(rule, &counted, key, settlement(units, ends_in));
                 match self.guard.call(self.redis.reachability(), call).await {
                     Ok((d, void)) => {
                         if void {
@@ -153,5 +146,41 @@ impl Global {
             fallback,
             &self.settle_log,
         );
+    }
+}
+
+/// The `control.lua` operation that settles `units` (`< 0`: given back):
+/// a refund to the window the charge names (ending `ends_in` ms from now;
+/// void once it has passed), otherwise an adjustment.
+fn settlement(units: i64, ends_in: Option<i64>) -> ControlOp {
+    match ends_in {
+        Some(ends_in) if units < 0 => {
+            let back = u32::try_from(units.unsigned_abs()).unwrap_or(u32::MAX);
+            ControlOp::Refund(back, ends_in)
+        }
+        _ => ControlOp::Adjust(units),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_give_back_of_a_windowed_charge_is_a_refund_to_that_window() {
+        assert!(matches!(
+            settlement(-5, Some(300)),
+            ControlOp::Refund(5, 300)
+        ));
+        // More than a script counts: all of it, never a wrapped number.
+        let huge = settlement(i64::MIN, Some(1));
+        assert!(matches!(huge, ControlOp::Refund(u32::MAX, 1)));
+    }
+
+    #[test]
+    fn a_charge_or_a_give_back_with_no_window_adjusts_the_current_state() {
+        assert!(matches!(settlement(-5, None), ControlOp::Adjust(-5)));
+        assert!(matches!(settlement(7, Some(300)), ControlOp::Adjust(7)));
+        assert!(matches!(settlement(7, None), ControlOp::Adjust(7)));
     }
 }
