@@ -19,19 +19,19 @@ pub const TARGET: &str = "keyed_rate_limit";
 /// what made or marked it: a failure mode (`fail_open`, `fail_closed`,
 /// `local_fallback`, `refuse_percent`, with `cause` = `timeout`, `error`,
 /// `circuit_open`), a full key space (`key_space_full`,
-/// `key_space_overflow`), a limit nearly reached (`near_limit`); and two
-/// counts that are not decisions: units not settled in Redis
-/// (`settle_failed`), refunds dropped because the window they were
-/// charged in had ended (`refund_void`), requests a rule let through
-/// without its key (`unkeyed`; `fallback_key` marks a decision on the
-/// fallback's key), and requests a rule exempts (`exempt`). Labels `rule`,
+/// `key_space_overflow`), a limit nearly reached (`near_limit`), the
+/// fallback's key (`fallback_key`); and counts that are not decisions:
+/// units not settled in Redis (`settle_failed`, with `cause`), refunds
+/// dropped because the window they were charged in had ended
+/// (`refund_void`), requests a rule let through without its key
+/// (`unkeyed`), and requests a rule exempts (`exempt`). Labels `rule`,
 /// `outcome`, and `cause` where said. [`OUTCOMES`] lists them. A request
 /// the layer-wide exemption lets through is counted once with `rule="*"`
 /// ([`LAYER_RULE`]).
 ///
-/// A rule's deny share is `deny` over `allow + deny + shadow_deny +
-/// locked`; its share decided without Redis, the failure-mode outcomes over
-/// the same sum.
+/// A rule's deny share is `deny + locked` over
+/// `allow + deny + shadow_deny + locked`; its share decided without Redis,
+/// the failure-mode outcomes over the same sum.
 pub const DECISIONS_TOTAL: &str = "rate_limit_decisions_total";
 
 /// Counter: a rule's Redis circuit breaker opened, once per outage (from
