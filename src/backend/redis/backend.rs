@@ -402,8 +402,6 @@ impl RedisBackend {
         Ok(())
     }
 
-    /// Replies and pongs, so a guarded call can tell a busy reader from a
-    /// silent server.
     /// Whether both are handles to one backend (one connection set).
     pub(crate) fn same(&self, other: &Self) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
@@ -421,6 +419,8 @@ impl RedisBackend {
         Some(self.inner.membership.as_ref()?.count.clone())
     }
 
+    /// Replies and pongs, so a guarded call can tell a busy reader from a
+    /// silent server.
     pub(crate) fn reachability(&self) -> &Reachability {
         &self.inner.reachability
     }

@@ -1,13 +1,14 @@
 //! Redis key layout: `prefix:{<len>:rule:key}:algo:<limit>/<window_us>/<burst>`
 //! for a rolling quota's state (`:cal` for calendar quotas, a hash whose
 //! count is per key whatever the quota, beside the limit it was counted
-//! under), `…}:lock` for a key's lock, and
-//! `prefix:{<len>:limit:key}:lease` for concurrency leases, where `<len>` is
-//! the name's length in bytes. Two more keys of a rule's key are built by
-//! the Lua scripts alone, from the hash tag, so no Rust function here
-//! names them: `…}:denies`, the denies counted toward a lockout (beside
-//! `:lock`), and `…}:holders`, the gateways holding a lease of its quota
-//! (a sorted set scored by lease end). `prefix:{<len>:rule:}:quotas`,
+//! under), `…}:lock` for a key's lock,
+//! `prefix:{<len>:limit:key}:lease` for a concurrency limit's slots, and
+//! `prefix:{9:instances:*}:live` for the live gateways (`membership.rs`),
+//! where `<len>` is the name's length in bytes. Two more keys of a rule's
+//! key are built by the Lua scripts alone, from the hash tag, so no Rust
+//! function here names them: `…}:denies`, the denies counted toward a
+//! lockout (beside `:lock`), and `…}:holders`, the gateways holding a
+//! lease of its quota (a sorted set scored by lease end). `prefix:{<len>:rule:}:quotas`,
 //! under the empty key, records the quotas a rule has in play across the
 //! fleet (`quotas.lua`). After a reload moved a rolling
 //! state, the old state key holds a tombstone: `>` and the quota that ends
