@@ -1,6 +1,8 @@
-//! A circuit breaker, so a dead backend (Redis, or the remote rate-limit
-//! service of `rls::client`) costs one timeout per probe instead of one
-//! per request.
+//! A circuit breaker: opened by `failure_threshold` consecutive failures
+//! (or at once by a lost connection), it skips calls for `open_for`, then
+//! lets one probe through. A dead backend (Redis, or the remote rate-limit
+//! service of `rls::client`) then costs one timeout per probe instead of
+//! one per request.
 
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
@@ -24,7 +26,8 @@ pub(crate) enum Admit {
     Call,
     /// Call: the one probe of a half-open breaker (it was open until now).
     Probe,
-    /// Skip Redis; it could be tried again in this long.
+    /// Skip the call; it could be tried again in this long (while a probe
+    /// is out, `open_for`).
     Skip(Duration),
 }
 
