@@ -1,7 +1,9 @@
 //! The value types that rules, backends, failure handling and observability
-//! share. They depend on nothing above the quota and the error types, so
-//! every layer can name them; users reach them through `rule` and
-//! `failure`.
+//! share. They depend only on the quota, algorithm and error types, so
+//! every layer can name them. Users reach the public ones through `rule`
+//! (`OnDeny`, `KeySpaceFull`, `Lockout`, `LeasePolicy`, `QuotaChange`) and
+//! `failure` (`FailureMode`, `BreakerConfig`); the others are
+//! crate-private.
 
 #[cfg(feature = "redis")]
 mod cause;
