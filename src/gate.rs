@@ -1,7 +1,7 @@
-//! The decide-then-call machinery the rate and concurrency middlewares
-//! share: decide on the request head without awaiting when possible (else
-//! box the rest), call the readied inner service, add the rendered headers,
-//! or answer with the refusal.
+//! The decide-then-call machinery the rate, concurrency and bandwidth
+//! middlewares share: decide on the request head without awaiting when
+//! possible (else box the rest), call the readied inner service, add the
+//! rendered headers, or answer with the refusal.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -75,7 +75,7 @@
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
-//! | `metrics` | yes | counters, a gauge and a histogram through the [`metrics`](https://docs.rs/metrics) facade ([`observe`]); `tracing` events are always on |
+//! | `metrics` | yes | counters, gauges and a histogram through the [`metrics`](https://docs.rs/metrics) facade ([`observe`]); `tracing` events are always on |
 //! | `redis` | | global rate rules, concurrency and bandwidth limits on Redis (`backend::redis`, `Rule::global`, `ConcurrencyLimitBuilder::global`, `BandwidthLimitBuilder::global`), on redis-rs and bb8 |
 //! | `redis-cluster` | | `RedisBackend::cluster_builder`: Redis Cluster (implies `redis`) |
 //! | `redis-sentinel` | | `RedisBackend::sentinel_builder`: a master watched by Redis Sentinel, followed through failovers (implies `redis`) |

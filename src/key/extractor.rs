@@ -533,10 +533,11 @@ impl KeyExtractor {
         matches!(self.kind, Kind::Sync(_))
     }
 
-    /// Runs a sync extractor on a request head at once, as the layer does:
-    /// to test an extractor of your own without a server. `None` when it
-    /// finds no key, and for an async extractor (whose key only the layer
-    /// awaits).
+    /// Runs a sync extractor on a request head at once, as the layer runs
+    /// it: to test an extractor of your own without a server. The layer
+    /// then counts a key longer than its `max_key_len` under
+    /// [`Key::bounded`]. `None` when it finds no key, and for an async
+    /// extractor (whose key only the layer awaits).
     ///
     /// ```
     /// use keyed_rate_limit::KeyExtractor;

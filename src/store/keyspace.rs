@@ -95,10 +95,10 @@ impl Budget {
     }
 }
 
-// governor's `StateStore` hands back nothing but the decision, so a store
-// that diverts a new key (its key space full) leaves a mark here, on the
-// thread that made the check, which reads it straight after: no lock and
-// no change to governor's API.
+// Why a thread-local: governor's `StateStore` hands back nothing but the
+// decision, so a store that diverts a new key (its key space full) leaves
+// a mark here, on the thread that made the check, and `LocalStore::check`
+// reads it straight after (the calendar store marks it the same way).
 thread_local! {
     /// Set by a store that diverted this thread's last new key.
     static DIVERTED: Cell<Option<KeySpaceFull>> = const { Cell::new(None) };

@@ -1,6 +1,6 @@
 //! Small helpers the layers share: a clock read that tolerates a far
 //! future, a value that is ready now or later, a log throttle, and the
-//! formatting of lists in messages.
+//! `Debug` of the crate's errors (their `Display`, then each source).
 
 pub(crate) mod instant;
 pub(crate) mod now_or_later;
