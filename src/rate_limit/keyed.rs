@@ -20,8 +20,9 @@ use crate::response::{Denied, refusal};
 /// Envoy's RLS v3) shares a layer's rules, stores, failure modes, metrics
 /// and renderers, with no made-up request.
 ///
-/// Taken by [`RateLimitLayer::keyed`]; a [`reload`](RateLimitLayer::reload)
-/// after that does not change it, so every decision of one call (e.g. all
+/// Taken by [`RateLimitLayer::keyed`](super::RateLimitLayer::keyed); a
+/// [`reload`](super::RateLimitLayer::reload) after that does not change
+/// it, so every decision of one call (e.g. all
 /// of a request's descriptors) sees one set of rules. A rule's own steps
 /// run (its store, lock, lockout, shadow mode, failure mode and metrics);
 /// only its key extractor, cost and quota closures are left out, since the
@@ -55,7 +56,7 @@ pub struct KeyedRules {
 }
 
 /// A rule's place in the [`KeyedRules`] it was found in; after a reload,
-/// look it up again in a new [`RateLimitLayer::keyed`].
+/// look it up again in a new [`RateLimitLayer::keyed`](super::RateLimitLayer::keyed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RuleIndex(usize);
 
