@@ -134,6 +134,21 @@ pub(super) struct RuleSpec {
     pub(super) coalesce: Option<bool>,
 }
 
+impl RuleSpec {
+    /// A spec for a rule that decides nothing.
+    pub(super) fn placeholder() -> Self {
+        Self {
+            quota: Quota::per_second(1),
+            shadow: true,
+            algorithm: None,
+            global: Some(false),
+            failure_mode: None,
+            lease: None,
+            coalesce: None,
+        }
+    }
+}
+
 /// envoyproxy/ratelimit's units. A month is 30 days and a year 365, as
 /// envoyproxy/ratelimit counts them, unless the extension `calendar: true`
 /// makes a day or a month a calendar one.
@@ -291,14 +306,40 @@ impl RlsConfig {
     /// # Errors
     ///
     /// A domain that both define.
-    pub fn merge(mut self, other: RlsConfig) -> Result<Self, ConfigError> {
+    pub fn merge(self, other: RlsConfig) -> Result<Self, ConfigError> {
+        self.join(other, false)
+    }
+
+    /// Both configurations' domains, a domain both define holding the
+    /// descriptors of both: envoyproxy/ratelimit's `MERGE_DOMAIN_CONFIG`.
+    ///
+    /// # Errors
+    ///
+    /// A top-level descriptor (key and value) of one domain in both.
+    pub fn merge_domains(self, other: RlsConfig) -> Result<Self, ConfigError> {
+        self.join(other, true)
+    }
+
+    fn join(mut self, other: RlsConfig, domains: bool) -> Result<Self, ConfigError> {
         for (domain, nodes) in other.domains {
-            if self.domains.contains_key(&domain) {
+            let Some(ours) = self.domains.get_mut(&domain) else {
+                self.domains.insert(domain, nodes);
+                continue;
+            };
+            if !domains {
                 return Err(ConfigError::new(format!(
                     "domain {domain:?} is defined twice"
                 )));
             }
-            self.domains.insert(domain, nodes);
+            for n in nodes {
+                if ours.iter().any(|c| c.path == n.path) {
+                    return Err(ConfigError::new(format!(
+                        "descriptor {:?} is defined twice",
+                        n.path
+                    )));
+                }
+                ours.push(n);
+            }
         }
         Ok(self)
     }

@@ -38,7 +38,15 @@ struct Inner {
     snapshot: RwLock<Arc<Snapshot>>,
     /// One reload at a time.
     reloading: Mutex<()>,
+    settings: Settings,
+}
+
+/// What the builder adds to every limit, at start and at each reload.
+#[derive(Debug, Default, Clone)]
+struct Settings {
     redis: Option<RedisBackend>,
+    shadow: bool,
+    near_limit: Option<f64>,
 }
 
 /// What one request is decided with: the domains and their rules, from
@@ -46,6 +54,8 @@ struct Inner {
 struct Snapshot {
     domains: BTreeMap<String, Vec<Node>>,
     rules: KeyedRules,
+    /// Every limit in shadow mode.
+    shadow: bool,
 }
 
 impl std::fmt::Debug for RateLimitServer {
@@ -91,13 +101,28 @@ fn each_limit<'a>(nodes: &'a [Node], out: &mut Vec<(&'a Node, &'a RuleSpec)>) {
 #[derive(Debug, Default)]
 pub struct RateLimitServerBuilder {
     config: RlsConfig,
-    redis: Option<RedisBackend>,
+    settings: Settings,
 }
 
 impl RateLimitServerBuilder {
     /// The backend of every `scope: global` limit.
     pub fn redis(mut self, backend: RedisBackend) -> Self {
-        self.redis = Some(backend);
+        self.settings.redis = Some(backend);
+        self
+    }
+
+    /// Every limit in shadow mode: counted, logged and measured, never
+    /// refusing (envoyproxy/ratelimit's `SHADOW_MODE`).
+    pub fn shadow(mut self, on: bool) -> Self {
+        self.settings.shadow = on;
+        self
+    }
+
+    /// Every limit's near-limit ratio, as [`Rule::near_limit_ratio`]
+    /// (envoyproxy/ratelimit's `NEAR_LIMIT_RATIO`; this crate's default,
+    /// 0.8, is the same).
+    pub fn near_limit_ratio(mut self, ratio: f64) -> Self {
+        self.settings.near_limit = Some(ratio);
         self
     }
 
@@ -109,20 +134,20 @@ impl RateLimitServerBuilder {
     /// its scope can't run), or a global limit without a Redis backend,
     /// naming the descriptor.
     pub fn build(self) -> Result<RateLimitServer, ConfigError> {
-        let rules = rules_of(self.redis.as_ref(), &self.config)?;
+        let rules = rules_of(&self.settings, &self.config)?;
         // Nothing to give back: every rule is decided on its own.
         let layer = RateLimitLayer::builder()
             .refunds(false)
             .rules(rules)
             .build()
             .map_err(ConfigError::from)?;
-        let snapshot = Snapshot::new(self.config.domains, layer.keyed());
+        let snapshot = Snapshot::new(self.config.domains, layer.keyed(), self.settings.shadow);
         Ok(RateLimitServer {
             inner: Arc::new(Inner {
                 layer,
                 snapshot: RwLock::new(Arc::new(snapshot)),
                 reloading: Mutex::new(()),
-                redis: self.redis,
+                settings: self.settings,
             }),
         })
     }
@@ -130,16 +155,21 @@ impl RateLimitServerBuilder {
 
 impl Snapshot {
     /// The domains with each limit's node pointing at its rule in `chain`.
-    fn new(mut domains: BTreeMap<String, Vec<Node>>, rules: KeyedRules) -> Self {
+    fn new(mut domains: BTreeMap<String, Vec<Node>>, rules: KeyedRules, shadow: bool) -> Self {
         for nodes in domains.values_mut() {
             place_rules(nodes, &|path| rules.rule(path));
         }
-        Self { domains, rules }
+        Self {
+            domains,
+            rules,
+            shadow,
+        }
     }
 }
 
 /// One rule per limit, named by its path.
-fn rules_of(redis: Option<&RedisBackend>, config: &RlsConfig) -> Result<Vec<Rule>, ConfigError> {
+fn rules_of(settings: &Settings, config: &RlsConfig) -> Result<Vec<Rule>, ConfigError> {
+    let redis = settings.redis.as_ref();
     let mut rules = Vec::new();
     let mut limits = Vec::new();
     for nodes in config.domains.values() {
@@ -148,6 +178,12 @@ fn rules_of(redis: Option<&RedisBackend>, config: &RlsConfig) -> Result<Vec<Rule
     let mut apart = 0;
     for (node, spec) in limits {
         let mut rule = rule_for(&node.path, spec);
+        if settings.shadow {
+            rule = rule.shadow(true);
+        }
+        if let Some(r) = settings.near_limit {
+            rule = rule.near_limit_ratio(Some(r));
+        }
         // As envoyproxy/ratelimit counts: in Redis when there is one, and
         // what only Redis can do (leases, group commit) asks for it.
         let global = spec
@@ -180,6 +216,12 @@ fn rules_of(redis: Option<&RedisBackend>, config: &RlsConfig) -> Result<Vec<Rule
             "the rate-limit service has no Redis backend: each instance counts its limits alone"
         );
     }
+    if rules.is_empty() {
+        // A layer holds one rule at least; no descriptor reaches this one
+        // (every path has a dot), so a configuration without limits
+        // answers every descriptor OK, as envoyproxy/ratelimit does.
+        rules.push(rule_for("no limits", &RuleSpec::placeholder()));
+    }
     Ok(rules)
 }
 
@@ -188,7 +230,7 @@ impl RateLimitServer {
     pub fn builder(config: RlsConfig) -> RateLimitServerBuilder {
         RateLimitServerBuilder {
             config,
-            redis: None,
+            settings: Settings::default(),
         }
     }
 
@@ -212,14 +254,18 @@ impl RateLimitServer {
     ///
     /// As [`RateLimitServerBuilder::build`]; the running configuration stays.
     pub fn reload(&self, config: RlsConfig) -> Result<(), ConfigError> {
-        let rules = rules_of(self.inner.redis.as_ref(), &config)?;
+        let rules = rules_of(&self.inner.settings, &config)?;
         let _one = self
             .inner
             .reloading
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         self.inner.layer.reload(rules).map_err(ConfigError::from)?;
-        let snapshot = Snapshot::new(config.domains, self.inner.layer.keyed());
+        let snapshot = Snapshot::new(
+            config.domains,
+            self.inner.layer.keyed(),
+            self.inner.settings.shadow,
+        );
         *self
             .inner
             .snapshot
@@ -396,7 +442,7 @@ async fn ask(
         None if req.hits_addend == 0 => 1,
         None => u64::from(req.hits_addend),
     };
-    let shadow = matches!(&limit.kind, LimitKind::Rule(s) if s.shadow);
+    let shadow = snap.shadow || matches!(&limit.kind, LimitKind::Rule(s) if s.shadow);
     let Some(cost) = NonZeroU32::new(u32::try_from(hits).unwrap_or(u32::MAX)) else {
         // Checked, not counted; a store that cannot answer is the limit's
         // failure mode's: no check through a closed one.

@@ -17,7 +17,8 @@ mod build;
 // `[[bandwidth]]` entries into bandwidth layers.
 mod bandwidth;
 mod locate;
-// Reloading a file on change.
+// Reloading a file on change, and what any reload keeps and counts.
+mod reload;
 mod watch;
 
 #[cfg(test)]
@@ -25,5 +26,5 @@ mod tests;
 
 pub use error::ConfigError;
 pub use registry::Registry;
+pub use reload::{ConfigWatcher, Reloads};
 pub use schema::RulesConfig;
-pub use watch::ConfigWatcher;

@@ -1,14 +1,14 @@
 //! Reloading a layer's rules when their file changes.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use notify::{Event, RecommendedWatcher, RecursiveMode, Watcher};
 
-use super::{ConfigError, Registry, RulesConfig};
+use super::reload::ConfigWatcher;
+use super::{ConfigError, Registry, Reloads, RulesConfig};
+
 use crate::rate_limit::WeakLayer;
 use crate::{observe, rate_limit::RateLimitLayer};
 
@@ -21,63 +21,6 @@ const MAX_SETTLE: Duration = Duration::from_millis(500);
 
 /// How often the reload thread checks that its watcher still exists.
 const POLL: Duration = Duration::from_millis(500);
-
-/// The status of the reloads of a layer's rules file; made by
-/// [`RulesConfig::watch`].
-///
-/// The watching lasts as long as the layer: it stops by itself (within
-/// half a second) once the layer and every service made from it are
-/// dropped, or at [`stop`](Self::stop). Dropping this handle does not stop
-/// it, so `let (layer, _) = RulesConfig::watch(..)?` keeps reloading.
-pub struct ConfigWatcher {
-    status: Arc<Status>,
-}
-
-#[derive(Default)]
-struct Status {
-    stop: AtomicBool,
-    reloads: AtomicU64,
-    rejected: AtomicU64,
-    last_error: Mutex<Option<ConfigError>>,
-}
-
-impl ConfigWatcher {
-    /// Stops watching (within half a second); the layer keeps the rules it
-    /// has. Logged at `info`, as a stop because the layer was dropped is.
-    pub fn stop(self) {
-        self.status.stop.store(true, Ordering::Release);
-    }
-
-    /// Edits applied since watching began.
-    pub fn reloads(&self) -> u64 {
-        self.status.reloads.load(Ordering::Acquire)
-    }
-
-    /// Edits rejected (unreadable, invalid, or refused by
-    /// [`RateLimitLayer::reload`]) since watching began.
-    pub fn rejected(&self) -> u64 {
-        self.status.rejected.load(Ordering::Acquire)
-    }
-
-    /// Why the last rejected edit was rejected, with its line and column,
-    /// until an edit is applied: for a health or admin endpoint.
-    pub fn last_error(&self) -> Option<ConfigError> {
-        self.status
-            .last_error
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    }
-}
-
-impl std::fmt::Debug for ConfigWatcher {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ConfigWatcher")
-            .field("reloads", &self.reloads())
-            .field("rejected", &self.rejected())
-            .finish_non_exhaustive()
-    }
-}
 
 impl RulesConfig {
     /// Builds a layer from the file at `path` (as [`from_path`](Self::from_path)
@@ -155,16 +98,15 @@ impl RulesConfig {
         watcher
             .watch(dir, RecursiveMode::NonRecursive)
             .map_err(|e| cannot(&e))?;
-        let status = Arc::new(Status::default());
+        let reloads = Reloads::new(src);
+        let handle = reloads.watcher();
         let reloader = Reloader {
             path: path.clone(),
             registry,
             layer: layer.downgrade(),
             _watcher: watcher,
             settings,
-            applied: src,
-            rejected: None,
-            status: status.clone(),
+            reloads,
         };
         let dispatch = tracing::dispatcher::get_default(Clone::clone);
         std::thread::Builder::new()
@@ -172,7 +114,7 @@ impl RulesConfig {
             .spawn(move || tracing::dispatcher::with_default(&dispatch, || reloader.run(&rx)))
             .map_err(|e| cannot(&e))?;
         tracing::info!(target: observe::TARGET, path = %path.display(), "watching the rate-limit rules file");
-        Ok((layer, ConfigWatcher { status }))
+        Ok((layer, handle))
     }
 }
 
@@ -198,11 +140,7 @@ struct Reloader {
     /// Owned by the thread, so the watching lasts as long as it does.
     _watcher: RecommendedWatcher,
     settings: LayerSettings,
-    /// The source the running rules came from.
-    applied: String,
-    /// The last source rejected, judged once.
-    rejected: Option<String>,
-    status: Arc<Status>,
+    reloads: Reloads,
 }
 
 impl Reloader {
@@ -247,7 +185,7 @@ impl Reloader {
     }
 
     fn stopped(&self) -> Option<&'static str> {
-        if self.status.stop.load(Ordering::Acquire) {
+        if self.reloads.stopped() {
             Some("stopped by ConfigWatcher::stop")
         } else if self.layer.upgrade().is_none() {
             Some("the layer was dropped")
@@ -265,65 +203,18 @@ impl Reloader {
     }
 
     fn reload(&mut self) {
-        let src = match read(&self.path) {
-            Ok(src) => src,
-            Err(e) => return self.reject(e),
-        };
-        if src == self.applied {
-            // A broken edit reverted: the file matches the running rules again.
-            self.clear_error();
-            return;
-        }
-        if self.rejected.as_deref() == Some(src.as_str()) {
-            // Another file of the directory changed: this edit was judged.
-            return;
-        }
-        let rules = RulesConfig::from_named_str(&self.path, &src).and_then(|config| {
-            if config.layer_settings() != self.settings {
-                tracing::warn!(target: observe::TARGET, path = %self.path.display(), "headers, legacy_reset, instances, max_key_len and exempt_fn are read at start only; restart to change them");
-            }
-            let origin = config.origin();
-            Ok((config.into_rules(&self.registry)?, origin))
-        });
         let Some(layer) = self.layer.upgrade() else {
             return;
         };
-        let reloaded = rules
-            .and_then(|(rules, origin)| layer.reload(rules).map_err(|e| origin.build_error(e)));
-        match reloaded {
-            Ok(()) => {
-                self.applied = src;
-                self.rejected = None;
-                self.status.reloads.fetch_add(1, Ordering::AcqRel);
-                *self
-                    .status
-                    .last_error
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
-                observe::config_reload(&self.path.display(), None);
+        let (path, registry, settings) = (&self.path, &self.registry, &self.settings);
+        self.reloads.offer(&path.display(), read(path), |src| {
+            let config = RulesConfig::from_named_str(path, src)?;
+            if config.layer_settings() != *settings {
+                tracing::warn!(target: observe::TARGET, path = %path.display(), "headers, legacy_reset, instances, max_key_len and exempt_fn are read at start only; restart to change them");
             }
-            Err(e) => {
-                self.rejected = Some(src);
-                self.reject(e);
-            }
-        }
-    }
-
-    fn clear_error(&self) {
-        *self
-            .status
-            .last_error
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
-    }
-
-    fn reject(&self, e: ConfigError) {
-        observe::config_reload(&self.path.display(), Some((&e, e.line(), e.column())));
-        *self
-            .status
-            .last_error
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(e);
-        self.status.rejected.fetch_add(1, Ordering::AcqRel);
+            let origin = config.origin();
+            let rules = config.into_rules(registry)?;
+            layer.reload(rules).map_err(|e| origin.build_error(e))
+        });
     }
 }

@@ -61,128 +61,20 @@ fn a_changed_file_is_reloaded_a_bad_one_is_not_and_sigterm_stops_it() {
         CONFIG.replace("requests_per_unit: 3", "requests_per_unit: 5"),
     )
     .unwrap();
-    rls.log_until("rule files reloaded");
+    rls.log_until("rate-limit rules file applied");
     std::thread::sleep(std::time::Duration::from_millis(1100));
     std::fs::write(
         &config,
         "domain: edge\ndescriptors:\n  - key: user\n    bogus: 1\n",
     )
     .unwrap();
-    let log = rls.log_until("rules not reloaded");
+    let log = rls.log_until("rate-limit rules file rejected");
     assert!(
         log.contains("unknown field `bogus`") || log.contains("bogus"),
         "{log}"
     );
     let status = rls.terminate();
     assert!(status.success(), "{status:?}");
-}
-
-/// A domain file whose `user` limit is `n` a minute.
-fn user_limit(n: u32) -> String {
-    format!(
-        "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {{ unit: minute, requests_per_unit: {n} }}\n"
-    )
-}
-
-/// The `user` limit the service answers with now.
-fn limit_of(rt: &tokio::runtime::Runtime, addr: std::net::SocketAddr) -> u32 {
-    rt.block_on(async {
-        let mut c = crate::client(addr).await;
-        let mut d = crate::descriptor(&[("user", "u")]);
-        d.hits_addend = Some(envoy_types::pb::google::protobuf::UInt64Value { value: 0 });
-        let r = crate::ask(&mut c, vec![d]).await;
-        r.statuses[0]
-            .current_limit
-            .as_ref()
-            .map_or(0, |l| l.requests_per_unit)
-    })
-}
-
-/// Configured as envoyproxy/ratelimit's image is, by the environment and
-/// a runtime directory: the rules follow the symlink swap of the root (a
-/// ConfigMap's update) and a write in place; `--help` and a setting it
-/// does not support say so.
-#[test]
-fn the_environment_and_a_runtime_directory_configure_it() {
-    use std::os::unix::fs::symlink;
-    let help = Command::new(env!("CARGO_BIN_EXE_keyed-rls"))
-        .arg("--help")
-        .output()
-        .unwrap();
-    assert!(help.status.success());
-    let text = String::from_utf8(help.stdout).unwrap();
-    assert!(
-        text.contains("RUNTIME_ROOT") && text.contains("GRPC_PORT"),
-        "{text}"
-    );
-    let memcache = Command::new(env!("CARGO_BIN_EXE_keyed-rls"))
-        .env("BACKEND_TYPE", "memcache")
-        .output()
-        .unwrap();
-    assert_eq!(memcache.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&memcache.stderr).contains("BACKEND_TYPE"));
-
-    let root = crate::process::temp_file("runtime", "").with_file_name("runtime-root");
-    let version = |v: &str, n: u32| {
-        let dir = root.join(v).join("ratelimit/config");
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("edge.yaml"), user_limit(n)).unwrap();
-    };
-    version("v1", 3);
-    symlink(root.join("v1"), root.join("current")).unwrap();
-    let (port, http) = (free_port(), free_port());
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_keyed-rls"));
-    cmd.env("GRPC_HOST", "127.0.0.1")
-        .env("GRPC_PORT", port.to_string())
-        .env("PORT", http.to_string())
-        .env("RUNTIME_ROOT", root.join("current"))
-        .env("RUNTIME_SUBDIRECTORY", "ratelimit");
-    let mut rls = Rls::spawn(cmd, ([127, 0, 0, 1], port).into());
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    assert_eq!(limit_of(&rt, rls.addr), 3);
-    // The root swapped atomically to a new version.
-    version("v2", 5);
-    symlink(root.join("v2"), root.join("current.tmp")).unwrap();
-    std::fs::rename(root.join("current.tmp"), root.join("current")).unwrap();
-    rls.log_until("rule files reloaded");
-    assert_eq!(limit_of(&rt, rls.addr), 5);
-    // A write in place.
-    std::fs::write(root.join("v2/ratelimit/config/edge.yaml"), user_limit(7)).unwrap();
-    rls.log_until("rule files reloaded");
-    assert_eq!(limit_of(&rt, rls.addr), 7);
-
-    // envoyproxy/ratelimit's HTTP endpoints: health, and the metrics of
-    // every limit, as Prometheus scrapes them.
-    let get = |path: &str| {
-        reqwest::blocking::Client::builder()
-            .no_proxy()
-            .build()
-            .unwrap()
-            .get(format!("http://127.0.0.1:{http}{path}"))
-            .send()
-            .unwrap()
-    };
-    let health = get("/healthcheck");
-    assert_eq!(health.status(), 200);
-    assert_eq!(health.text().unwrap(), "OK");
-    rt.block_on(async {
-        let mut c = crate::client(rls.addr).await;
-        crate::minute_edge();
-        for _ in 0..8 {
-            crate::ask(&mut c, vec![crate::descriptor(&[("user", "m")])]).await;
-        }
-    });
-    let exposition = get("/metrics").text().unwrap();
-    for want in [
-        r#"rate_limit_decisions_total{rule="edge.user",outcome="allow"} 7"#,
-        r#"rate_limit_decisions_total{rule="edge.user",outcome="deny"} 1"#,
-    ] {
-        assert!(exposition.contains(want), "{want} in:\n{exposition}");
-    }
-    if crate::support::promtool::present() {
-        let dir = std::env::temp_dir();
-        crate::support::promtool::run(&dir, &["check", "metrics"], &exposition);
-    }
 }
 
 /// envoyproxy/ratelimit's file as is, served by two processes on one

@@ -69,6 +69,24 @@ fn its_files_load_and_are_refused_as_it_does() {
     assert!(e.to_string().contains("test-domain"), "{e}");
 }
 
+/// `MERGE_DOMAIN_CONFIG` on: its two files of one domain serve both keys,
+/// and a top-level descriptor in both is refused.
+#[tokio::test]
+async fn merged_domains_hold_both_files_descriptors() {
+    let one = RlsConfig::from_yaml_str(&file("merge_domain_key1.yaml")).unwrap();
+    let two = RlsConfig::from_yaml_str(&file("merge_domain_key2.yaml")).unwrap();
+    let e = one.clone().merge_domains(one.clone()).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("\"test-domain.key1_value1\" is defined twice"),
+        "{e}"
+    );
+    let both = one.merge_domains(two).unwrap();
+    let mut c = client(serve(RateLimitServer::builder(both).build().unwrap()).await).await;
+    assert_eq!(check(&mut c, &[("key1", "value1")]).await, (10, 10));
+    assert_eq!(check(&mut c, &[("key2", "value2")]).await, (20, 20));
+}
+
 /// A check of one descriptor: its limit's `requests_per_unit` (0: no limit)
 /// and what is left.
 async fn check(

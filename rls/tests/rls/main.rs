@@ -7,6 +7,7 @@
 mod support;
 
 mod binary;
+mod environment;
 mod envoy;
 mod envoyproxy;
 mod process;

@@ -86,7 +86,12 @@ impl Rls {
     /// The binary as `cmd` runs it, once it listens on `addr`.
     pub fn spawn(mut cmd: Command, addr: SocketAddr) -> Self {
         // Its HTTP endpoints on a port of their own, on loopback.
-        for (name, value) in [("PORT", "0"), ("HOST", "127.0.0.1")] {
+        for (name, value) in [
+            ("PORT", "0"),
+            ("HOST", "127.0.0.1"),
+            ("DEBUG_PORT", "0"),
+            ("DEBUG_HOST", "127.0.0.1"),
+        ] {
             if !cmd.get_envs().any(|(k, _)| k == name) {
                 cmd.env(name, value);
             }
