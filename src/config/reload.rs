@@ -121,7 +121,7 @@ impl std::fmt::Debug for Reloads {
 }
 
 /// The status of the reloads of a layer's rules file; made by
-/// [`RulesConfig::watch`].
+/// [`RulesConfig::watch`](super::RulesConfig::watch).
 ///
 /// The watching lasts as long as the layer: it stops by itself (within
 /// half a second) once the layer and every service made from it are
@@ -152,7 +152,7 @@ impl ConfigWatcher {
     }
 
     /// Edits rejected (unreadable, invalid, or refused by
-    /// [`RateLimitLayer::reload`]) since watching began.
+    /// [`RateLimitLayer::reload`](crate::RateLimitLayer::reload)) since watching began.
     pub fn rejected(&self) -> u64 {
         self.status.rejected.load(Ordering::Acquire)
     }
