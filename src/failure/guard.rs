@@ -3,20 +3,21 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use futures_util::FutureExt;
 
-use super::breaker::{Admit, CircuitBreaker};
+use super::breaker::Admit;
+use super::reported::ReportedBreaker;
 use super::{BreakerStatus, FailureMode, LiveCount, Reachability};
+use crate::observe::{self, Guarded};
 use crate::policy::Cause;
 use crate::policy::FailurePolicy;
 use crate::util::instant::after;
-use crate::util::throttle::Throttle;
-use crate::{decision::Source, key::Key, observe, quota::Quota};
+use crate::{decision::Source, key::Key, quota::Quota};
 
 /// How many timeouts a call may wait in all while the server keeps
 /// answering: with the default 20 ms, 1 s.
@@ -38,18 +39,13 @@ pub(crate) struct Guard {
     rule: Arc<str>,
     mode: FailureMode,
     timeout: Duration,
-    breaker: CircuitBreaker,
+    breaker: ReportedBreaker,
     instances: u32,
     /// The live gateway count, when the backend keeps one: it replaces
     /// `instances` once read.
     live: Option<Arc<LiveCount>>,
     /// Failure-mode decisions, logged at most once a second.
     failure_log: observe::Sampled,
-    /// When the breaker opened for the outage under way, so that it is
-    /// logged once when it begins and once when it ends.
-    outage: Mutex<Option<Instant>>,
-    /// Failed probes are logged at most once a minute.
-    probe_log: Throttle,
     /// Which requests `RefusePercent` refuses.
     partial: super::partial::Partial,
 }
@@ -80,51 +76,26 @@ impl Guard {
             .timeout
             .saturating_mul(PATIENCE + 1)
             .max(Duration::from_millis(50));
-        // A dashboard shows the breaker from the start, not from its first change.
-        observe::breaker_state(&rule, 0);
         observe::redis_timeout(&rule, policy.timeout);
         Self {
+            breaker: ReportedBreaker::new(
+                rule.clone(),
+                Guarded::Redis,
+                policy.breaker,
+                probe_deadline,
+            ),
             rule,
             mode: policy.mode,
             timeout: policy.timeout,
-            breaker: CircuitBreaker::new(policy.breaker, probe_deadline),
             instances,
             live,
             failure_log: Default::default(),
-            outage: Mutex::new(None),
-            probe_log: Throttle::default(),
             partial: Default::default(),
         }
     }
 
-    fn breaker_opened_event(&self, cause: &dyn fmt::Display) {
-        let now = Instant::now();
-        let mut outage = self.outage.lock().unwrap_or_else(PoisonError::into_inner);
-        let first = outage.is_none();
-        let began = *outage.get_or_insert(now);
-        drop(outage);
-        let log = !first && self.probe_log.ready(Duration::from_secs(60));
-        observe::breaker_opened(&self.rule, cause, first, log, now - began);
-    }
-
-    fn breaker_closed_event(&self) {
-        let began = self
-            .outage
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        match began {
-            Some(began) => observe::breaker_closed(&self.rule, began.elapsed()),
-            None => observe::breaker_state(&self.rule, 0),
-        }
-    }
-
     pub(crate) fn admit(&self) -> Admit {
-        let admit = self.breaker.admit();
-        if admit == Admit::Probe {
-            observe::breaker_state(&self.rule, 2);
-        }
-        admit
+        self.breaker.admit()
     }
 
     pub(crate) fn breaker_status(&self) -> BreakerStatus {
@@ -191,14 +162,12 @@ impl Guard {
         observe::backend_latency(&self.rule, "redis", start.elapsed());
         match outcome {
             Ok(v) => {
-                if self.breaker.success() {
-                    self.breaker_closed_event();
-                }
+                self.breaker.success();
                 Ok(v)
             }
             Err(e) => {
-                if e.connection_refused() && self.breaker.trip() {
-                    self.breaker_opened_event(&e);
+                if e.connection_refused() {
+                    self.breaker.trip(&e);
                 }
                 Err(Cause::Error(e.to_string()))
             }
@@ -243,8 +212,8 @@ impl Guard {
     /// A failed call that no failure mode decides (a refund, a charge after
     /// the response): the breaker counts it.
     pub(crate) fn failed(&self, cause: &Cause) {
-        if !matches!(cause, Cause::CircuitOpen | Cause::Waited) && self.breaker.failure() {
-            self.breaker_opened_event(cause);
+        if !matches!(cause, Cause::CircuitOpen | Cause::Waited) {
+            self.breaker.failure(cause);
         }
     }
 

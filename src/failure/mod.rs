@@ -14,12 +14,14 @@ mod live_count;
 mod partial;
 #[cfg(feature = "redis")]
 mod reachability;
+#[cfg(any(feature = "redis", feature = "rls"))]
+mod reported;
 mod status;
 
 #[cfg(any(feature = "redis", feature = "rls"))]
 pub(crate) use self::breaker::Admit;
 #[cfg(feature = "rls")]
-pub(crate) use self::breaker::CircuitBreaker;
+pub(crate) use self::reported::ReportedBreaker;
 #[cfg(feature = "redis")]
 pub(crate) use self::{
     guard::{CallError, Guard, PATIENCE},

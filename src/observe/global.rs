@@ -4,10 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{
-    BREAKER_OPENED_TOTAL, BREAKER_PROBE_FAILED_TOTAL, DECISIONS_TOTAL, DENY_EVERY, Sampled, TARGET,
-    count,
-};
+use super::{DECISIONS_TOTAL, DENY_EVERY, Sampled, TARGET, count};
 
 /// One guarded backend call took `took`.
 pub(crate) fn backend_latency(rule: &Arc<str>, backend: &'static str, took: Duration) {
@@ -25,14 +22,6 @@ pub(crate) fn redis_timeout(rule: &Arc<str>, timeout: Duration) {
         .set(timeout.as_secs_f64());
     #[cfg(not(feature = "metrics"))]
     let _ = (rule, timeout);
-}
-
-/// A breaker changed state: 0 closed, 1 open, 2 half-open.
-pub(crate) fn breaker_state(rule: &Arc<str>, state: u8) {
-    #[cfg(feature = "metrics")]
-    metrics::gauge!(super::BREAKER_STATE, "rule" => rule.to_string()).set(f64::from(state));
-    #[cfg(not(feature = "metrics"))]
-    let _ = (rule, state);
 }
 
 /// A refund or a charge after the response could not reach Redis:
@@ -98,37 +87,4 @@ pub(crate) fn failure_mode(
         rule,
         &[("outcome", mode), ("cause", cause)],
     );
-}
-
-/// A rule's circuit breaker opened after `detail`: a warning when an
-/// outage begins (`first`), counted as an opening; a failed half-open
-/// probe re-opening it is counted as one, and logged when `log` (at most
-/// once a minute).
-pub(crate) fn breaker_opened(
-    rule: &Arc<str>,
-    detail: &dyn std::fmt::Display,
-    first: bool,
-    log: bool,
-    out_for: Duration,
-) {
-    if first {
-        tracing::warn!(target: TARGET, rule = %rule, detail = %detail, "redis circuit breaker opened");
-    } else if log {
-        let out_for_ms = out_for.as_millis() as u64;
-        tracing::warn!(target: TARGET, rule = %rule, detail = %detail, out_for_ms, "redis circuit breaker still open: half-open probe failed");
-    }
-    let counter = if first {
-        BREAKER_OPENED_TOTAL
-    } else {
-        BREAKER_PROBE_FAILED_TOTAL
-    };
-    count(counter, rule, &[]);
-    breaker_state(rule, 1);
-}
-
-/// A rule's circuit breaker closed after an outage of `out_for`.
-pub(crate) fn breaker_closed(rule: &Arc<str>, out_for: Duration) {
-    let out_for_ms = out_for.as_millis() as u64;
-    tracing::info!(target: TARGET, rule = %rule, out_for_ms, "redis circuit breaker closed; redis answers again");
-    breaker_state(rule, 0);
 }

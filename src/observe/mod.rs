@@ -6,8 +6,12 @@ use std::time::Duration;
 
 use crate::util::throttle::Throttle;
 
+#[cfg(any(feature = "redis", feature = "rls"))]
+mod breaker;
 #[cfg(feature = "redis")]
 mod global;
+#[cfg(any(feature = "redis", feature = "rls"))]
+pub(crate) use breaker::*;
 #[cfg(feature = "redis")]
 pub(crate) use global::*;
 

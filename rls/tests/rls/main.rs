@@ -688,6 +688,51 @@ mod client {
         assert_eq!(get(&fresh, Some("kate")).await.status(), 200);
     }
 
+    /// The client's breaker reports as a global rule's does: the opening
+    /// and the closing of an outage, once each, under the domain's name.
+    /// Captured process-wide: a callsite first hit by a test on another
+    /// thread may keep a thread's own subscriber from seeing it.
+    #[tokio::test]
+    async fn the_breaker_reports_an_outage_as_a_rules_breaker_does() {
+        use crate::support::events::{Events, subscriber};
+        let events = Events::default();
+        tracing::subscriber::set_global_default(subscriber(events.clone()))
+            .expect("the only global subscriber of this test binary");
+        let addr = free_addr();
+        let open_for = Duration::from_millis(300);
+        let layer = RemoteRateLimitLayer::builder(format!("http://{addr}"), "outage")
+            .descriptor([("remote_address", KeyExtractor::header("x-user"))])
+            .timeout(Duration::from_millis(200))
+            .circuit_breaker(
+                BreakerConfig::default()
+                    .failure_threshold(2)
+                    .open_for(open_for),
+            )
+            .build()
+            .unwrap();
+        let url = serve_http(ok_app_remote(layer)).await;
+        for _ in 0..4 {
+            assert_eq!(get(&url, Some("nell")).await.status(), 200, "fail open");
+        }
+        let _server = rls_on(addr);
+        tokio::time::sleep(open_for + Duration::from_millis(100)).await;
+        assert_eq!(get(&url, Some("nell")).await.status(), 200);
+        let ours: Vec<String> = events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|e| e.get("rule").is_some_and(|r| r == "outage"))
+            .map(|e| e["message"].clone())
+            .collect();
+        assert_eq!(
+            ours,
+            [
+                "rate-limit service circuit breaker opened",
+                "rate-limit service circuit breaker closed; the service answers again"
+            ]
+        );
+    }
+
     #[tokio::test]
     async fn a_service_that_does_not_answer_is_the_timeouts_failure() {
         // Accepts connections and never answers.

@@ -58,15 +58,6 @@ pub fn temp_file(name: &str, text: &str) -> PathBuf {
     path
 }
 
-/// Waits (bounded) until something accepts on `addr`.
-pub fn wait_listening(addr: SocketAddr) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-        assert!(Instant::now() < deadline, "nothing listens on {addr}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// The `keyed-rls` binary, serving `config` on `port`.
 pub struct Rls {
     pub child: Child,
@@ -111,8 +102,23 @@ impl Rls {
                 }
             }
         });
-        wait_listening(addr);
-        Self { child, addr, log }
+        let mut rls = Self { child, addr, log };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+            if let Some(status) = rls.child.try_wait().unwrap() {
+                let log: Vec<String> = rls.log.try_iter().collect();
+                panic!(
+                    "keyed-rls exited ({status}) before listening on {addr}:\n{}",
+                    log.join("\n")
+                );
+            }
+            if Instant::now() > deadline {
+                let log: Vec<String> = rls.log.try_iter().collect();
+                panic!("nothing listens on {addr} after 20 s:\n{}", log.join("\n"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        rls
     }
 
     /// SIGKILL, as a crash.

@@ -8,8 +8,9 @@ use tonic::transport::Endpoint;
 use super::remote::Remote;
 use super::service::RemoteRateLimitLayer;
 use crate::error::BuildError;
-use crate::failure::CircuitBreaker;
+use crate::failure::ReportedBreaker;
 use crate::key::KeyExtractor;
+use crate::observe::Guarded;
 use crate::policy::BreakerConfig;
 use crate::response::{Refusals, problem_json};
 
@@ -109,6 +110,12 @@ impl RemoteRateLimitBuilder {
         if self.timeout.is_zero() {
             return Err(invalid("the remote rate limit's timeout is zero"));
         }
+        let breaker = ReportedBreaker::new(
+            self.domain.as_str().into(),
+            Guarded::Service,
+            self.breaker,
+            self.timeout,
+        );
         Ok(RemoteRateLimitLayer {
             remote: Arc::new(Remote {
                 domain: self.domain,
@@ -117,7 +124,7 @@ impl RemoteRateLimitBuilder {
                 client: std::sync::OnceLock::new(),
                 timeout: self.timeout,
                 deny_on_failure: self.deny_on_failure,
-                breaker: CircuitBreaker::new(self.breaker, self.timeout),
+                breaker,
                 refusals: Refusals {
                     body: Arc::new(problem_json),
                     grpc_message: None,

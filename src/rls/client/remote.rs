@@ -13,7 +13,7 @@ use http::request::Parts;
 use http::{HeaderName, HeaderValue};
 use tonic::transport::{Channel, Endpoint};
 
-use crate::failure::{Admit, CircuitBreaker};
+use crate::failure::{Admit, ReportedBreaker};
 use crate::gate::Admission;
 use crate::headers::Rendered;
 use crate::key::KeyExtractor;
@@ -30,7 +30,7 @@ pub(super) struct Remote {
     pub(super) timeout: Duration,
     /// Envoy's `failure_mode_deny`.
     pub(super) deny_on_failure: bool,
-    pub(super) breaker: CircuitBreaker,
+    pub(super) breaker: ReportedBreaker,
     pub(super) refusals: Refusals,
 }
 
@@ -83,13 +83,16 @@ impl Remote {
             Ok(Ok(res)) => res.into_inner(),
             Ok(Err(status)) => {
                 tracing::warn!(target: crate::observe::TARGET, code = ?status.code(), message = status.message(), "the rate-limit service failed");
-                self.breaker.failure();
+                self.breaker
+                    .failure(&format_args!("{:?}: {}", status.code(), status.message()));
                 let admission = self.failed(&parts, self.wait());
                 return (parts, admission);
             }
             Err(_) => {
-                tracing::warn!(target: crate::observe::TARGET, timeout_ms = self.timeout.as_millis() as u64, "the rate-limit service did not answer in time");
-                self.breaker.failure();
+                let timeout_ms = self.timeout.as_millis() as u64;
+                tracing::warn!(target: crate::observe::TARGET, timeout_ms, "the rate-limit service did not answer in time");
+                self.breaker
+                    .failure(&format_args!("no answer in {timeout_ms} ms"));
                 let admission = self.failed(&parts, self.wait());
                 return (parts, admission);
             }

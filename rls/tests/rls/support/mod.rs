@@ -4,6 +4,8 @@
 
 #[path = "../../../../tests/support/backend.rs"]
 mod backend;
+#[path = "../../../../tests/support/events.rs"]
+pub mod events;
 #[path = "../../../../tests/support/promtool.rs"]
 pub mod promtool;
 #[path = "../../../../tests/support/web.rs"]
