@@ -208,12 +208,15 @@ fn guide_yaml() -> Vec<String> {
 }
 
 /// The guide's `envoy.yaml` as it stands (its ports replaced), in front
-/// of two `keyed-rls` instances on one private Redis with the guide's
-/// rules: the quota is exact whichever instance answers, and once one is
-/// killed the gRPC health check takes it out, so `failure_mode_deny: true`
-/// answers no 500.
+/// of two `keyed-rls` instances configured by the environment alone, as
+/// envoyproxy/ratelimit's image is, on one runtime directory with the
+/// guide's rules and one private Redis: the quota is exact whichever
+/// instance answers; a symlink swap of the root and a write in place
+/// reload both; and once one is killed the gRPC health check takes it
+/// out, so `failure_mode_deny: true` answers no 500.
 #[test]
 fn the_guides_envoy_yaml_runs_as_is() {
+    use std::os::unix::fs::symlink;
     let Some(venv) = venv() else { return };
     let blocks = guide_yaml();
     let (envoy_yaml, rules) = (&blocks[0], &blocks[1]);
@@ -225,27 +228,62 @@ fn the_guides_envoy_yaml_runs_as_is() {
         .replace("port_value: 8080", &format!("port_value: {}", up.port()))
         .replace("port_value: 8081", &format!("port_value: {a}"))
         .replace("port_value: 8082", &format!("port_value: {b}"));
-    let rules = temp_file("edge.yaml", rules);
-    let start = |port: u16| {
-        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_keyed-rls"));
-        cmd.args(["--listen", &addr.to_string(), "--config"])
-            .arg(&rules)
-            .args(["--redis", &redis.url()]);
-        Rls::spawn(cmd, addr)
+    let root = temp_file("runtime", "").with_file_name("runtime-root");
+    let version = |v: &str, text: &str| {
+        let dir = root.join(v).join("ratelimit/config");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("edge.yaml"), text).unwrap();
     };
-    let (mut first, _second) = (start(a), start(b));
+    version("v1", rules);
+    symlink(root.join("v1"), root.join("current")).unwrap();
+    let start = |port: u16| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_keyed-rls"));
+        cmd.env("GRPC_HOST", "127.0.0.1")
+            .env("GRPC_PORT", port.to_string())
+            .env("REDIS_URL", redis.url().trim_start_matches("redis://"))
+            .env("RUNTIME_ROOT", root.join("current"))
+            .env("RUNTIME_SUBDIRECTORY", "ratelimit");
+        Rls::spawn(cmd, ([127, 0, 0, 1], port).into())
+    };
+    let (mut first, mut second) = (start(a), start(b));
     let envoy = Envoy::run(&venv.join("bin/envoy"), &config, edge);
-    // 3 a minute for one user, across both instances.
-    for _ in 0..3 {
-        assert_eq!(get(&envoy.url, "/", "ann").status(), 200);
-    }
-    let refused = get(&envoy.url, "/", "ann");
-    assert_eq!(refused.status(), 429);
+    // A user's limit is exact across both instances, then refused.
+    let exactly = |user: &str, n: usize| {
+        crate::minute_edge();
+        for _ in 0..n {
+            assert_eq!(get(&envoy.url, "/", user).status(), 200, "{user}");
+        }
+        let refused = get(&envoy.url, "/", user);
+        assert_eq!(refused.status(), 429, "{user} after {n}");
+        refused
+    };
+    let refused = exactly("ann", 3);
     assert!(
         header(&refused, "x-ratelimit-limit").is_some(),
         "Envoy's own headers"
     );
+    // The root swapped to a new version, as a ConfigMap updates.
+    version(
+        "v2",
+        &rules.replace("requests_per_unit: 3", "requests_per_unit: 5"),
+    );
+    symlink(root.join("v2"), root.join("current.tmp")).unwrap();
+    std::fs::rename(root.join("current.tmp"), root.join("current")).unwrap();
+    for rls in [&mut first, &mut second] {
+        rls.log_until("rate-limit rules file applied");
+    }
+    exactly("bob", 5);
+    // A write in place.
+    let file = root.join("v2/ratelimit/config/edge.yaml");
+    std::fs::write(
+        &file,
+        rules.replace("requests_per_unit: 3", "requests_per_unit: 2"),
+    )
+    .unwrap();
+    for rls in [&mut first, &mut second] {
+        rls.log_until("rate-limit rules file applied");
+    }
+    exactly("cy", 2);
     // One instance dies: after the health check, every call goes to the
     // other, and no request gets failure_mode_deny's 500.
     first.kill();
