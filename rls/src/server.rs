@@ -19,7 +19,7 @@ use tonic::{Request, Response, Status};
 use keyed_rate_limit::RedisBackend;
 use keyed_rate_limit::config::ConfigError;
 use keyed_rate_limit::decision::{RuleDecision, Source};
-use keyed_rate_limit::rate_limit::{KeyedRules, RateLimitLayer};
+use keyed_rate_limit::rate_limit::{KeyedAsk, KeyedRules, RateLimitLayer, RuleIndex};
 use keyed_rate_limit::{KeyExtractor, OnMissingKey, Quota, Rule};
 
 use super::config::{Limit, LimitKind, Node, RlsConfig, RuleSpec, find, place_rules};
@@ -317,9 +317,10 @@ impl RateLimitServer {
                 .and_then(|n| Some((path.as_slice(), n.limit.as_ref()?)));
             let limit =
                 limit.filter(|(_, l)| l.name.as_deref().is_none_or(|n| !replaced.contains(&n)));
-            ask(&snap, &req, d, limit)
+            plan(&snap, &req, d, limit)
         });
-        let answers = futures_util::future::join_all(asks).await;
+        let plans = asks.collect::<Result<Vec<_>, _>>()?;
+        let answers = together(&snap, plans).await;
         let mut response = RateLimitResponse::default();
         let mut decided = Vec::new();
         // `quota_mode`: those over refuse only when all of them are.
@@ -377,34 +378,52 @@ enum Answer {
     Decided(RuleDecision, RateLimit),
 }
 
-/// Decides one descriptor on `snap`: the limit it matched, if any.
-async fn ask(
+/// What one descriptor needs: a status no rule decides, a check of its
+/// rule without counting, or its rule's decision.
+enum Plan {
+    Status(DescriptorStatus),
+    Peek {
+        ask: KeyedAsk,
+        shown: RateLimit,
+        shadow: bool,
+        path: String,
+    },
+    Decide {
+        ask: KeyedAsk,
+        shown: RateLimit,
+        path: String,
+    },
+}
+
+/// What one descriptor of `req` needs on `snap`: the limit it matched, if
+/// any.
+fn plan(
     snap: &Snapshot,
     req: &RateLimitRequest,
     d: &RateLimitDescriptor,
     limit: Option<(&[&Node], &Limit)>,
-) -> Result<Answer, Status> {
+) -> Result<Plan, Status> {
     let Some((path, limit)) = limit else {
-        return Ok(Answer::Status(bare(Code::Ok)));
+        return Ok(Plan::Status(bare(Code::Ok)));
     };
     let node = path[path.len() - 1];
     match &limit.kind {
         // As envoyproxy/ratelimit answers it: all of a never-ending quota left.
         LimitKind::Unlimited => {
-            return Ok(Answer::Status(DescriptorStatus {
+            return Ok(Plan::Status(DescriptorStatus {
                 limit_remaining: u32::MAX,
                 ..bare(Code::Ok)
             }));
         }
         LimitKind::Blocked => {
-            return Ok(Answer::Status(DescriptorStatus {
+            return Ok(Plan::Status(DescriptorStatus {
                 current_limit: Some(current(limit)),
                 ..bare(Code::OverLimit)
             }));
         }
         LimitKind::Rule(_) => {}
     }
-    let Some(at) = node.rule else {
+    let Some(rule) = node.rule else {
         return Err(Status::internal(format!(
             "limit {:?} has no rule",
             node.path
@@ -419,7 +438,7 @@ async fn ask(
                 unit: o.unit,
             };
             if o.requests_per_unit == 0 {
-                return Ok(Answer::Status(DescriptorStatus {
+                return Ok(Plan::Status(DescriptorStatus {
                     current_limit: Some(shown),
                     ..bare(Code::OverLimit)
                 }));
@@ -442,34 +461,94 @@ async fn ask(
         None if req.hits_addend == 0 => 1,
         None => u64::from(req.hits_addend),
     };
+    let path = node.path.clone();
     let shadow = snap.shadow || matches!(&limit.kind, LimitKind::Rule(s) if s.shadow);
-    let Some(cost) = NonZeroU32::new(u32::try_from(hits).unwrap_or(u32::MAX)) else {
-        // Checked, not counted; a store that cannot answer is the limit's
-        // failure mode's: no check through a closed one.
-        return match snap.rules.peek(at, &key, quota).await {
-            Some(decision) => Ok(Answer::Status(of(decision, shown, shadow))),
-            None if snap.rules.fails_closed(at) => Err(Status::unavailable(format!(
-                "rate limit {:?} cannot reach its store",
-                node.path
-            ))),
-            None => Ok(Answer::Status(bare(Code::Ok))),
-        };
+    let cost = NonZeroU32::new(u32::try_from(hits).unwrap_or(u32::MAX));
+    let ask = |cost| KeyedAsk {
+        rule,
+        key,
+        cost,
+        quota,
     };
-    let Some(decided) = snap.rules.decide(at, key, cost, quota).await else {
-        return Err(Status::internal(format!(
-            "limit {:?} has no rule",
-            node.path
-        )));
-    };
-    if decided.source == Source::FailClosed {
-        // The store cannot answer and the rule fails closed: Envoy's own
-        // `failure_mode_deny` decides, as for a service that is down.
-        return Err(Status::unavailable(format!(
-            "rate limit {:?} cannot reach its store",
-            node.path
-        )));
+    Ok(match cost {
+        // Checked, not counted.
+        None => Plan::Peek {
+            ask: ask(NonZeroU32::MIN),
+            shown,
+            shadow,
+            path,
+        },
+        Some(cost) => Plan::Decide {
+            ask: ask(cost),
+            shown,
+            path,
+        },
+    })
+}
+
+/// The plans carried out together: the checks beside the decisions, and
+/// the decisions at once (a request's global limits on one Redis in one
+/// call).
+async fn together(snap: &Snapshot, plans: Vec<Plan>) -> Vec<Result<Answer, Status>> {
+    /// What is left of a plan once its ask is sent.
+    enum Slot {
+        Status(DescriptorStatus),
+        Peeked(RuleIndex, RateLimit, bool, String),
+        Decided(RateLimit, String),
     }
-    Ok(Answer::Decided(decided, shown))
+    let (mut checks, mut asks) = (Vec::new(), Vec::new());
+    let slots: Vec<Slot> = plans
+        .into_iter()
+        .map(|p| match p {
+            Plan::Status(status) => Slot::Status(status),
+            Plan::Peek {
+                ask,
+                shown,
+                shadow,
+                path,
+            } => {
+                let rule = ask.rule;
+                checks.push(ask);
+                Slot::Peeked(rule, shown, shadow, path)
+            }
+            Plan::Decide { ask, shown, path } => {
+                asks.push(ask);
+                Slot::Decided(shown, path)
+            }
+        })
+        .collect();
+    let peeks = checks
+        .iter()
+        .map(|a| snap.rules.peek(a.rule, &a.key, a.quota));
+    let (decided, peeked) = futures_util::future::join(
+        snap.rules.decide_all(asks),
+        futures_util::future::join_all(peeks),
+    )
+    .await;
+    let (mut decided, mut peeked) = (decided.into_iter(), peeked.into_iter());
+    let unreachable =
+        |path: &str| Status::unavailable(format!("rate limit {path:?} cannot reach its store"));
+    slots
+        .into_iter()
+        .map(|slot| match slot {
+            Slot::Status(status) => Ok(Answer::Status(status)),
+            // A store that cannot answer is the limit's failure mode's: no
+            // check through a closed one.
+            Slot::Peeked(rule, shown, shadow, path) => match peeked.next().flatten() {
+                Some(decision) => Ok(Answer::Status(of(decision, shown, shadow))),
+                None if snap.rules.fails_closed(rule) => Err(unreachable(&path)),
+                None => Ok(Answer::Status(bare(Code::Ok))),
+            },
+            Slot::Decided(shown, path) => match decided.next().flatten() {
+                None => Err(Status::internal(format!("limit {path:?} has no rule"))),
+                // The store cannot answer and the rule fails closed: Envoy's
+                // own `failure_mode_deny` decides, as for a service that is
+                // down.
+                Some(d) if d.source == Source::FailClosed => Err(unreachable(&path)),
+                Some(d) => Ok(Answer::Decided(d, shown)),
+            },
+        })
+        .collect()
 }
 
 #[tonic::async_trait]

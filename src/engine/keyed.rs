@@ -61,6 +61,22 @@ impl Chain {
         })
     }
 
+    /// [`decide_key`](Self::decide_key) for each ask, together: the global
+    /// rules' calls to one Redis (not a cluster) go as one script call.
+    pub(crate) async fn decide_keys(
+        &self,
+        asks: impl IntoIterator<Item = (usize, Key, NonZeroU32, Option<Quota>)>,
+    ) -> Vec<Option<RuleDecision>> {
+        let all = futures_util::future::join_all(asks.into_iter().map(
+            |(at, key, cost, quota)| async move {
+                Some(self.decide_key(at, key, cost, quota)?.resolve().await)
+            },
+        ));
+        #[cfg(feature = "redis")]
+        let all = crate::backend::redis::gathered(all);
+        all.await
+    }
+
     /// What a request of one unit of `key` would be told by rule `at`, in
     /// `quota` or its static quota, without spending; `None` when there is
     /// no such rule, or a global rule's store does not answer within its

@@ -60,6 +60,20 @@ pub struct KeyedRules {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RuleIndex(usize);
 
+/// One decision of [`KeyedRules::decide_all`]: as
+/// [`decide`](KeyedRules::decide)'s arguments.
+#[derive(Debug, Clone)]
+pub struct KeyedAsk {
+    /// The rule that decides.
+    pub rule: RuleIndex,
+    /// The key it decides for.
+    pub key: Key,
+    /// The units asked for.
+    pub cost: NonZeroU32,
+    /// A quota other than the rule's own, counted apart.
+    pub quota: Option<Quota>,
+}
+
 /// What the rules' decisions tell the client, as the layer would: an
 /// allow's rate-limit headers, or a refusal's whole response.
 #[derive(Debug)]
@@ -106,6 +120,44 @@ impl KeyedRules {
                 .resolve()
                 .await,
         )
+    }
+
+    /// Each ask decided as by [`decide`](Self::decide), all together, in
+    /// order: the global rules' calls to one Redis (a single server or a
+    /// Sentinel's master, not a cluster, whose keys live on slots of their
+    /// own) go in one round trip and one script call, each rule still
+    /// under its own timeout, breaker and failure mode.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use keyed_rate_limit::rate_limit::KeyedAsk;
+    /// use keyed_rate_limit::{Key, KeyExtractor, Quota, RateLimitLayer, Rule};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), keyed_rate_limit::BuildError> {
+    /// let layer = RateLimitLayer::builder()
+    ///     .rule(Rule::new("per-user", KeyExtractor::header("x-user"), Quota::per_minute(5)))
+    ///     .rule(Rule::new("per-route", KeyExtractor::matched_route(), Quota::per_minute(1)))
+    ///     .build()?;
+    /// let rules = layer.keyed();
+    /// let ask = |rule: &str, key: &'static str| KeyedAsk {
+    ///     rule: rules.rule(rule).unwrap(),
+    ///     key: Key::from(key),
+    ///     cost: NonZeroU32::MIN,
+    ///     quota: None,
+    /// };
+    /// let decided = rules.decide_all([ask("per-user", "ann"), ask("per-route", "/a"), ask("per-route", "/a")]).await;
+    /// let allowed: Vec<bool> = decided.iter().map(|d| d.as_ref().unwrap().decision.is_allowed()).collect();
+    /// assert_eq!(allowed, [true, true, false]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn decide_all(
+        &self,
+        asks: impl IntoIterator<Item = KeyedAsk>,
+    ) -> Vec<Option<RuleDecision>> {
+        let asks = asks.into_iter().map(|a| (a.rule.0, a.key, a.cost, a.quota));
+        self.chain.decide_keys(asks).await
     }
 
     /// What a request of one unit of `key` would be told by `rule`, without

@@ -17,7 +17,7 @@ pub use crate::engine::ControlError;
 pub use builder::RateLimitBuilder;
 pub use control::Control;
 pub use future::ResponseFuture;
-pub use keyed::{KeyedAnswer, KeyedRules, RuleIndex};
+pub use keyed::{KeyedAnswer, KeyedAsk, KeyedRules, RuleIndex};
 pub use layer::RateLimitLayer;
 #[cfg(feature = "config")]
 pub(crate) use layer::WeakLayer;

@@ -382,8 +382,36 @@ impl RedisBackend {
             .await
     }
 
-    /// [`invoke`](Self::invoke) for a call written straight into its command.
+    /// [`invoke`](Self::invoke) for a call written straight into its
+    /// command; a rate call made under [`gathered`](super::gathered) shares
+    /// one with the other rules' (not on a cluster).
     pub(super) async fn eval<T: redis::FromRedisValue>(
+        &self,
+        eval: &script::Eval,
+    ) -> Result<T, RedisBackendError> {
+        let send = || -> super::gather::Sender {
+            let backend = self.clone();
+            Arc::new(move |eval| {
+                let backend = backend.clone();
+                Box::pin(async move { backend.eval_alone(&eval).await })
+            })
+        };
+        if eval.multi != 0
+            && !self.inner.conn.is_cluster()
+            && let Some(reply) = super::gather::queue(Arc::as_ptr(&self.inner) as usize, send, eval)
+        {
+            let gone = (redis::ErrorKind::Client, "the gathered call was dropped");
+            let value = reply
+                .await
+                .map_err(|_| RedisBackendError::Redis(gone.into()))??;
+            return T::from_redis_value(value)
+                .map_err(|e| RedisBackendError::Redis(redis::RedisError::from(e)));
+        }
+        self.eval_alone(eval).await
+    }
+
+    /// [`eval`](Self::eval), sent now.
+    pub(super) async fn eval_alone<T: redis::FromRedisValue>(
         &self,
         eval: &script::Eval,
     ) -> Result<T, RedisBackendError> {
@@ -394,7 +422,7 @@ impl RedisBackend {
     }
 
     pub(super) async fn load_scripts(&self) -> Result<(), RedisBackendError> {
-        for source in script::SOURCES {
+        for source in script::SOURCES.into_iter().chain([script::MULTI.1]) {
             let mut load = redis::cmd("SCRIPT");
             load.arg("LOAD").arg(source);
             self.inner.conn.query::<redis::Value>(&load).await?;

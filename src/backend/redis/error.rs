@@ -9,6 +9,7 @@ use crate::quota::QuotaError;
 /// Why [`RedisBackend::builder`](super::RedisBackend::builder) or
 /// [`RedisBackend::check`](super::RedisBackend::check) failed.
 #[non_exhaustive]
+#[derive(Clone)]
 pub enum RedisBackendError {
     /// Redis answered with an error, or could not be reached.
     Redis(RedisError),

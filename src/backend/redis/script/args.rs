@@ -11,10 +11,16 @@ use crate::quota::{Period, Quota};
 /// A script call written straight into its command, `EVALSHA sha n keys…
 /// args…`: the client's `ScriptInvocation` allocates each argument, then
 /// copies them all into the command, on every decision.
+#[derive(Clone)]
 pub(crate) struct Eval {
     pub(in crate::backend::redis) cmd: redis::Cmd,
     /// Loaded after `NOSCRIPT`.
     pub(in crate::backend::redis) source: &'static str,
+    /// A rate call's script in `multi.lua` (from 1), which may then share
+    /// a call with other rules' (`gather`); 0 for the other scripts.
+    pub(in crate::backend::redis) multi: u8,
+    /// How many keys the call has, before its arguments.
+    pub(in crate::backend::redis) keys: usize,
 }
 
 impl Eval {
@@ -30,7 +36,12 @@ impl Eval {
         // short numbers.
         let mut cmd = redis::Cmd::with_capacity(keys + 32, key_bytes + 160);
         cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys);
-        Self { cmd, source }
+        Self {
+            cmd,
+            source,
+            multi: 0,
+            keys,
+        }
     }
 
     pub(super) fn arg<T: redis::ToRedisArgs>(&mut self, arg: T) -> &mut Self {

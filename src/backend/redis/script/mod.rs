@@ -53,8 +53,8 @@ pub(crate) use control::{ControlReply, control, control_decision};
 pub(crate) use lease::{Grant, GrantReply, LeaseAsk, grant, grant_reply};
 pub(crate) use rate::{
     BatchKeys, Decided, Item, Locking, MAX_PREVIOUS, NARROW, Previous, Target, WIDE,
-    batch_decisions, calendar, rate,
+    batch_decisions, calendar, multi, rate,
 };
 pub(crate) use record::Record;
 pub(crate) use slot::{SlotOp, SlotReply, instances, renew, slot, slot_reply};
-pub(crate) use sources::SOURCES;
+pub(crate) use sources::{MULTI, SOURCES};

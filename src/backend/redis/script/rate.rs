@@ -93,12 +93,18 @@ pub(crate) fn rate(
     locks: Locking,
     previous: Option<Previous>,
 ) -> Eval {
-    let (script, source) = &sources::of(algorithm, false).rate;
-    batch_call(script, source, keys, items, locks, previous, |eval| {
-        eval.arg(quota.limit())
-            .arg(window_us(quota))
-            .arg(quota.burst());
-    })
+    batch_call(
+        sources::of(algorithm, false),
+        keys,
+        items,
+        locks,
+        previous,
+        |eval| {
+            eval.arg(quota.limit())
+                .arg(window_us(quota))
+                .arg(quota.burst());
+        },
+    )
 }
 
 /// `batch.lua`'s keys: per key its state, its lock when the rule reads
@@ -109,8 +115,7 @@ pub(crate) fn rate(
 /// request, or none when each key is decided once for one unit, in order
 /// (the script then reads the batch's states in one MGET).
 fn batch_call(
-    script: &redis::Script,
-    source: &'static str,
+    scripts: &sources::Scripts,
     keys: Vec<BatchKeys>,
     items: &[Item],
     locks: Locking,
@@ -133,7 +138,9 @@ fn batch_call(
                 + old.iter().map(Vec::len).sum::<usize>()
         })
         .sum();
+    let (script, source) = &scripts.rate;
     let mut eval = Eval::new(script, source, stride * keys.len(), key_bytes);
+    eval.multi = scripts.multi;
     for (state, lock, old) in &keys {
         eval.arg(&state[..]);
         // `batch_keys` builds a lock exactly when the rule reads locks.
@@ -162,6 +169,44 @@ fn batch_call(
     eval
 }
 
+/// `calls` as one call of `multi.lua`: their keys in order, then the
+/// count, each call's script and sizes, and their arguments in order.
+pub(crate) fn multi<'a>(calls: impl Iterator<Item = &'a Eval> + Clone) -> Eval {
+    // Past EVALSHA, the hash and the key count.
+    let parts = |eval: &'a Eval| {
+        let args = eval.cmd.args_iter().skip(3).filter_map(|a| match a {
+            redis::Arg::Simple(bytes) => Some(bytes),
+            // A cursor is SCAN's, never a script's.
+            _ => None,
+        });
+        (args.clone().take(eval.keys), args.skip(eval.keys))
+    };
+    let keys: usize = calls.clone().map(|e| e.keys).sum();
+    let bytes = calls
+        .clone()
+        .flat_map(|e| parts(e).0)
+        .map(<[u8]>::len)
+        .sum();
+    let (script, source) = &*sources::MULTI;
+    let mut multi = Eval::new(script, source, keys, bytes);
+    for eval in calls.clone() {
+        for key in parts(eval).0 {
+            multi.arg(key);
+        }
+    }
+    multi.arg(calls.clone().count());
+    for eval in calls.clone() {
+        let args = parts(eval).1.count();
+        multi.arg(eval.multi).arg(eval.keys).arg(args);
+    }
+    for eval in calls {
+        for arg in parts(eval).1 {
+            multi.arg(arg);
+        }
+    }
+    multi
+}
+
 /// `changed_from`'s arguments (quota_change.lua): how many previous quotas,
 /// each one's limit, window_us and burst, the mode and the reload's second.
 pub(super) fn change_args(call: &mut impl Args, previous: Option<&Previous>) {
@@ -186,10 +231,14 @@ pub(crate) fn calendar(
     locks: Locking,
     previous: Option<Previous>,
 ) -> Eval {
-    let (script, source) = &sources::of(Algorithm::FixedWindow, true).rate;
-    batch_call(script, source, keys, items, locks, previous, |eval| {
-        calendar_args(eval, quota, period)
-    })
+    batch_call(
+        sources::of(Algorithm::FixedWindow, true),
+        keys,
+        items,
+        locks,
+        previous,
+        |eval| calendar_args(eval, quota, period),
+    )
 }
 
 /// Values per request in a rate script's reply: code, wait_ms, reset_ms.

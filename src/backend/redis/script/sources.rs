@@ -182,18 +182,48 @@ pub(crate) const SOURCES: [&str; 17] = [
     QUOTAS_LUA,
 ];
 
+/// The rate scripts in [`MULTI`]'s order: a call's place in it.
+const RATES: [&str; 5] = [
+    GCRA_LUA,
+    TOKEN_BUCKET_LUA,
+    FIXED_WINDOW_LUA,
+    SLIDING_WINDOW_LUA,
+    CALENDAR_WINDOW_LUA,
+];
+
+/// Every rate script as a function of its keys and arguments, and
+/// `multi.lua`, which runs several calls of them in one: several rules'
+/// decisions in one round trip and one script call.
+pub(crate) static MULTI: LazyLock<(Script, &'static str)> = LazyLock::new(|| {
+    let mut source = String::from("local run = {}\n");
+    for (i, rate) in RATES.iter().enumerate() {
+        source.push_str(&format!(
+            "run[{}] = function(KEYS, ARGV)\n{rate}\nend\n",
+            i + 1
+        ));
+    }
+    source.push_str(include_str!("../lua/multi.lua"));
+    let source: &'static str = Box::leak(source.into_boxed_str());
+    (Script::new(source), source)
+});
+
 /// An algorithm's scripts, each with its text (loaded after `NOSCRIPT`).
 pub(super) struct Scripts {
     pub(super) rate: (Script, &'static str),
+    /// The rate script's place in [`MULTI`] (from 1, as Lua counts).
+    pub(super) multi: u8,
     /// The calendar leases nothing.
     pub(super) grant: Option<Script>,
     pub(super) control: Script,
 }
 
 impl Scripts {
-    fn new(rate: &'static str, grant: Option<&'static str>, control: &'static str) -> Self {
+    /// `multi`: the rate script's index in [`RATES`].
+    fn new(multi: usize, grant: Option<&'static str>, control: &'static str) -> Self {
+        let rate = RATES[multi];
         Self {
             rate: (Script::new(rate), rate),
+            multi: multi as u8 + 1,
             grant: grant.map(Script::new),
             control: Script::new(control),
         }
@@ -201,30 +231,19 @@ impl Scripts {
 }
 
 static GCRA: LazyLock<Scripts> =
-    LazyLock::new(|| Scripts::new(GCRA_LUA, Some(GRANT_GCRA_LUA), CONTROL_GCRA_LUA));
-static TOKEN_BUCKET: LazyLock<Scripts> = LazyLock::new(|| {
-    Scripts::new(
-        TOKEN_BUCKET_LUA,
-        Some(GRANT_TOKEN_BUCKET_LUA),
-        CONTROL_TOKEN_BUCKET_LUA,
-    )
-});
-static FIXED_WINDOW: LazyLock<Scripts> = LazyLock::new(|| {
-    Scripts::new(
-        FIXED_WINDOW_LUA,
-        Some(GRANT_FIXED_WINDOW_LUA),
-        CONTROL_FIXED_WINDOW_LUA,
-    )
-});
+    LazyLock::new(|| Scripts::new(0, Some(GRANT_GCRA_LUA), CONTROL_GCRA_LUA));
+static TOKEN_BUCKET: LazyLock<Scripts> =
+    LazyLock::new(|| Scripts::new(1, Some(GRANT_TOKEN_BUCKET_LUA), CONTROL_TOKEN_BUCKET_LUA));
+static FIXED_WINDOW: LazyLock<Scripts> =
+    LazyLock::new(|| Scripts::new(2, Some(GRANT_FIXED_WINDOW_LUA), CONTROL_FIXED_WINDOW_LUA));
 static SLIDING_WINDOW: LazyLock<Scripts> = LazyLock::new(|| {
     Scripts::new(
-        SLIDING_WINDOW_LUA,
+        3,
         Some(GRANT_SLIDING_WINDOW_LUA),
         CONTROL_SLIDING_WINDOW_LUA,
     )
 });
-static CALENDAR: LazyLock<Scripts> =
-    LazyLock::new(|| Scripts::new(CALENDAR_WINDOW_LUA, None, CONTROL_CALENDAR_LUA));
+static CALENDAR: LazyLock<Scripts> = LazyLock::new(|| Scripts::new(4, None, CONTROL_CALENDAR_LUA));
 pub(super) static SLOT: LazyLock<Script> = LazyLock::new(|| Script::new(SLOT_LUA));
 pub(super) static INSTANCES: LazyLock<Script> = LazyLock::new(|| Script::new(INSTANCES_LUA));
 pub(super) static QUOTAS: LazyLock<Script> = LazyLock::new(|| Script::new(QUOTAS_LUA));

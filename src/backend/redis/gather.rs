@@ -1,0 +1,145 @@
+//! Several rules' rate calls on one Redis sent as one (`multi.lua`): the
+//! calls made while a [`gathered`] future is polled are queued, then sent
+//! per backend in one round trip and one script call, each caller getting
+//! its own call's reply. How the rate-limit service decides a request's
+//! descriptors together. A cluster's calls go alone: their keys hash to
+//! slots of their own.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::oneshot;
+
+use super::error::RedisBackendError;
+use super::script::{Eval, multi};
+
+type Reply = Result<redis::Value, RedisBackendError>;
+
+type Call = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// A queued call and where its reply goes.
+type Queued = (Eval, oneshot::Sender<Reply>);
+
+/// Sends a call on its backend, alone (the backend is known by an id: a
+/// gatherer must not depend on the backend that depends on it).
+pub(super) type Sender =
+    Arc<dyn Fn(Eval) -> Pin<Box<dyn Future<Output = Reply> + Send>> + Send + Sync>;
+
+tokio::task_local! {
+    static GATHER: Arc<Gather>;
+}
+
+/// The calls queued while the gathered future was last polled.
+#[derive(Default)]
+struct Gather {
+    queued: Mutex<Vec<(usize, Sender, Queued)>>,
+}
+
+/// Queues `eval` for the backend `id` when a [`gathered`] future is being
+/// polled (the reply comes through the receiver); `None` otherwise.
+pub(super) fn queue(
+    id: usize,
+    send: impl FnOnce() -> Sender,
+    eval: &Eval,
+) -> Option<oneshot::Receiver<Reply>> {
+    GATHER
+        .try_with(|g| {
+            let (tx, rx) = oneshot::channel();
+            g.queued
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push((id, send(), (eval.clone(), tx)));
+            rx
+        })
+        .ok()
+}
+
+pin_project_lite::pin_project! {
+    /// See [`gathered`].
+    pub(crate) struct Gathered<F> {
+        #[pin]
+        inner: F,
+        gather: Arc<Gather>,
+        calls: FuturesUnordered<Call>,
+    }
+}
+
+/// `inner`, with the rate calls each of its polls makes sent together.
+pub(crate) fn gathered<F: Future>(inner: F) -> Gathered<F> {
+    Gathered {
+        inner,
+        gather: Arc::default(),
+        calls: FuturesUnordered::new(),
+    }
+}
+
+impl<F: Future> Future for Gathered<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let mut this = self.project();
+        let polled = GATHER.sync_scope(this.gather.clone(), || this.inner.as_mut().poll(cx));
+        if polled.is_ready() {
+            return polled;
+        }
+        let queued = std::mem::take(
+            &mut *this
+                .gather
+                .queued
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        for call in by_backend(queued) {
+            this.calls.push(call);
+        }
+        // A reply wakes the caller it answers, and so this task.
+        while let Poll::Ready(Some(())) = this.calls.poll_next_unpin(cx) {}
+        Poll::Pending
+    }
+}
+
+/// One call per backend: a lone call as it is, several in `multi.lua`.
+fn by_backend(queued: Vec<(usize, Sender, Queued)>) -> Vec<Call> {
+    let mut groups: Vec<(usize, Sender, Vec<Queued>)> = Vec::new();
+    for (id, send, call) in queued {
+        match groups.iter_mut().find(|(b, ..)| *b == id) {
+            Some((.., calls)) => calls.push(call),
+            None => groups.push((id, send, vec![call])),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(_, send, mut calls)| -> Call {
+            if calls.len() == 1 {
+                let (eval, tx) = calls.pop().expect("one call");
+                return Box::pin(async move {
+                    let _ = tx.send(send(eval).await);
+                });
+            }
+            let multi = multi(calls.iter().map(|(eval, _)| eval));
+            Box::pin(async move {
+                match send(multi).await {
+                    Ok(redis::Value::Array(replies)) if replies.len() == calls.len() => {
+                        for ((_, tx), reply) in calls.into_iter().zip(replies) {
+                            let _ = tx.send(Ok(reply));
+                        }
+                    }
+                    Ok(_) => {
+                        let short = (redis::ErrorKind::UnexpectedReturnType, "a reply per call");
+                        for (_, tx) in calls {
+                            let _ = tx.send(Err(RedisBackendError::Redis(short.into())));
+                        }
+                    }
+                    Err(e) => {
+                        for (_, tx) in calls {
+                            let _ = tx.send(Err(e.clone()));
+                        }
+                    }
+                }
+            })
+        })
+        .collect()
+}
