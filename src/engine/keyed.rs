@@ -67,13 +67,20 @@ impl Chain {
         &self,
         asks: impl IntoIterator<Item = (usize, Key, NonZeroU32, Option<Quota>)>,
     ) -> Vec<Option<RuleDecision>> {
+        let asks: Vec<_> = asks.into_iter().collect();
+        let many = asks.len() > 1;
         let all = futures_util::future::join_all(asks.into_iter().map(
             |(at, key, cost, quota)| async move {
                 Some(self.decide_key(at, key, cost, quota)?.resolve().await)
             },
         ));
+        // A lone decision has nothing to share a call with.
         #[cfg(feature = "redis")]
-        let all = crate::backend::redis::gathered(all);
+        if many {
+            return crate::backend::redis::gathered(all).await;
+        }
+        #[cfg(not(feature = "redis"))]
+        let _ = many;
         all.await
     }
 

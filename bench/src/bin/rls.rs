@@ -16,6 +16,8 @@
 //!    filter adds at 1,000 requests a second, Envoy with the filter asking
 //!    this service against Envoy without it, in interleaved rounds.
 //!
+//! `RLS_ALGORITHM` (e.g. `gcra`) counts every limit so, instead of the
+//! files' default (envoyproxy/ratelimit's windows on the clock).
 //! `RLS_REQUESTS` (default 2000) is N for the counts, and
 //! `RLS_CALLS` (default 20000) the calls of each load run;
 //! `RLS_PARTS=envoy` (or `cpu`, `load`, comma-separated) runs only those.
@@ -166,6 +168,15 @@ fn serve_child(variant: &str, n: u64) {
         let incoming =
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         let mut server = tonic::transport::Server::builder();
+        // `RLS_ALGORITHM`: every limit counted so (else as the file says:
+        // envoyproxy/ratelimit's windows on the clock).
+        let counted = |config: &str| match std::env::var("RLS_ALGORITHM") {
+            Ok(a) => config.replace(
+                "    rate_limit:",
+                &format!("    algorithm: {a}\n    rate_limit:"),
+            ),
+            Err(_) => config.to_owned(),
+        };
         let router = match variant {
             "bare" => server.add_service(RateLimitServiceServer::new(Counting { inner: Bare, n })),
             "rls-redis" | "rls-redis-3" => {
@@ -179,10 +190,11 @@ fn serve_child(variant: &str, n: u64) {
                     "rls-redis" => GLOBAL.to_owned(),
                     _ => CONFIG3.replace("  - key", "  - scope: global\n    key"),
                 };
-                let rls = RateLimitServer::builder(RlsConfig::from_yaml_str(&config).unwrap())
-                    .redis(redis)
-                    .build()
-                    .unwrap();
+                let rls =
+                    RateLimitServer::builder(RlsConfig::from_yaml_str(&counted(&config)).unwrap())
+                        .redis(redis)
+                        .build()
+                        .unwrap();
                 server.add_service(RateLimitServiceServer::new(Counting { inner: rls, n }))
             }
             _ => {
@@ -191,9 +203,10 @@ fn serve_child(variant: &str, n: u64) {
                 } else {
                     CONFIG
                 };
-                let rls = RateLimitServer::builder(RlsConfig::from_yaml_str(config).unwrap())
-                    .build()
-                    .unwrap();
+                let rls =
+                    RateLimitServer::builder(RlsConfig::from_yaml_str(&counted(config)).unwrap())
+                        .build()
+                        .unwrap();
                 server.add_service(RateLimitServiceServer::new(Counting { inner: rls, n }))
             }
         };

@@ -44,6 +44,20 @@ pub(super) struct Inner {
     pub(super) membership: Option<Membership>,
 }
 
+impl super::gather::Sends for Inner {
+    fn send(
+        self: Arc<Self>,
+        eval: script::Eval,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<redis::Value, RedisBackendError>> + Send>>
+    {
+        Box::pin(async move {
+            self.conn
+                .invoke(Some(&self.reachability), Call::Eval(&eval))
+                .await
+        })
+    }
+}
+
 impl Drop for Inner {
     fn drop(&mut self) {
         self.reachability.stop();
@@ -190,7 +204,7 @@ impl RedisBackend {
                 script::NARROW,
             ),
         };
-        let flat: Vec<i64> = self.eval(&eval).await?;
+        let flat: Vec<i64> = self.eval(eval).await?;
         // One reply per request, whole: anything else is not our script's.
         if flat.len() != width * requests.len() {
             let short = (
@@ -387,27 +401,25 @@ impl RedisBackend {
     /// one with the other rules' (not on a cluster).
     pub(super) async fn eval<T: redis::FromRedisValue>(
         &self,
-        eval: &script::Eval,
+        eval: script::Eval,
     ) -> Result<T, RedisBackendError> {
-        let send = || -> super::gather::Sender {
-            let backend = self.clone();
-            Arc::new(move |eval| {
-                let backend = backend.clone();
-                Box::pin(async move { backend.eval_alone(&eval).await })
-            })
+        let eval = if eval.multi != 0 && !self.inner.conn.is_cluster() {
+            let backend: Arc<dyn super::gather::Sends> = self.inner.clone();
+            match super::gather::queue(&backend, eval) {
+                Ok(reply) => {
+                    let gone = (redis::ErrorKind::Client, "the gathered call was dropped");
+                    let value = reply
+                        .await
+                        .map_err(|_| RedisBackendError::Redis(gone.into()))??;
+                    return T::from_redis_value(value)
+                        .map_err(|e| RedisBackendError::Redis(redis::RedisError::from(e)));
+                }
+                Err(eval) => eval,
+            }
+        } else {
+            eval
         };
-        if eval.multi != 0
-            && !self.inner.conn.is_cluster()
-            && let Some(reply) = super::gather::queue(Arc::as_ptr(&self.inner) as usize, send, eval)
-        {
-            let gone = (redis::ErrorKind::Client, "the gathered call was dropped");
-            let value = reply
-                .await
-                .map_err(|_| RedisBackendError::Redis(gone.into()))??;
-            return T::from_redis_value(value)
-                .map_err(|e| RedisBackendError::Redis(redis::RedisError::from(e)));
-        }
-        self.eval_alone(eval).await
+        self.eval_alone(&eval).await
     }
 
     /// [`eval`](Self::eval), sent now.

@@ -23,10 +23,14 @@ type Call = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// A queued call and where its reply goes.
 type Queued = (Eval, oneshot::Sender<Reply>);
 
-/// Sends a call on its backend, alone (the backend is known by an id: a
-/// gatherer must not depend on the backend that depends on it).
-pub(super) type Sender =
-    Arc<dyn Fn(Eval) -> Pin<Box<dyn Future<Output = Reply> + Send>> + Send + Sync>;
+/// A backend, as the gatherer sends on it (a trait: the gatherer must not
+/// depend on the backend that depends on it).
+pub(super) trait Sends: Send + Sync {
+    /// Sends `eval` now, alone.
+    fn send(self: Arc<Self>, eval: Eval) -> Pin<Box<dyn Future<Output = Reply> + Send>>;
+}
+
+type Sender = Arc<dyn Sends>;
 
 tokio::task_local! {
     static GATHER: Arc<Gather>;
@@ -35,26 +39,24 @@ tokio::task_local! {
 /// The calls queued while the gathered future was last polled.
 #[derive(Default)]
 struct Gather {
-    queued: Mutex<Vec<(usize, Sender, Queued)>>,
+    queued: Mutex<Vec<(Sender, Queued)>>,
 }
 
-/// Queues `eval` for the backend `id` when a [`gathered`] future is being
-/// polled (the reply comes through the receiver); `None` otherwise.
-pub(super) fn queue(
-    id: usize,
-    send: impl FnOnce() -> Sender,
-    eval: &Eval,
-) -> Option<oneshot::Receiver<Reply>> {
+/// Queues `eval` for `backend` when a [`gathered`] future is being polled
+/// (the reply comes through the receiver); gives it back otherwise.
+pub(super) fn queue(backend: &Sender, eval: Eval) -> Result<oneshot::Receiver<Reply>, Eval> {
+    let mut eval = Some(eval);
     GATHER
         .try_with(|g| {
             let (tx, rx) = oneshot::channel();
+            let call = (eval.take().expect("queued once"), tx);
             g.queued
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .push((id, send(), (eval.clone(), tx)));
+                .push((backend.clone(), call));
             rx
         })
-        .ok()
+        .map_err(|_| eval.expect("not queued"))
 }
 
 pin_project_lite::pin_project! {
@@ -102,26 +104,26 @@ impl<F: Future> Future for Gathered<F> {
 }
 
 /// One call per backend: a lone call as it is, several in `multi.lua`.
-fn by_backend(queued: Vec<(usize, Sender, Queued)>) -> Vec<Call> {
-    let mut groups: Vec<(usize, Sender, Vec<Queued>)> = Vec::new();
-    for (id, send, call) in queued {
-        match groups.iter_mut().find(|(b, ..)| *b == id) {
-            Some((.., calls)) => calls.push(call),
-            None => groups.push((id, send, vec![call])),
+fn by_backend(queued: Vec<(Sender, Queued)>) -> Vec<Call> {
+    let mut groups: Vec<(Sender, Vec<Queued>)> = Vec::new();
+    for (backend, call) in queued {
+        match groups.iter_mut().find(|(b, _)| Arc::ptr_eq(b, &backend)) {
+            Some((_, calls)) => calls.push(call),
+            None => groups.push((backend, vec![call])),
         }
     }
     groups
         .into_iter()
-        .map(|(_, send, mut calls)| -> Call {
+        .map(|(backend, mut calls)| -> Call {
             if calls.len() == 1 {
                 let (eval, tx) = calls.pop().expect("one call");
                 return Box::pin(async move {
-                    let _ = tx.send(send(eval).await);
+                    let _ = tx.send(backend.send(eval).await);
                 });
             }
             let multi = multi(calls.iter().map(|(eval, _)| eval));
             Box::pin(async move {
-                match send(multi).await {
+                match backend.send(multi).await {
                     Ok(redis::Value::Array(replies)) if replies.len() == calls.len() => {
                         for ((_, tx), reply) in calls.into_iter().zip(replies) {
                             let _ = tx.send(Ok(reply));

@@ -11,7 +11,6 @@ use crate::quota::{Period, Quota};
 /// A script call written straight into its command, `EVALSHA sha n keys…
 /// args…`: the client's `ScriptInvocation` allocates each argument, then
 /// copies them all into the command, on every decision.
-#[derive(Clone)]
 pub(crate) struct Eval {
     pub(in crate::backend::redis) cmd: redis::Cmd,
     /// Loaded after `NOSCRIPT`.
