@@ -123,16 +123,14 @@ fn by_backend(queued: Vec<(Sender, Queued)>) -> Vec<Call> {
             }
             let multi = multi(calls.iter().map(|(eval, _)| eval));
             Box::pin(async move {
-                match backend.send(multi).await {
-                    Ok(redis::Value::Array(replies)) if replies.len() == calls.len() => {
+                let replies = backend
+                    .send(multi)
+                    .await
+                    .and_then(|v| split(v, calls.len()));
+                match replies {
+                    Ok(replies) => {
                         for ((_, tx), reply) in calls.into_iter().zip(replies) {
                             let _ = tx.send(Ok(reply));
-                        }
-                    }
-                    Ok(_) => {
-                        let short = (redis::ErrorKind::UnexpectedReturnType, "a reply per call");
-                        for (_, tx) in calls {
-                            let _ = tx.send(Err(RedisBackendError::Redis(short.into())));
                         }
                     }
                     Err(e) => {
@@ -144,4 +142,29 @@ fn by_backend(queued: Vec<(Sender, Queued)>) -> Vec<Call> {
             })
         })
         .collect()
+}
+
+/// `multi.lua`'s flat reply as `calls` replies: each one's length, then
+/// its values.
+fn split(reply: redis::Value, calls: usize) -> Result<Vec<redis::Value>, RedisBackendError> {
+    let short = || {
+        let e = (redis::ErrorKind::UnexpectedReturnType, "a reply per call");
+        RedisBackendError::Redis(e.into())
+    };
+    let redis::Value::Array(flat) = reply else {
+        return Err(short());
+    };
+    let mut flat = flat.into_iter();
+    let mut replies = Vec::with_capacity(calls);
+    for _ in 0..calls {
+        let Some(redis::Value::Int(len)) = flat.next() else {
+            return Err(short());
+        };
+        let one: Vec<redis::Value> = flat.by_ref().take(len as usize).collect();
+        if one.len() != len as usize {
+            return Err(short());
+        }
+        replies.push(redis::Value::Array(one));
+    }
+    Ok(replies)
 }
