@@ -520,11 +520,22 @@ async fn together(snap: &Snapshot, plans: Vec<Plan>) -> Vec<Result<Answer, Statu
     let peeks = checks
         .iter()
         .map(|a| snap.rules.peek(a.rule, &a.key, a.quota));
-    let (decided, peeked) = futures_util::future::join(
-        snap.rules.decide_all(asks),
-        futures_util::future::join_all(peeks),
-    )
-    .await;
+    // Most requests carry one descriptor, or only decisions: no joining.
+    let (decided, peeked) = match (asks.len(), checks.len()) {
+        (1, 0) => {
+            let a = asks.pop().expect("one ask");
+            let one = snap.rules.decide(a.rule, a.key, a.cost, a.quota).await;
+            (vec![one], Vec::new())
+        }
+        (_, 0) => (snap.rules.decide_all(asks).await, Vec::new()),
+        _ => {
+            futures_util::future::join(
+                snap.rules.decide_all(asks),
+                futures_util::future::join_all(peeks),
+            )
+            .await
+        }
+    };
     let (mut decided, mut peeked) = (decided.into_iter(), peeked.into_iter());
     let unreachable =
         |path: &str| Status::unavailable(format!("rate limit {path:?} cannot reach its store"));
