@@ -6,14 +6,14 @@ use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+use crate::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use crate::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit,
 };
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+use crate::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use crate::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tonic::{Request, Response, Status};
 
 use keyed_rate_limit::RedisBackend;
@@ -456,8 +456,8 @@ fn plan(
         None => (None, current(limit)),
     };
     let key = counter_key(&d.entries, path);
-    let hits = match &d.hits_addend {
-        Some(h) => h.value,
+    let hits = match d.hits_addend {
+        Some(h) => h,
         None if req.hits_addend == 0 => 1,
         None => u64::from(req.hits_addend),
     };

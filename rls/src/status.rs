@@ -3,12 +3,12 @@
 
 use std::time::Duration;
 
-use envoy_types::pb::envoy::config::core::v3::HeaderValue as PbHeader;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+use crate::pb::envoy::config::core::v3::HeaderValue as PbHeader;
+use crate::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use crate::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit, rate_limit::Unit as PbUnit,
 };
-use envoy_types::pb::google::protobuf::Duration as PbDuration;
+use prost_types::Duration as PbDuration;
 
 use super::config::{Limit, Node, TimeUnit};
 use keyed_rate_limit::Key;
@@ -72,7 +72,6 @@ pub(super) fn of(decision: Decision, shown: RateLimit, shadow: bool) -> Descript
         current_limit: Some(shown),
         limit_remaining: decision.remaining(),
         duration_until_reset: Some(pb_duration(decision.reset())),
-        ..DescriptorStatus::default()
     }
 }
 

@@ -24,7 +24,8 @@ fn the_default_build_links_none_of_the_services_dependencies() {
     let names: BTreeSet<&str> = crates.iter().filter_map(|c| c.split(' ').next()).collect();
     for service in [
         "keyed-rls",
-        "envoy-types",
+        "prost-types",
+        "tonic-prost",
         "prost",
         "tonic",
         "tonic-health",

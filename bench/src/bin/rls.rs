@@ -29,22 +29,22 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use envoy_types::pb::envoy::config::core::v3::HeaderValue;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
-    Code, DescriptorStatus, RateLimit,
-};
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
-    RateLimitService, RateLimitServiceServer,
-};
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use keyed_rate_limit::RedisBackend;
 use keyed_rate_limit_bench::app::env_u64;
 use keyed_rate_limit_testing::{Envoy, RedisServer};
+use keyed_rls::pb::envoy::config::core::v3::HeaderValue;
+use keyed_rls::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use keyed_rls::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use keyed_rls::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit,
+};
+use keyed_rls::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use keyed_rls::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
+use keyed_rls::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use keyed_rls::{RateLimitServer, RlsConfig};
+use prost_types::Duration as PbDuration;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
@@ -98,7 +98,6 @@ impl RateLimitService for Bare {
                     seconds: 0,
                     nanos: 1,
                 }),
-                ..DescriptorStatus::default()
             }],
             response_headers_to_add: vec![
                 HeaderValue {

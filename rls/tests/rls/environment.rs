@@ -18,7 +18,7 @@ fn limit_of(rt: &tokio::runtime::Runtime, addr: std::net::SocketAddr) -> u32 {
     rt.block_on(async {
         let mut c = crate::client(addr).await;
         let mut d = crate::descriptor(&[("user", "u")]);
-        d.hits_addend = Some(envoy_types::pb::google::protobuf::UInt64Value { value: 0 });
+        d.hits_addend = Some(0);
         let r = crate::ask(&mut c, vec![d]).await;
         r.statuses[0]
             .current_limit

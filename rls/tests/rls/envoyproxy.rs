@@ -6,9 +6,8 @@
 //! are the ones `ShouldRateLimit` answers with, read by checks
 //! (`hits_addend: 0`).
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use envoy_types::pb::google::protobuf::UInt64Value;
+use keyed_rls::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use keyed_rls::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use keyed_rls::{RateLimitServer, RlsConfig};
 
 use crate::{client, descriptor, serve};
@@ -90,11 +89,11 @@ async fn merged_domains_hold_both_files_descriptors() {
 /// A check of one descriptor: its limit's `requests_per_unit` (0: no limit)
 /// and what is left.
 async fn check(
-    c: &mut envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient<tonic::transport::Channel>,
+    c: &mut keyed_rls::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient<tonic::transport::Channel>,
     entries: &[(&str, &str)],
 ) -> (u32, u32) {
     let mut d: RateLimitDescriptor = descriptor(entries);
-    d.hits_addend = Some(UInt64Value { value: 0 });
+    d.hits_addend = Some(0);
     let r = c
         .should_rate_limit(RateLimitRequest {
             domain: "test-domain".into(),

@@ -1,5 +1,5 @@
 //! The rate-limit service over real gRPC: a tonic server on 127.0.0.1 and
-//! Envoy's generated client (envoy-types), a private `redis-server` for
+//! Envoy's generated client (`keyed_rls::pb`), a private `redis-server` for
 //! global limits; the `keyed-rls` binary as a process, driven by clients
 //! this project did not write: grpcio's stubs from `xds-protos`
 //! (`binary.rs`) and Envoy 1.40 (`envoy.rs`).
@@ -15,15 +15,14 @@ mod service;
 
 use std::net::SocketAddr;
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+use keyed_rate_limit_testing::RedisServer;
+use keyed_rls::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use keyed_rls::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
     Entry, RateLimitOverride,
 };
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use envoy_types::pb::google::protobuf::UInt64Value;
-use keyed_rate_limit_testing::RedisServer;
+use keyed_rls::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use keyed_rls::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use keyed_rls::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use keyed_rls::{RateLimitServer, RlsConfig};
 use tonic::transport::Channel;
 
@@ -229,7 +228,7 @@ async fn hits_addend_zero_checks_and_above_one_spends_that_many() {
     let mut c = local_server().await;
     let with_hits = |n: Option<u64>| {
         let mut d = descriptor(&[("remote_address", "203.0.113.9")]);
-        d.hits_addend = n.map(|value| UInt64Value { value });
+        d.hits_addend = n;
         vec![d]
     };
     let r = ask(&mut c, with_hits(Some(0))).await;

@@ -6,7 +6,6 @@
 
 use std::time::Duration;
 
-use envoy_types::pb::google::protobuf::UInt64Value;
 use keyed_rate_limit_testing::RedisServer;
 use keyed_rls::{RateLimitServer, RlsConfig};
 
@@ -14,9 +13,9 @@ use crate::support::Backend as _;
 use crate::{OK, OVER, ask, client, codes, descriptor, header, local_server, serve};
 
 fn check(
-    mut d: envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor,
-) -> envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor {
-    d.hits_addend = Some(UInt64Value { value: 0 });
+    mut d: keyed_rls::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor,
+) -> keyed_rls::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor {
+    d.hits_addend = Some(0);
     d
 }
 
@@ -54,7 +53,7 @@ async fn a_check_reads_a_leased_limit_from_redis() {
         .build()
         .unwrap();
     let mut c = client(serve(server).await).await;
-    let left = |r: &envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse| {
+    let left = |r: &keyed_rls::pb::envoy::service::ratelimit::v3::RateLimitResponse| {
         assert_eq!(codes(r), [OK]);
         r.statuses[0].limit_remaining
     };

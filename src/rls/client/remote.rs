@@ -4,11 +4,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use crate::rls::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use crate::rls::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use crate::rls::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use crate::rls::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use crate::rls::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use http::request::Parts;
 use http::{HeaderName, HeaderValue};
 use tonic::transport::{Channel, Endpoint};

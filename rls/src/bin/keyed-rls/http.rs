@@ -10,15 +10,14 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+use keyed_rls::RateLimitServer;
+use keyed_rls::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use keyed_rls::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
     Entry, RateLimitOverride,
 };
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use envoy_types::pb::google::protobuf::UInt64Value;
-use keyed_rls::RateLimitServer;
+use keyed_rls::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use keyed_rls::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+use keyed_rls::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Deserialize;
 
@@ -159,8 +158,7 @@ impl JsonRequest {
                         })
                         .collect(),
                     limit,
-                    hits_addend: hits.map(|value| UInt64Value { value }),
-                    ..RateLimitDescriptor::default()
+                    hits_addend: hits,
                 })
             })
             .collect::<Option<_>>()?;
