@@ -515,12 +515,7 @@ pub(super) async fn return_unspent(
         return Ok(());
     }
     let op = ControlOp::GiveBack(units, unspent.window);
-    let target = Target {
-        rule: name,
-        algorithm,
-        quota: &unspent.counted,
-        locks: Locking::default(),
-    };
+    let target = Target::unlocked(name, algorithm, &unspent.counted);
     redis
         .control(target, &unspent.key, op, (true, None))
         .await

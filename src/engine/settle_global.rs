@@ -5,7 +5,7 @@
 
 use super::control::ControlError;
 use super::global::Global;
-use crate::backend::redis::{Locking, RedisBackendError, Target};
+use crate::backend::redis::{RedisBackendError, Target};
 use crate::decision::Decision;
 use crate::failure::{Admit, FailureMode, PATIENCE};
 use crate::key::Key;
@@ -86,12 +86,7 @@ impl Global {
         op: ControlOp,
     ) -> Result<(Decision, bool), RedisBackendError> {
         self.know_fleet(rule).await;
-        let target = Target {
-            rule: &rule.name,
-            algorithm: rule.algorithm,
-            quota,
-            locks: Locking::default(),
-        };
+        let target = Target::unlocked(&rule.name, rule.algorithm, quota);
         let previous = self.previous(*quota);
         self.redis
             .control(target, key, op, (self.fixed, previous))

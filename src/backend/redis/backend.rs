@@ -11,7 +11,7 @@ use super::conn::{Call, Conn};
 use super::error::RedisBackendError;
 use super::keys;
 use super::membership::Membership;
-use super::script::{self, Decided, Grant, LeaseAsk, Locking, SlotOp, SlotReply, Target};
+use super::script::{self, Decided, Grant, LeaseAsk, SlotOp, SlotReply, Target};
 use crate::failure::{LiveCount, Reachability};
 use crate::key::DEFAULT_MAX_KEY_LEN;
 use crate::policy::ControlOp;
@@ -123,12 +123,7 @@ impl RedisBackend {
         keys::validate_name("rule", rule)?;
         quota.validate().map_err(RedisBackendError::InvalidQuota)?;
         let key = key.clone().bounded(DEFAULT_MAX_KEY_LEN);
-        let target = Target {
-            rule,
-            algorithm,
-            quota,
-            locks: Locking::default(),
-        };
+        let target = Target::unlocked(rule, algorithm, quota);
         let decided = self.check_next(target, &key, cost, None).await?;
         Ok(decided.decision)
     }

@@ -29,6 +29,20 @@ pub(crate) struct Target<'a> {
     pub(crate) locks: Locking,
 }
 
+impl<'a> Target<'a> {
+    /// A target whose scripts neither read nor count a key's lock: for
+    /// grants, the control handle and units given back.
+    pub(crate) fn unlocked(rule: &'a str, algorithm: Algorithm, quota: &'a Quota) -> Self {
+        let locks = Locking::default();
+        Self {
+            rule,
+            algorithm,
+            quota,
+            locks,
+        }
+    }
+}
+
 /// A rule's locks in its rate scripts. A rule that cannot be locked (no
 /// lockout, not [blockable](crate::Rule::blockable)) reads no lock key:
 /// one Redis read less per decision.
