@@ -82,6 +82,7 @@ where
             |parts| shared.decide(parts),
             |parts, find| shared.suspend(parts, find),
         );
-        ResponseFuture::new(gate, shared.clone())
+        let shared = shared.clone();
+        ResponseFuture { gate, shared }
     }
 }
