@@ -56,11 +56,12 @@ where
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         let shared = &self.shared;
-        ResponseFuture::new(Gate::call(
+        let gate = Gate::call(
             &mut self.inner,
             req,
             |parts| shared.decide(parts),
             |parts, suspended| shared.clone().finish(parts, suspended),
-        ))
+        );
+        ResponseFuture { gate }
     }
 }
