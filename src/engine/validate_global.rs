@@ -37,13 +37,10 @@ fn validate_lease(rule: &Rule) -> Result<(), BuildError> {
                  the units one lease ttl brings (shorten the ttl or raise the burst)",
             ));
         };
-        if let Cost::Fixed(cost) = rule.cost
-            && cost > rule.algorithm.capacity(&counted)
-        {
-            return Err(BuildError::InvalidSetting(
-                "the request cost is above what Redis counts leases in (the burst less one ttl of units)",
-            ));
-        }
+        BuildError::invalid_if(
+            matches!(rule.cost, Cost::Fixed(cost) if cost > rule.algorithm.capacity(&counted)),
+            "the request cost is above what Redis counts leases in (the burst less one ttl of units)",
+        )?;
     }
     Ok(())
 }
