@@ -2,9 +2,9 @@
 //! registry's extractors and Redis backend and the file's layer settings.
 
 use crate::bandwidth::{BandwidthLimitBuilder, BandwidthLimitLayer};
-use crate::key::TrustedProxies;
 
 use super::build::{SetIfAny, key_extractor, on_missing};
+use super::check::proxies;
 use super::error::ConfigError;
 use super::registry::Registry;
 use super::schema::{BandwidthConfig, RulesConfig, ScopeSpec};
@@ -93,16 +93,8 @@ impl RulesConfig {
 
 impl BandwidthConfig {
     fn builder(&self, reg: &Registry) -> Result<BandwidthLimitBuilder, String> {
-        let uses_client_ip = self.key.uses_client_ip()
-            || matches!(&self.on_missing_key, Some(super::parse::MissingSpec::Fallback(k)) if k.uses_client_ip());
-        let proxies = match (&self.trusted_proxies, uses_client_ip) {
-            (Some(p), true) => {
-                Some(TrustedProxies::new(p).map_err(|e| format!("`trusted_proxies`: {e}"))?)
-            }
-            (None, true) => return Err("a `client_ip` key needs `trusted_proxies`".into()),
-            (Some(_), false) => return Err("`trusted_proxies` needs a `client_ip` key".into()),
-            (None, false) => None,
-        };
+        let fallback = self.on_missing_key.as_ref();
+        let proxies = proxies(&self.key, fallback, self.trusted_proxies.as_ref())?;
         let key = key_extractor(&self.key, proxies.as_ref(), reg)?;
         let mut b = BandwidthLimitLayer::builder(self.name.as_str(), key, self.bytes_per_second)
             .direction(self.direction)
