@@ -189,16 +189,7 @@ impl RedisBackend {
                 (i, cost)
             })
             .collect();
-        let (eval, width) = match quota.period() {
-            Some(period) => (
-                script::calendar(keys, quota, period, &items, locks, previous),
-                script::WIDE,
-            ),
-            None => (
-                script::rate(algorithm, keys, quota, &items, locks, previous),
-                script::NARROW,
-            ),
-        };
+        let (eval, width) = script::rate(algorithm, keys, quota, &items, locks, previous);
         let flat: Vec<i64> = self.eval(eval).await?;
         // One reply per request, whole: anything else is not our script's.
         if flat.len() != width * requests.len() {
