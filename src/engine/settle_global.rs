@@ -28,14 +28,9 @@ impl Global {
         if let Some(leases) = &self.leases {
             leases.forget(key);
         }
-        // Block and unblock touch only the lock, the rule and key's own.
-        let quota = quota.unwrap_or_else(|| Quota::per_second(1));
-        // A leased rule's state is counted in the lease's quota.
-        let quota = self
-            .leases
-            .as_ref()
-            .and_then(|l| l.policy().counted(quota, rule.algorithm))
-            .unwrap_or(quota);
+        // Block and unblock touch only the lock, the rule and key's own; a
+        // leased rule's state is counted in the lease's quota.
+        let quota = self.counting(rule, quota.unwrap_or_else(|| Quota::per_second(1)));
         let call = self.control_call(rule, &quota, key, op);
         let patience = rule.failure.timeout.saturating_mul(PATIENCE);
         match tokio::time::timeout(patience, call).await {
