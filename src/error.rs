@@ -86,6 +86,16 @@ pub enum BuildError {
     },
 }
 
+impl BuildError {
+    /// [`InvalidSetting`](Self::InvalidSetting)`(what)` when `invalid` holds.
+    pub(crate) fn invalid_if(invalid: bool, what: &'static str) -> Result<(), Self> {
+        if invalid {
+            return Err(Self::InvalidSetting(what));
+        }
+        Ok(())
+    }
+}
+
 impl fmt::Display for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -51,14 +51,11 @@ impl std::fmt::Debug for Settings {
 
 impl Settings {
     pub(crate) fn validate(&self) -> Result<(), BuildError> {
-        if self.max_key_len < crate::key::MIN_MAX_KEY_LEN {
-            return Err(BuildError::InvalidSetting(
-                "max_key_len must be at least 64 bytes (a hex SHA-256)",
-            ));
-        }
-        if self.instances == Some(0) {
-            return Err(BuildError::InvalidSetting("instances must be at least 1"));
-        }
+        BuildError::invalid_if(
+            self.max_key_len < crate::key::MIN_MAX_KEY_LEN,
+            "max_key_len must be at least 64 bytes (a hex SHA-256)",
+        )?;
+        BuildError::invalid_if(self.instances == Some(0), "instances must be at least 1")?;
         Ok(())
     }
 

@@ -18,17 +18,8 @@ pin_project_lite::pin_project! {
         S: Service<Request<ShapedBody<ReqBody>>>,
     {
         #[pin]
-        gate: Gate<WrapRequest<S>, ReqBody, Shaping>,
-        shared: Arc<Shared>,
-    }
-}
-
-impl<S, ReqBody> ResponseFuture<S, ReqBody>
-where
-    S: Service<Request<ShapedBody<ReqBody>>>,
-{
-    pub(crate) fn new(gate: Gate<WrapRequest<S>, ReqBody, Shaping>, shared: Arc<Shared>) -> Self {
-        Self { gate, shared }
+        pub(super) gate: Gate<WrapRequest<S>, ReqBody, Shaping>,
+        pub(super) shared: Arc<Shared>,
     }
 }
 

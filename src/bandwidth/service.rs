@@ -33,6 +33,7 @@ use crate::gate::Gate;
 /// # Ok(())
 /// # }
 /// ```
+#[derive(Clone)]
 pub struct BandwidthLimitService<S> {
     inner: WrapRequest<S>,
     shared: Arc<Shared>,
@@ -47,15 +48,6 @@ impl<S> BandwidthLimitService<S> {
     }
 
     inner_service_accessors!(inner.inner);
-}
-
-impl<S: Clone> Clone for BandwidthLimitService<S> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
-            shared: self.shared.clone(),
-        }
-    }
 }
 
 impl<S: std::fmt::Debug> std::fmt::Debug for BandwidthLimitService<S> {
@@ -90,6 +82,7 @@ where
             |parts| shared.decide(parts),
             |parts, find| shared.suspend(parts, find),
         );
-        ResponseFuture::new(gate, shared.clone())
+        let shared = shared.clone();
+        ResponseFuture { gate, shared }
     }
 }

@@ -102,14 +102,8 @@ impl ConcurrencyLimitBuilder {
         if !valid_name(&self.name) {
             return Err(BuildError::InvalidRuleName(self.name.to_string()));
         }
-        if self.limit == 0 {
-            return Err(BuildError::InvalidSetting(
-                "max_in_flight must be at least 1",
-            ));
-        }
-        if self.retry_after.is_zero() {
-            return Err(BuildError::InvalidSetting("retry_after must be positive"));
-        }
+        BuildError::invalid_if(self.limit == 0, "max_in_flight must be at least 1")?;
+        BuildError::invalid_if(self.retry_after.is_zero(), "retry_after must be positive")?;
         self.settings.validate()?;
         OnMissingKey::check_keys(self.on_missing.as_ref(), &self.key, &self.name)?;
         #[cfg(not(feature = "redis"))]

@@ -17,16 +17,7 @@ pin_project_lite::pin_project! {
     {
         // The permit is held while the service runs, then moves into the body.
         #[pin]
-        gate: Gate<S, ReqBody, Option<Permit>>,
-    }
-}
-
-impl<S, ReqBody> ResponseFuture<S, ReqBody>
-where
-    S: Service<Request<ReqBody>>,
-{
-    pub(crate) fn new(gate: Gate<S, ReqBody, Option<Permit>>) -> Self {
-        Self { gate }
+        pub(super) gate: Gate<S, ReqBody, Option<Permit>>,
     }
 }
 

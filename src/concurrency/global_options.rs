@@ -41,11 +41,10 @@ impl SlotOptions {
             return Ok(SlotStore::local());
         };
         validate_global(name, &self.failure, &redis, settings.instances)?;
-        if self.slot_ttl < Duration::from_millis(10) {
-            return Err(BuildError::InvalidSetting(
-                "slot_ttl must be at least 10 ms",
-            ));
-        }
+        BuildError::invalid_if(
+            self.slot_ttl < Duration::from_millis(10),
+            "slot_ttl must be at least 10 ms",
+        )?;
         // The fallback is the local backend's own count, not the guard's
         // rate store.
         let live = redis.live_count();

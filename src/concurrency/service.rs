@@ -23,6 +23,7 @@ use crate::gate::Gate;
 /// let _clone = svc.clone(); // clones share the same counts
 /// # Ok::<(), keyed_rate_limit::BuildError>(())
 /// ```
+#[derive(Clone)]
 pub struct ConcurrencyLimitService<S> {
     inner: S,
     shared: Arc<Shared>,
@@ -34,15 +35,6 @@ impl<S> ConcurrencyLimitService<S> {
     }
 
     inner_service_accessors!(inner);
-}
-
-impl<S: Clone> Clone for ConcurrencyLimitService<S> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
-            shared: self.shared.clone(),
-        }
-    }
 }
 
 impl<S: std::fmt::Debug> std::fmt::Debug for ConcurrencyLimitService<S> {
@@ -72,11 +64,12 @@ where
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         let shared = &self.shared;
-        ResponseFuture::new(Gate::call(
+        let gate = Gate::call(
             &mut self.inner,
             req,
             |parts| shared.decide(parts),
             |parts, stopped| shared.suspend(parts, stopped),
-        ))
+        );
+        ResponseFuture { gate }
     }
 }

@@ -167,14 +167,7 @@ impl Shared {
                 );
                 self.headers
                     .render(&mut [self.rule_decision(decision, source)], &mut headers);
-                let denied = Denied {
-                    rule: self.name.clone(),
-                    retry_after: Some(wait),
-                    status: StatusCode::TOO_MANY_REQUESTS,
-                    hidden: false,
-                    misconfig: None,
-                    violated: Vec::new(),
-                };
+                let denied = Denied::new(self.name.clone(), Some(wait));
                 Admission::Stop(refusal(&self.deny, &denied, &parts.headers, headers))
             }
         }

@@ -1,10 +1,10 @@
 //! `[[bandwidth]]` entries into [`BandwidthLimitLayer`]s, with the
 //! registry's extractors and Redis backend and the file's layer settings.
 
-use crate::bandwidth::BandwidthLimitLayer;
-use crate::key::TrustedProxies;
+use crate::bandwidth::{BandwidthLimitBuilder, BandwidthLimitLayer};
 
-use super::build::{key_extractor, on_missing};
+use super::build::{SetIfAny, key_extractor, on_missing};
+use super::check::proxies;
 use super::error::ConfigError;
 use super::registry::Registry;
 use super::schema::{BandwidthConfig, RulesConfig, ScopeSpec};
@@ -82,41 +82,26 @@ impl RulesConfig {
             self.origin
                 .rule_error(name, nth, format!("bandwidth {name:?}: {e}"))
         };
-        let mut b = entry.builder(registry).map_err(placed)?;
-        b = b.headers(self.headers);
-        if let Some(n) = self.instances {
-            b = b.instances(n);
-        }
-        if let Some(n) = self.max_key_len {
-            b = b.max_key_len(n);
-        }
-        b.build().map_err(|e| placed(e.to_string()))
+        let b = entry.builder(registry).map_err(placed)?;
+        b.headers(self.headers)
+            .set(self.instances, BandwidthLimitBuilder::instances)
+            .set(self.max_key_len, BandwidthLimitBuilder::max_key_len)
+            .build()
+            .map_err(|e| placed(e.to_string()))
     }
 }
 
 impl BandwidthConfig {
-    fn builder(&self, reg: &Registry) -> Result<crate::bandwidth::BandwidthLimitBuilder, String> {
-        let uses_client_ip = self.key.uses_client_ip()
-            || matches!(&self.on_missing_key, Some(super::parse::MissingSpec::Fallback(k)) if k.uses_client_ip());
-        let proxies = match (&self.trusted_proxies, uses_client_ip) {
-            (Some(p), true) => {
-                Some(TrustedProxies::new(p).map_err(|e| format!("`trusted_proxies`: {e}"))?)
-            }
-            (None, true) => return Err("a `client_ip` key needs `trusted_proxies`".into()),
-            (Some(_), false) => return Err("`trusted_proxies` needs a `client_ip` key".into()),
-            (None, false) => None,
-        };
+    fn builder(&self, reg: &Registry) -> Result<BandwidthLimitBuilder, String> {
+        let fallback = self.on_missing_key.as_ref();
+        let proxies = proxies(&self.key, fallback, self.trusted_proxies.as_ref())?;
         let key = key_extractor(&self.key, proxies.as_ref(), reg)?;
         let mut b = BandwidthLimitLayer::builder(self.name.as_str(), key, self.bytes_per_second)
-            .direction(self.direction);
-        if let Some(burst) = self.burst {
-            b = b.burst(burst);
-        }
+            .direction(self.direction)
+            .set(self.burst, BandwidthLimitBuilder::burst)
+            .set(self.max_keys, BandwidthLimitBuilder::max_keys);
         if let Some(m) = &self.on_missing_key {
             b = b.on_missing_key(on_missing(m, proxies.as_ref(), reg)?);
-        }
-        if let Some(n) = self.max_keys {
-            b = b.max_keys(n);
         }
         let global_only = [
             (self.failure_mode.is_some(), "failure_mode"),
@@ -136,17 +121,10 @@ impl BandwidthConfig {
             let redis = reg.redis.clone().ok_or(
                 "`scope = \"global\"` needs a Redis backend: pass one with `Registry::redis`",
             )?;
-            b = b.global(redis);
-            if let Some(mode) = self.failure_mode {
-                b = b.on_redis_failure(mode);
-            }
-            if let Some(t) = self.timeout {
-                b = b.redis_timeout(t.0);
-            }
-            if let Some(l) = self.lease {
-                b = b.lease(l.policy());
-            }
-            Ok(b)
+            Ok(b.global(redis)
+                .set(self.failure_mode, BandwidthLimitBuilder::on_redis_failure)
+                .set(self.timeout, |b, t| b.redis_timeout(t.0))
+                .set(self.lease, |b, l| b.lease(l.policy())))
         }
     }
 }

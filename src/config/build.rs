@@ -15,6 +15,18 @@ use super::parse::{KeyAtom, KeySpec, MissingSpec};
 use super::registry::{Registry, lookup};
 use super::schema::{RuleConfig, RulesConfig, ScopeSpec};
 
+/// A setter applied to a builder when the file sets its field.
+pub(super) trait SetIfAny: Sized {
+    fn set<T>(self, field: Option<T>, setter: impl FnOnce(Self, T) -> Self) -> Self {
+        match field {
+            Some(value) => setter(self, value),
+            None => self,
+        }
+    }
+}
+
+impl<B> SetIfAny for B {}
+
 impl RulesConfig {
     /// A builder with the file's rules and settings, to add more (e.g. a
     /// [`deny_response`](RateLimitBuilder::deny_response)) before building.
@@ -38,13 +50,9 @@ impl RulesConfig {
     pub fn into_builder(self, registry: &Registry) -> Result<RateLimitBuilder, ConfigError> {
         let mut builder = RateLimitLayer::builder()
             .headers(self.headers)
-            .legacy_reset(self.legacy_reset);
-        if let Some(n) = self.instances {
-            builder = builder.instances(n);
-        }
-        if let Some(n) = self.max_key_len {
-            builder = builder.max_key_len(n);
-        }
+            .legacy_reset(self.legacy_reset)
+            .set(self.instances, RateLimitBuilder::instances)
+            .set(self.max_key_len, RateLimitBuilder::max_key_len);
         if let Some(name) = &self.exempt_fn {
             let f = lookup(&registry.exempts, "exempt_fn", name)
                 .map_err(|e| self.origin.field_error("exempt_fn", e))?
@@ -108,36 +116,24 @@ impl RuleConfig {
             .hidden(raw.hidden)
             .blockable(raw.blockable)
             .partition_key(raw.partition_key)
-            .split_across_instances(raw.split_across_instances);
+            .split_across_instances(raw.split_across_instances)
+            .set(raw.on_quota_change, Rule::on_quota_change)
+            .set(raw.cost, Rule::cost)
+            .set(raw.max_keys, Rule::max_keys)
+            .set(raw.lockout, |r, l| {
+                r.lockout(Lockout::new(l.after, l.within.0, l.block_for.0))
+            })
+            .set(raw.exempt_ips.as_ref(), Rule::exempt_ips)
+            .set(raw.near_limit_ratio, |r, n| r.near_limit_ratio(n.0))
+            .set(raw.on_key_space_full, Rule::on_key_space_full);
         rule.group = raw.any_of.map(Into::into);
-        if let Some(how) = raw.on_quota_change {
-            rule = rule.on_quota_change(how);
-        }
         if let Some(name) = raw.quota_fn {
             let f = lookup(&reg.quotas, "quota_fn", &name)?.clone();
             rule = rule.quota_fn(move |p| f(p));
         }
-        if let Some(cost) = raw.cost {
-            rule = rule.cost(cost);
-        }
-        if let Some(n) = raw.max_keys {
-            rule = rule.max_keys(n);
-        }
-        if let Some(l) = raw.lockout {
-            rule = rule.lockout(Lockout::new(l.after, l.within.0, l.block_for.0));
-        }
-        if let Some(ips) = &raw.exempt_ips {
-            rule = rule.exempt_ips(ips);
-        }
         if let Some(name) = &raw.exempt_fn {
             let f = lookup(&reg.exempts, "exempt_fn", name)?.clone();
             rule = rule.exempt(move |p| f(p));
-        }
-        if let Some(n) = raw.near_limit_ratio {
-            rule = rule.near_limit_ratio(n.0);
-        }
-        if let Some(policy) = raw.on_key_space_full {
-            rule = rule.on_key_space_full(policy);
         }
         if let Some(name) = raw.cost_fn {
             let f = lookup(&reg.costs, "cost_fn", &name)?.clone();
@@ -155,29 +151,18 @@ impl RuleConfig {
             let redis = reg.redis.clone().ok_or(
                 "`scope = \"global\"` needs a Redis backend: pass one with `Registry::redis`",
             )?;
-            rule = rule.global(redis);
-            if let Some(mode) = raw.failure_mode {
-                rule = rule.on_redis_failure(mode);
-            }
-            if let Some(t) = raw.timeout {
-                rule = rule.redis_timeout(t.0);
-            }
-            if let Some(on) = raw.coalesce {
-                rule = rule.coalesce(on);
-            }
-            if let Some(l) = raw.lease {
-                rule = rule.lease(l.policy());
-            }
-            if let Some(b) = raw.breaker {
-                let mut cfg = BreakerConfig::default();
-                if let Some(n) = b.failure_threshold {
-                    cfg = cfg.failure_threshold(n);
-                }
-                if let Some(d) = b.open_for {
-                    cfg = cfg.open_for(d.0);
-                }
-                rule = rule.circuit_breaker(cfg);
-            }
+            rule = rule
+                .global(redis)
+                .set(raw.failure_mode, Rule::on_redis_failure)
+                .set(raw.timeout, |r, t| r.redis_timeout(t.0))
+                .set(raw.coalesce, Rule::coalesce)
+                .set(raw.lease, |r, l| r.lease(l.policy()))
+                .set(raw.breaker, |r, b| {
+                    let cfg = BreakerConfig::default()
+                        .set(b.failure_threshold, BreakerConfig::failure_threshold)
+                        .set(b.open_for, |c, d| c.open_for(d.0));
+                    r.circuit_breaker(cfg)
+                });
         }
         Ok(rule)
     }

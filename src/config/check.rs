@@ -3,7 +3,7 @@
 //! deserializing, through `#[serde(try_from = "RawRule")]`, so their errors
 //! carry the rule's line and column.
 
-use super::parse::MissingSpec;
+use super::parse::{KeySpec, MissingSpec};
 use super::schema::{RawRule, RuleConfig, ScopeSpec};
 use crate::key::TrustedProxies;
 use crate::rule::Lockout;
@@ -82,17 +82,29 @@ impl TryFrom<RawRule> for RuleConfig {
         {
             return err(format!("`exempt_ips`: {bad:?} is not a CIDR or IP address"));
         }
-        let uses_client_ip = raw.key.uses_client_ip()
-            || matches!(&raw.on_missing_key, Some(MissingSpec::Fallback(k)) if k.uses_client_ip());
-        let proxies = match (&raw.trusted_proxies, uses_client_ip) {
-            (Some(p), true) => Some(
-                TrustedProxies::new(p)
-                    .map_err(|e| format!("rule {name:?}: `trusted_proxies`: {e}"))?,
-            ),
-            (None, true) => return err("a `client_ip` key needs `trusted_proxies`".into()),
-            (Some(_), false) => return err("`trusted_proxies` needs a `client_ip` key".into()),
-            (None, false) => None,
-        };
+        let on_missing = raw.on_missing_key.as_ref();
+        let proxies = proxies(&raw.key, on_missing, raw.trusted_proxies.as_ref())
+            .map_err(|e| format!("rule {name:?}: {e}"))?;
         Ok(Self { raw, proxies })
+    }
+}
+
+/// The trusted proxies of an entry whose key (or fallback key) is
+/// `client_ip`; `trusted_proxies` without one is an error, and so is such a
+/// key without them.
+pub(super) fn proxies(
+    key: &KeySpec,
+    on_missing: Option<&MissingSpec>,
+    trusted: Option<&Vec<String>>,
+) -> Result<Option<TrustedProxies>, String> {
+    let uses_client_ip = key.uses_client_ip()
+        || matches!(on_missing, Some(MissingSpec::Fallback(k)) if k.uses_client_ip());
+    match (trusted, uses_client_ip) {
+        (Some(p), true) => Ok(Some(
+            TrustedProxies::new(p).map_err(|e| format!("`trusted_proxies`: {e}"))?,
+        )),
+        (None, true) => Err("a `client_ip` key needs `trusted_proxies`".into()),
+        (Some(_), false) => Err("`trusted_proxies` needs a `client_ip` key".into()),
+        (None, false) => Ok(None),
     }
 }

@@ -30,35 +30,20 @@ impl Global {
         }
         let guard = &self.guard;
         guard.fail_with(key, cause, |mode| {
+            let closed = |q: Quota| {
+                Decision::denied(q.limit(), q.window(), guard.closed_retry(), q.window())
+            };
             let decision = match mode {
-                FailureMode::FailOpen => {
+                FailureMode::FailClosed => closed(quota),
+                FailureMode::RefusePercent(p) if guard.partial_refuses(p) => closed(quota),
+                FailureMode::FailOpen | FailureMode::RefusePercent(_) => {
                     Decision::allowed(quota.limit(), quota.window(), quota.burst(), Duration::ZERO)
                 }
-                FailureMode::FailClosed => Decision::denied(
-                    quota.limit(),
-                    quota.window(),
-                    guard.closed_retry(),
-                    quota.window(),
-                ),
-                FailureMode::RefusePercent(p) if !guard.partial_refuses(p) => {
-                    Decision::allowed(quota.limit(), quota.window(), quota.burst(), Duration::ZERO)
-                }
-                FailureMode::RefusePercent(_) => Decision::denied(
-                    quota.limit(),
-                    quota.window(),
-                    guard.closed_retry(),
-                    quota.window(),
-                ),
                 // A cost the share can't hold waits for Redis, not a local bucket.
                 FailureMode::LocalFallback => {
                     let share = guard.share(quota);
                     if cost.get() > share.burst() {
-                        Decision::denied(
-                            share.limit(),
-                            share.window(),
-                            guard.closed_retry(),
-                            share.window(),
-                        )
+                        closed(share)
                     } else {
                         self.recall(key, share);
                         // A diverted key is counted (or refused) in the share, unreported.

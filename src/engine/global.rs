@@ -342,21 +342,6 @@ impl Global {
         quota: Quota,
         cost: NonZeroU32,
     ) -> Answer {
-        let decided = self.decide_in_redis(rule, key, quota, cost).await;
-        if let Ok(d) = &decided {
-            self.learn(rule, key, &quota, &d.decision);
-        }
-        decided
-    }
-
-    /// [`call_exact`](Self::call_exact)'s call, alone or coalesced.
-    async fn decide_in_redis(
-        self: &Arc<Self>,
-        rule: &Rule,
-        key: &Key,
-        quota: Quota,
-        cost: NonZeroU32,
-    ) -> Answer {
         self.know_fleet(rule).await;
         let previous = self.previous(quota);
         let one = || {
@@ -369,29 +354,33 @@ impl Global {
             let check = self.redis.check_next(target, key, cost.get(), previous);
             self.guard.call(self.redis.reachability(), check)
         };
-        let Some(queues) = &self.queues else {
-            return one().await;
-        };
-        let shard = self.redis.shard(&rule.name, key, rule.algorithm, &quota);
-        match queues.join((quota, shard), key, cost.get()) {
-            // Closed: the leader went away first.
-            Join::Wait(rx) => match rx.await {
-                Ok(decided) => decided,
-                Err(_) => one().await,
-            },
-            Join::Lead(mut leader) => {
-                let decided = one().await;
-                if let Some(batch) = leader.next(MAX_BATCH) {
-                    let (this, failed) = (self.clone(), decided.is_err());
-                    let drain = this.drain(rule, quota, leader, batch, failed);
-                    match tokio::runtime::Handle::try_current() {
-                        Ok(rt) => drop(rt.spawn(drain)),
-                        Err(_) => drain.await,
+        let shard = || self.redis.shard(&rule.name, key, rule.algorithm, &quota);
+        let decided = match &self.queues {
+            None => one().await,
+            Some(queues) => match queues.join((quota, shard()), key, cost.get()) {
+                // Closed: the leader went away first.
+                Join::Wait(rx) => match rx.await {
+                    Ok(decided) => decided,
+                    Err(_) => one().await,
+                },
+                Join::Lead(mut leader) => {
+                    let decided = one().await;
+                    if let Some(batch) = leader.next(MAX_BATCH) {
+                        let (this, failed) = (self.clone(), decided.is_err());
+                        let drain = this.drain(rule, quota, leader, batch, failed);
+                        match tokio::runtime::Handle::try_current() {
+                            Ok(rt) => drop(rt.spawn(drain)),
+                            Err(_) => drain.await,
+                        }
                     }
+                    decided
                 }
-                decided
-            }
+            },
+        };
+        if let Ok(d) = &decided {
+            self.learn(rule, key, &quota, &d.decision);
         }
+        decided
     }
 
     /// Decides the requests queued behind a call, a batch per script call,
@@ -526,12 +515,7 @@ pub(super) async fn return_unspent(
         return Ok(());
     }
     let op = ControlOp::GiveBack(units, unspent.window);
-    let target = Target {
-        rule: name,
-        algorithm,
-        quota: &unspent.counted,
-        locks: Locking::default(),
-    };
+    let target = Target::unlocked(name, algorithm, &unspent.counted);
     redis
         .control(target, &unspent.key, op, (true, None))
         .await

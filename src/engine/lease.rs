@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::global::{Global, Quotas, return_unspent};
-use crate::backend::redis::{Grant, LeaseAsk, Locking, Target};
+use crate::backend::redis::{Grant, LeaseAsk, Target};
 use crate::failure::Admit;
 use crate::policy::Cause;
 use crate::rule::Rule;
@@ -63,12 +63,7 @@ impl Global {
                 }
             })
         } else {
-            let target = Target {
-                rule: &rule.name,
-                algorithm: rule.algorithm,
-                quota: &counted,
-                locks: Locking::default(),
-            };
+            let target = Target::unlocked(&rule.name, rule.algorithm, &counted);
             let ask = LeaseAsk {
                 need: sizes.0,
                 want: sizes.1,

@@ -5,7 +5,7 @@
 
 use super::control::ControlError;
 use super::global::Global;
-use crate::backend::redis::{Locking, RedisBackendError, Target};
+use crate::backend::redis::{RedisBackendError, Target};
 use crate::decision::Decision;
 use crate::failure::{Admit, FailureMode, PATIENCE};
 use crate::key::Key;
@@ -28,14 +28,9 @@ impl Global {
         if let Some(leases) = &self.leases {
             leases.forget(key);
         }
-        // Block and unblock touch only the lock, the rule and key's own.
-        let quota = quota.unwrap_or_else(|| Quota::per_second(1));
-        // A leased rule's state is counted in the lease's quota.
-        let quota = self
-            .leases
-            .as_ref()
-            .and_then(|l| l.policy().counted(quota, rule.algorithm))
-            .unwrap_or(quota);
+        // Block and unblock touch only the lock, the rule and key's own; a
+        // leased rule's state is counted in the lease's quota.
+        let quota = self.counting(rule, quota.unwrap_or_else(|| Quota::per_second(1)));
         let call = self.control_call(rule, &quota, key, op);
         let patience = rule.failure.timeout.saturating_mul(PATIENCE);
         match tokio::time::timeout(patience, call).await {
@@ -86,12 +81,7 @@ impl Global {
         op: ControlOp,
     ) -> Result<(Decision, bool), RedisBackendError> {
         self.know_fleet(rule).await;
-        let target = Target {
-            rule: &rule.name,
-            algorithm: rule.algorithm,
-            quota,
-            locks: Locking::default(),
-        };
+        let target = Target::unlocked(&rule.name, rule.algorithm, quota);
         let previous = self.previous(*quota);
         self.redis
             .control(target, key, op, (self.fixed, previous))

@@ -16,38 +16,30 @@ pub(super) fn validate(rule: &Rule, instances: Option<u32>) -> Result<(), BuildE
     OnMissingKey::check_keys(rule.on_missing.as_ref(), &rule.key, name)?;
     if let Some(lockout) = rule.lockout {
         lockout.validate()?;
-        if matches!(rule.on_deny, OnDeny::Wait { .. }) {
-            return Err(BuildError::InvalidSetting(
-                "a lockout and OnDeny::Wait don't go together: a waiting request is slowed, not refused",
-            ));
-        }
+        BuildError::invalid_if(
+            matches!(rule.on_deny, OnDeny::Wait { .. }),
+            "a lockout and OnDeny::Wait don't go together: a waiting request is slowed, not refused",
+        )?;
     }
-    if rule.settles() && matches!(rule.cost, Cost::Fixed(0)) {
-        return Err(BuildError::InvalidSetting(
-            "count_if and cost_from_response need a request cost of at least 1: it is the reservation",
-        ));
-    }
+    BuildError::invalid_if(
+        rule.settles() && matches!(rule.cost, Cost::Fixed(0)),
+        "count_if and cost_from_response need a request cost of at least 1: it is the reservation",
+    )?;
     if let Some(cidr) = rule.exempt.as_ref().and_then(|e| e.invalid.clone()) {
         return Err(BuildError::InvalidExemptIp {
             rule: rule_err(),
             cidr,
         });
     }
-    if rule.near_limit.is_some_and(|r| !(r > 0.0 && r <= 1.0)) {
-        return Err(BuildError::InvalidSetting(
-            "near_limit_ratio must be in (0, 1], or None to turn it off",
-        ));
-    }
-    if rule.max_keys == 0 {
-        return Err(BuildError::InvalidSetting("max_keys must be at least 1"));
-    }
-    if let OnDeny::Wait { max, queue } = rule.on_deny
-        && (max.is_zero() || queue == 0)
-    {
-        return Err(BuildError::InvalidSetting(
-            "OnDeny::Wait needs a positive max and a queue of at least 1",
-        ));
-    }
+    BuildError::invalid_if(
+        rule.near_limit.is_some_and(|r| !(r > 0.0 && r <= 1.0)),
+        "near_limit_ratio must be in (0, 1], or None to turn it off",
+    )?;
+    BuildError::invalid_if(rule.max_keys == 0, "max_keys must be at least 1")?;
+    BuildError::invalid_if(
+        matches!(rule.on_deny, OnDeny::Wait { max, queue } if max.is_zero() || queue == 0),
+        "OnDeny::Wait needs a positive max and a queue of at least 1",
+    )?;
     #[cfg(feature = "redis")]
     super::validate_global::validate(rule, instances)?;
     // A calendar quota counts its own way, whatever the algorithm.

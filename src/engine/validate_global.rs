@@ -22,16 +22,14 @@ fn validate_lease(rule: &Rule) -> Result<(), BuildError> {
         return Ok(());
     };
     lease.validate()?;
-    if matches!(rule.scope, Scope::Local) {
-        return Err(BuildError::InvalidSetting(
-            "a lease needs a global rule: local rules already decide in the gateway",
-        ));
-    }
-    if rule.lockout.is_some() {
-        return Err(BuildError::InvalidSetting(
-            "a lease and a lockout don't go together: every deny must reach Redis to count",
-        ));
-    }
+    BuildError::invalid_if(
+        matches!(rule.scope, Scope::Local),
+        "a lease needs a global rule: local rules already decide in the gateway",
+    )?;
+    BuildError::invalid_if(
+        rule.lockout.is_some(),
+        "a lease and a lockout don't go together: every deny must reach Redis to count",
+    )?;
     if let QuotaSource::Static(q) = rule.quota {
         let Some(counted) = lease.counted(q, rule.algorithm) else {
             return Err(BuildError::InvalidSetting(
@@ -39,13 +37,10 @@ fn validate_lease(rule: &Rule) -> Result<(), BuildError> {
                  the units one lease ttl brings (shorten the ttl or raise the burst)",
             ));
         };
-        if let Cost::Fixed(cost) = rule.cost
-            && cost > rule.algorithm.capacity(&counted)
-        {
-            return Err(BuildError::InvalidSetting(
-                "the request cost is above what Redis counts leases in (the burst less one ttl of units)",
-            ));
-        }
+        BuildError::invalid_if(
+            matches!(rule.cost, Cost::Fixed(cost) if cost > rule.algorithm.capacity(&counted)),
+            "the request cost is above what Redis counts leases in (the burst less one ttl of units)",
+        )?;
     }
     Ok(())
 }
@@ -63,19 +58,15 @@ pub(crate) fn validate_global(
     if RedisBackend::validate_rule_name(name).is_err() {
         return Err(BuildError::InvalidRuleName(name.to_string()));
     }
-    if failure.timeout.is_zero() {
-        return Err(BuildError::InvalidSetting("redis_timeout must be positive"));
-    }
-    if failure.breaker.get_failure_threshold() == 0 {
-        return Err(BuildError::InvalidSetting(
-            "failure_threshold must be at least 1",
-        ));
-    }
-    if matches!(failure.mode, FailureMode::RefusePercent(p) if p > 100) {
-        return Err(BuildError::InvalidSetting(
-            "refuse_percent must be at most 100",
-        ));
-    }
+    BuildError::invalid_if(failure.timeout.is_zero(), "redis_timeout must be positive")?;
+    BuildError::invalid_if(
+        failure.breaker.get_failure_threshold() == 0,
+        "failure_threshold must be at least 1",
+    )?;
+    BuildError::invalid_if(
+        matches!(failure.mode, FailureMode::RefusePercent(p) if p > 100),
+        "refuse_percent must be at most 100",
+    )?;
     if instances.is_none()
         && failure.mode == FailureMode::LocalFallback
         && !redis.counts_live_instances()

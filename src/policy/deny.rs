@@ -130,11 +130,10 @@ impl Lockout {
     }
 
     pub(crate) fn validate(&self) -> Result<(), BuildError> {
-        if self.after == 0 || self.within.is_zero() || self.block_for.is_zero() {
-            return Err(BuildError::InvalidSetting(
-                "a lockout needs at least one deny, a positive period and a positive block",
-            ));
-        }
+        BuildError::invalid_if(
+            self.after == 0 || self.within.is_zero() || self.block_for.is_zero(),
+            "a lockout needs at least one deny, a positive period and a positive block",
+        )?;
         Ok(())
     }
 }

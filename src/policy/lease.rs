@@ -69,16 +69,11 @@ impl LeasePolicy {
     }
 
     pub(crate) fn validate(&self) -> Result<(), BuildError> {
-        if self.ttl < Duration::from_millis(1) || self.ttl > Duration::from_secs(60) {
-            return Err(BuildError::InvalidSetting(
-                "a lease's ttl must be between 1 ms and 60 s",
-            ));
-        }
-        if self.max_units == 0 {
-            return Err(BuildError::InvalidSetting(
-                "a lease needs max_units of at least 1",
-            ));
-        }
+        BuildError::invalid_if(
+            self.ttl < Duration::from_millis(1) || self.ttl > Duration::from_secs(60),
+            "a lease's ttl must be between 1 ms and 60 s",
+        )?;
+        BuildError::invalid_if(self.max_units == 0, "a lease needs max_units of at least 1")?;
         Ok(())
     }
 

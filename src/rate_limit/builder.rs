@@ -195,11 +195,10 @@ impl RateLimitBuilder {
     /// run, or an out-of-range setting; see [`BuildError`].
     pub fn build(self) -> Result<RateLimitLayer, BuildError> {
         self.settings.validate()?;
-        if self.cleanup_every.is_zero() {
-            return Err(BuildError::InvalidSetting(
-                "cleanup_interval must be positive",
-            ));
-        }
+        BuildError::invalid_if(
+            self.cleanup_every.is_zero(),
+            "cleanup_interval must be positive",
+        )?;
         let config = ChainConfig {
             instances: self.settings.instances,
             max_key_len: self.settings.max_key_len,

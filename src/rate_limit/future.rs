@@ -16,16 +16,7 @@ pin_project_lite::pin_project! {
         S: Service<Request<ReqBody>>,
     {
         #[pin]
-        gate: Gate<S, ReqBody, Option<Box<Settlement>>>,
-    }
-}
-
-impl<S, ReqBody> ResponseFuture<S, ReqBody>
-where
-    S: Service<Request<ReqBody>>,
-{
-    pub(crate) fn new(gate: Gate<S, ReqBody, Option<Box<Settlement>>>) -> Self {
-        Self { gate }
+        pub(super) gate: Gate<S, ReqBody, Option<Box<Settlement>>>,
     }
 }
 

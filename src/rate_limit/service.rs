@@ -18,6 +18,7 @@ use crate::response::RefusalBody;
 /// Responses keep the inner service's body type; the layer writes its own
 /// refusals in it through [`RefusalBody`](crate::response::RefusalBody),
 /// implemented for axum's and tonic's bodies and `Full<Bytes>`.
+#[derive(Clone)]
 pub struct RateLimitService<S> {
     inner: S,
     shared: Arc<Shared>,
@@ -29,15 +30,6 @@ impl<S> RateLimitService<S> {
     }
 
     inner_service_accessors!(inner);
-}
-
-impl<S: Clone> Clone for RateLimitService<S> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
-            shared: self.shared.clone(),
-        }
-    }
 }
 
 impl<S: std::fmt::Debug> std::fmt::Debug for RateLimitService<S> {
@@ -64,11 +56,12 @@ where
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         let shared = &self.shared;
-        ResponseFuture::new(Gate::call(
+        let gate = Gate::call(
             &mut self.inner,
             req,
             |parts| shared.decide(parts),
             |parts, suspended| shared.clone().finish(parts, suspended),
-        ))
+        );
+        ResponseFuture { gate }
     }
 }

@@ -114,27 +114,15 @@ pub(crate) fn read(mut r: impl Read) -> Result<(Vec<SavedRule>, i64), SnapshotEr
     for (i, l) in body.lines().enumerate().skip(1) {
         let no = i + 1;
         let f: Vec<&str> = l.split(' ').collect();
-        let num = |s: &str| {
-            s.parse::<i64>()
-                .map_err(|_| corrupt(no, "a number is malformed"))
-        };
-        let unsigned = |s: &str| {
-            s.parse::<u64>()
-                .map_err(|_| corrupt(no, "a number is malformed"))
-        };
-        let small = |s: &str| {
-            s.parse::<u32>()
-                .map_err(|_| corrupt(no, "a number is malformed"))
-        };
         // A quota's limit, window and burst: never zero.
-        let positive = |s: &str| match unsigned(s)? {
+        let positive = |s: &str| match number::<u64>(s, no)? {
             0 => Err(corrupt(no, "a quota of zero")),
             n => Ok(n),
         };
         let positive32 =
             |s: &str| u32::try_from(positive(s)?).map_err(|_| corrupt(no, "a number is malformed"));
         match f.as_slice() {
-            ["written", t] => written = Some(num(t)?),
+            ["written", t] => written = Some(number(t, no)?),
             ["rule", name, "rolling", limit, window, burst] => rules.push(SavedRule {
                 name: text_of(name).ok_or(corrupt(no, "a rule name is not hex of UTF-8"))?,
                 state: Saved::Rolling {
@@ -154,7 +142,7 @@ pub(crate) fn read(mut r: impl Read) -> Result<(Vec<SavedRule>, i64), SnapshotEr
                     }
                     _ => return Err(corrupt(no, "an unknown calendar period")),
                 };
-                let offset = i32::try_from(num(offset)?)
+                let offset = i32::try_from(number::<i64>(offset, no)?)
                     .map_err(|_| corrupt(no, "an offset out of range"))?;
                 rules.push(SavedRule {
                     name: text_of(name).ok_or(corrupt(no, "a rule name is not hex of UTF-8"))?,
@@ -168,10 +156,10 @@ pub(crate) fn read(mut r: impl Read) -> Result<(Vec<SavedRule>, i64), SnapshotEr
                 let key = Key::from(unhex(key).ok_or(corrupt(no, "a key is not hex"))?);
                 match (rules.last_mut().map(|r| &mut r.state), rest) {
                     (Some(Saved::Rolling { keys, .. }), [whole_at]) => {
-                        keys.push((key, num(whole_at)?))
+                        keys.push((key, number(whole_at, no)?))
                     }
                     (Some(Saved::Calendar { keys, .. }), [count, end]) => {
-                        keys.push((key, small(count)?, num(end)?));
+                        keys.push((key, number(count, no)?, number(end, no)?));
                     }
                     _ => return Err(corrupt(no, "a key line that fits no rule line before it")),
                 }
@@ -181,6 +169,12 @@ pub(crate) fn read(mut r: impl Read) -> Result<(Vec<SavedRule>, i64), SnapshotEr
     }
     let written = written.ok_or(corrupt(2, "no `written` line"))?;
     Ok((rules, written))
+}
+
+/// A number on line `line`.
+fn number<T: std::str::FromStr>(s: &str, line: usize) -> Result<T, SnapshotError> {
+    let what = "a number is malformed";
+    s.parse().map_err(|_| SnapshotError::Corrupt { line, what })
 }
 
 fn hex(bytes: &[u8]) -> String {

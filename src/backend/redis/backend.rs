@@ -11,7 +11,7 @@ use super::conn::{Call, Conn};
 use super::error::RedisBackendError;
 use super::keys;
 use super::membership::Membership;
-use super::script::{self, Decided, Grant, LeaseAsk, Locking, SlotOp, SlotReply, Target};
+use super::script::{self, Decided, Grant, LeaseAsk, SlotOp, SlotReply, Target};
 use crate::failure::{LiveCount, Reachability};
 use crate::key::DEFAULT_MAX_KEY_LEN;
 use crate::policy::ControlOp;
@@ -123,12 +123,7 @@ impl RedisBackend {
         keys::validate_name("rule", rule)?;
         quota.validate().map_err(RedisBackendError::InvalidQuota)?;
         let key = key.clone().bounded(DEFAULT_MAX_KEY_LEN);
-        let target = Target {
-            rule,
-            algorithm,
-            quota,
-            locks: Locking::default(),
-        };
+        let target = Target::unlocked(rule, algorithm, quota);
         let decided = self.check_next(target, &key, cost, None).await?;
         Ok(decided.decision)
     }
@@ -194,16 +189,7 @@ impl RedisBackend {
                 (i, cost)
             })
             .collect();
-        let (eval, width) = match quota.period() {
-            Some(period) => (
-                script::calendar(keys, quota, period, &items, locks, previous),
-                script::WIDE,
-            ),
-            None => (
-                script::rate(algorithm, keys, quota, &items, locks, previous),
-                script::NARROW,
-            ),
-        };
+        let (eval, width) = script::rate(algorithm, keys, quota, &items, locks, previous);
         let flat: Vec<i64> = self.eval(eval).await?;
         // One reply per request, whole: anything else is not our script's.
         if flat.len() != width * requests.len() {

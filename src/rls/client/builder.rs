@@ -83,21 +83,15 @@ impl RemoteRateLimitBuilder {
     /// an extractor that awaits, a zero timeout, or a failure mode other
     /// than `FailOpen` and `FailClosed`.
     pub fn build(self) -> Result<RemoteRateLimitLayer, BuildError> {
-        let invalid = BuildError::InvalidSetting;
         let endpoint = Endpoint::from_shared(self.url.clone())
-            .map_err(|_| invalid("the rate-limit service's URL is not a URI"))?;
-        if self.domain.is_empty() {
-            return Err(invalid("the rate-limit domain is empty"));
-        }
-        if self.descriptors.is_empty() || self.descriptors.iter().any(Vec::is_empty) {
-            return Err(invalid(
-                "a remote rate limit needs descriptors with entries",
-            ));
-        }
+            .map_err(|_| BuildError::InvalidSetting("the rate-limit service's URL is not a URI"))?;
+        BuildError::invalid_if(self.domain.is_empty(), "the rate-limit domain is empty")?;
+        BuildError::invalid_if(
+            self.descriptors.is_empty() || self.descriptors.iter().any(Vec::is_empty),
+            "a remote rate limit needs descriptors with entries",
+        )?;
         for (key, e) in self.descriptors.iter().flatten() {
-            if key.is_empty() {
-                return Err(invalid("a descriptor entry's key is empty"));
-            }
+            BuildError::invalid_if(key.is_empty(), "a descriptor entry's key is empty")?;
             if !e.is_sync() {
                 return Err(BuildError::InvalidKey {
                     rule: format!("descriptor entry {key:?}"),
@@ -107,9 +101,8 @@ impl RemoteRateLimitBuilder {
                 });
             }
         }
-        if self.timeout.is_zero() {
-            return Err(invalid("the remote rate limit's timeout is zero"));
-        }
+        let zero = self.timeout.is_zero();
+        BuildError::invalid_if(zero, "the remote rate limit's timeout is zero")?;
         let breaker = ReportedBreaker::new(
             self.domain.as_str().into(),
             Guarded::Service,

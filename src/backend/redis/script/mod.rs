@@ -36,7 +36,7 @@
 //!   flag `m.counts`.
 //!
 //! The scripts after a module: `batch.lua` (a batch of rate decisions;
-//! its `KEYS` and `ARGV` are written by [`rate`]'s `batch_call`),
+//! its `KEYS` and `ARGV` are written by [`rate`]),
 //! `grant.lua` (a lease), `control.lua` (the control handle). `slot.lua`
 //! and `instances.lua` take the clock alone.
 
@@ -52,8 +52,7 @@ pub(crate) use args::Eval;
 pub(crate) use control::{ControlReply, control, control_decision};
 pub(crate) use lease::{Grant, GrantReply, LeaseAsk, grant, grant_reply};
 pub(crate) use rate::{
-    BatchKeys, Decided, Item, Locking, MAX_PREVIOUS, NARROW, Previous, Target, WIDE,
-    batch_decisions, calendar, multi, rate,
+    BatchKeys, Decided, Item, Locking, MAX_PREVIOUS, Previous, Target, batch_decisions, multi, rate,
 };
 pub(crate) use record::Record;
 pub(crate) use slot::{SlotOp, SlotReply, instances, renew, slot, slot_reply};

@@ -7,7 +7,6 @@ use std::time::Duration;
 use super::args::{Args, Eval, calendar_args, ms, window_us};
 use super::sources;
 use crate::policy::Lockout;
-use crate::quota::Period;
 use crate::{algorithm::Algorithm, decision::Decision, quota::Quota};
 
 /// One request of a batch: the index of its key among the batch's keys,
@@ -27,6 +26,20 @@ pub(crate) struct Target<'a> {
     pub(crate) algorithm: Algorithm,
     pub(crate) quota: &'a Quota,
     pub(crate) locks: Locking,
+}
+
+impl<'a> Target<'a> {
+    /// A target whose scripts neither read nor count a key's lock: for
+    /// grants, the control handle and units given back.
+    pub(crate) fn unlocked(rule: &'a str, algorithm: Algorithm, quota: &'a Quota) -> Self {
+        let locks = Locking::default();
+        Self {
+            rule,
+            algorithm,
+            quota,
+            locks,
+        }
+    }
 }
 
 /// A rule's locks in its rate scripts. A rule that cannot be locked (no
@@ -82,31 +95,11 @@ impl Previous {
     }
 }
 
-/// The invocation of an algorithm's script deciding `items` in turn over
-/// `keys` (one reply each, concatenated). Every key must hash to one
+/// The invocation of an algorithm's script (of `calendar_window.lua` for a
+/// calendar quota) deciding `items` in turn over `keys` (one reply each,
+/// concatenated), and the values in a reply. Every key must hash to one
 /// cluster slot when the server is a cluster.
-pub(crate) fn rate(
-    algorithm: Algorithm,
-    keys: Vec<BatchKeys>,
-    quota: &Quota,
-    items: &[Item],
-    locks: Locking,
-    previous: Option<Previous>,
-) -> Eval {
-    batch_call(
-        sources::of(algorithm, false),
-        keys,
-        items,
-        locks,
-        previous,
-        |eval| {
-            eval.arg(quota.limit())
-                .arg(window_us(quota))
-                .arg(quota.burst());
-        },
-    )
-}
-
+///
 /// `batch.lua`'s keys: per key its state, its lock when the rule reads
 /// locks, and its states under the previous quotas while a conversion
 /// lasts; and `ARGV[4..]`: whether locks are read, the lockout's three,
@@ -114,14 +107,15 @@ pub(crate) fn rate(
 /// quota_change.lua), then a pair (key number, from 1, and cost) per
 /// request, or none when each key is decided once for one unit, in order
 /// (the script then reads the batch's states in one MGET).
-fn batch_call(
-    scripts: &sources::Scripts,
+pub(crate) fn rate(
+    algorithm: Algorithm,
     keys: Vec<BatchKeys>,
+    quota: &Quota,
     items: &[Item],
     locks: Locking,
     previous: Option<Previous>,
-    quota_args: impl FnOnce(&mut Eval),
-) -> Eval {
+) -> (Eval, usize) {
+    let scripts = sources::of(algorithm, quota.period().is_some());
     let n = previous.map_or(0, |p| p.quotas().count());
     let declared = n > 0 && keys.iter().all(|k| k.2.len() == n);
     let once = items.len() == keys.len()
@@ -153,7 +147,18 @@ fn batch_call(
             }
         }
     }
-    quota_args(&mut eval);
+    let width = match quota.period() {
+        Some(period) => {
+            calendar_args(&mut eval, quota, period);
+            WIDE
+        }
+        None => {
+            eval.arg(quota.limit())
+                .arg(window_us(quota))
+                .arg(quota.burst());
+            NARROW
+        }
+    };
     eval.arg(u8::from(locks.read));
     match locks.lockout.filter(|_| locks.read) {
         Some(l) => eval.arg(l.after).arg(ms(l.within)).arg(ms(l.block_for)),
@@ -166,7 +171,7 @@ fn batch_call(
             eval.arg(index + 1).arg(cost);
         }
     }
-    eval
+    (eval, width)
 }
 
 /// `calls` as one call of `multi.lua`: their keys in order, then the
@@ -221,31 +226,11 @@ pub(super) fn change_args(call: &mut impl Args, previous: Option<&Previous>) {
     call.push(previous.map_or(0, |p| p.at));
 }
 
-/// The invocation of `calendar_window.lua` for a calendar quota deciding
-/// `items` in turn over `keys`.
-pub(crate) fn calendar(
-    keys: Vec<BatchKeys>,
-    quota: &Quota,
-    period: Period,
-    items: &[Item],
-    locks: Locking,
-    previous: Option<Previous>,
-) -> Eval {
-    batch_call(
-        sources::of(Algorithm::FixedWindow, true),
-        keys,
-        items,
-        locks,
-        previous,
-        |eval| calendar_args(eval, quota, period),
-    )
-}
-
 /// Values per request in a rate script's reply: code, wait_ms, reset_ms.
-pub(crate) const NARROW: usize = 3;
+const NARROW: usize = 3;
 /// Values per request in the calendar's reply: the window's length in
 /// seconds (a month's is its own) after the others.
-pub(crate) const WIDE: usize = 4;
+const WIDE: usize = 4;
 
 /// A batch's replies, one per cost in order: `width` values each
 /// ([`NARROW`] or [`WIDE`]).

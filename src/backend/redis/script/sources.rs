@@ -41,108 +41,66 @@ macro_rules! decide {
     };
 }
 
-/// A rate script: `decide`, then `batch.lua`, which decides each request
-/// of a batch in turn, the lock check before and the lockout count after.
-macro_rules! batched {
-    ($body:literal, wide = $wide:literal $(, prelude = $prelude:literal)? $(, moves = [$($moves:literal),*])?) => {
-        concat!(
-            decide!($body $(, prelude = $prelude)? $(, moves = [$($moves),*])?),
+/// An algorithm's scripts over one `decide` (the arguments after the
+/// names): its rate script, `decide` then `batch.lua`, which decides each
+/// request of a batch in turn, the lock check before and the lockout count
+/// after (`wide` for calendar replies); the control handle's operations,
+/// `control.lua`, over the module with its moves (a key a reload moved is
+/// changed where it went); and for a rolling algorithm (narrow replies) its
+/// lease script, `decide` then `grant.lua`, which calls it.
+macro_rules! scripts {
+    ($rate:ident, $control:ident, wide = $wide:literal, $($decide:tt)*) => {
+        const $rate: &str = concat!(
+            decide!($($decide)*),
             "local wide = ",
             $wide,
             "\n",
             include_str!("../lua/batch.lua")
-        )
+        );
+        const $control: &str = concat!(decide!($($decide)*), include_str!("../lua/control.lua"));
+    };
+    ($rate:ident, $control:ident, grant = $grant:ident, $($decide:tt)*) => {
+        scripts!($rate, $control, wide = "false", $($decide)*);
+        const $grant: &str = concat!(decide!($($decide)*), include_str!("../lua/grant.lua"));
     };
 }
 
-/// A lease script: `decide`, then `grant.lua`, which calls it.
-macro_rules! granting {
-    ($body:literal $(, prelude = $prelude:literal)? $(, moves = [$($moves:literal),*])?) => {
-        concat!(
-            decide!($body $(, prelude = $prelude)? $(, moves = [$($moves),*])?),
-            include_str!("../lua/grant.lua")
-        )
-    };
-}
-
-const GCRA_LUA: &str = batched!(
+scripts!(
+    GCRA_LUA,
+    CONTROL_GCRA_LUA,
+    grant = GRANT_GCRA_LUA,
     "../lua/gcra.lua",
-    wide = "false",
     prelude = "../lua/one_number.lua",
     moves = ["../lua/whole_at.lua", "../lua/one_key.lua"]
 );
-const TOKEN_BUCKET_LUA: &str = batched!(
+scripts!(
+    TOKEN_BUCKET_LUA,
+    CONTROL_TOKEN_BUCKET_LUA,
+    grant = GRANT_TOKEN_BUCKET_LUA,
     "../lua/token_bucket.lua",
-    wide = "false",
     prelude = "../lua/one_number.lua",
     moves = ["../lua/whole_at.lua", "../lua/one_key.lua"]
 );
-const FIXED_WINDOW_LUA: &str = batched!(
+scripts!(
+    FIXED_WINDOW_LUA,
+    CONTROL_FIXED_WINDOW_LUA,
+    grant = GRANT_FIXED_WINDOW_LUA,
     "../lua/fixed_window.lua",
-    wide = "false",
     prelude = "../lua/window_end.lua",
     moves = ["../lua/fixed_window_moves.lua", "../lua/one_key.lua"]
 );
-const SLIDING_WINDOW_LUA: &str = batched!(
+scripts!(
+    SLIDING_WINDOW_LUA,
+    CONTROL_SLIDING_WINDOW_LUA,
+    grant = GRANT_SLIDING_WINDOW_LUA,
     "../lua/sliding_window.lua",
-    wide = "false",
     moves = ["../lua/sliding_window_moves.lua"]
 );
-/// The calendar sums, then the window that uses them: one script.
-const CALENDAR_WINDOW_LUA: &str = batched!(
-    "../lua/calendar_window.lua",
+// The calendar sums, then the window that uses them: one script.
+scripts!(
+    CALENDAR_WINDOW_LUA,
+    CONTROL_CALENDAR_LUA,
     wide = "true",
-    prelude = "../lua/calendar.lua"
-);
-const GRANT_GCRA_LUA: &str = granting!(
-    "../lua/gcra.lua",
-    prelude = "../lua/one_number.lua",
-    moves = ["../lua/whole_at.lua", "../lua/one_key.lua"]
-);
-const GRANT_TOKEN_BUCKET_LUA: &str = granting!(
-    "../lua/token_bucket.lua",
-    prelude = "../lua/one_number.lua",
-    moves = ["../lua/whole_at.lua", "../lua/one_key.lua"]
-);
-const GRANT_FIXED_WINDOW_LUA: &str = granting!(
-    "../lua/fixed_window.lua",
-    prelude = "../lua/window_end.lua",
-    moves = ["../lua/fixed_window_moves.lua", "../lua/one_key.lua"]
-);
-const GRANT_SLIDING_WINDOW_LUA: &str = granting!(
-    "../lua/sliding_window.lua",
-    moves = ["../lua/sliding_window_moves.lua"]
-);
-/// The control handle's operations over an algorithm's module, with its
-/// moves (a key a reload moved is changed where it went).
-macro_rules! controlling {
-    ($body:literal $(, prelude = $prelude:literal)? $(, moves = [$($moves:literal),*])?) => {
-        concat!(
-            decide!($body $(, prelude = $prelude)? $(, moves = [$($moves),*])?),
-            include_str!("../lua/control.lua")
-        )
-    };
-}
-const CONTROL_GCRA_LUA: &str = controlling!(
-    "../lua/gcra.lua",
-    prelude = "../lua/one_number.lua",
-    moves = ["../lua/whole_at.lua", "../lua/one_key.lua"]
-);
-const CONTROL_TOKEN_BUCKET_LUA: &str = controlling!(
-    "../lua/token_bucket.lua",
-    prelude = "../lua/one_number.lua",
-    moves = ["../lua/whole_at.lua", "../lua/one_key.lua"]
-);
-const CONTROL_FIXED_WINDOW_LUA: &str = controlling!(
-    "../lua/fixed_window.lua",
-    prelude = "../lua/window_end.lua",
-    moves = ["../lua/fixed_window_moves.lua", "../lua/one_key.lua"]
-);
-const CONTROL_SLIDING_WINDOW_LUA: &str = controlling!(
-    "../lua/sliding_window.lua",
-    moves = ["../lua/sliding_window_moves.lua"]
-);
-const CONTROL_CALENDAR_LUA: &str = controlling!(
     "../lua/calendar_window.lua",
     prelude = "../lua/calendar.lua"
 );
