@@ -18,7 +18,7 @@ use tonic::{Request, Response, Status};
 
 use keyed_rate_limit::RedisBackend;
 use keyed_rate_limit::config::ConfigError;
-use keyed_rate_limit::decision::{RuleDecision, Source};
+use keyed_rate_limit::decision::{Decision, RuleDecision, Source};
 use keyed_rate_limit::rate_limit::{KeyedAsk, KeyedRules, RateLimitLayer, RuleIndex};
 use keyed_rate_limit::{KeyExtractor, OnMissingKey, Quota, Rule};
 
@@ -288,21 +288,50 @@ impl RateLimitServer {
         if req.domain.is_empty() {
             return Err(Status::invalid_argument("the request's `domain` is empty"));
         }
-        if req.descriptors.is_empty() {
-            return Err(Status::invalid_argument("the request has no descriptors"));
-        }
         let snap = self.snapshot();
         let nodes = snap.domains.get(&req.domain).map_or(&[][..], Vec::as_slice);
-        let mut matched = Vec::with_capacity(req.descriptors.len());
-        for (i, d) in req.descriptors.iter().enumerate() {
+        let found = |i: usize, d: &RateLimitDescriptor| {
             if d.entries.is_empty() {
                 return Err(Status::invalid_argument(format!(
                     "descriptor {i} has no entries"
                 )));
             }
-            let entries = d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str()));
-            matched.push(find(nodes, entries));
+            Ok(find(
+                nodes,
+                d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str())),
+            ))
+        };
+        // Most requests carry one descriptor: decided without collecting.
+        if let [d] = req.descriptors.as_slice() {
+            let path = found(0, d)?;
+            // A limit cannot replace itself (refused at load).
+            let answer = match plan(&snap, &req, d, limit_of(&path, &[]))? {
+                Plan::Status(status) => Answer::Status(status),
+                Plan::Peek {
+                    ask,
+                    shown,
+                    shadow,
+                    path,
+                } => {
+                    let peeked = snap.rules.peek(ask.rule, &ask.key, ask.quota).await;
+                    peeked_answer(&snap, ask.rule, shown, shadow, path, peeked)?
+                }
+                Plan::Decide { ask, shown, path } => {
+                    let decided = snap
+                        .rules
+                        .decide(ask.rule, ask.key, ask.cost, ask.quota)
+                        .await;
+                    decided_answer(shown, path, decided)?
+                }
+            };
+            return Ok(respond(&snap, [(answer, quota_mode(&path))]));
         }
+        if req.descriptors.is_empty() {
+            return Err(Status::invalid_argument("the request has no descriptors"));
+        }
+        let matched = (req.descriptors.iter().enumerate())
+            .map(|(i, d)| found(i, d))
+            .collect::<Result<Vec<_>, _>>()?;
         // `replaces`: a limit a matched limit replaces does not apply (a
         // few names at most, most often none: no set to build).
         let replaced: Vec<&str> = matched
@@ -311,64 +340,82 @@ impl RateLimitServer {
             .filter_map(|n| n.limit.as_ref())
             .flat_map(|l| l.replaces.iter().map(String::as_str))
             .collect();
-        let asks = req.descriptors.iter().zip(&matched).map(|(d, path)| {
-            let limit = path
-                .last()
-                .and_then(|n| Some((path.as_slice(), n.limit.as_ref()?)));
-            let limit =
-                limit.filter(|(_, l)| l.name.as_deref().is_none_or(|n| !replaced.contains(&n)));
-            plan(&snap, &req, d, limit)
-        });
-        let plans = asks.collect::<Result<Vec<_>, _>>()?;
+        let plans = req
+            .descriptors
+            .iter()
+            .zip(&matched)
+            .map(|(d, path)| plan(&snap, &req, d, limit_of(path, &replaced)))
+            .collect::<Result<Vec<_>, _>>()?;
         let answers = together(&snap, plans).await;
-        let mut response = RateLimitResponse::default();
-        let mut decided = Vec::new();
-        // `quota_mode`: those over refuse only when all of them are.
-        let (mut quotas, mut quotas_over, mut over) = (0, 0, false);
-        let quota_mode = matched.iter().map(|p| {
-            p.last()
-                .and_then(|n| n.limit.as_ref())
-                .is_some_and(|l| l.quota_mode)
-        });
-        for (answer, quota_mode) in answers.into_iter().zip(quota_mode) {
-            let status = match answer? {
-                Answer::Status(status) => status,
-                Answer::Decided(d, shown) => {
-                    let status = match d.source {
-                        // The request goes on without a counter's say, and
-                        // without made-up numbers.
-                        Source::FailOpen => bare(Code::Ok),
-                        _ => of(d.decision, shown, d.shadow),
-                    };
-                    decided.push(d);
-                    status
-                }
-            };
-            let refused = status.code == Code::OverLimit as i32;
-            if quota_mode {
-                quotas += 1;
-                quotas_over += usize::from(refused);
-            } else {
-                over |= refused;
-            }
-            response.statuses.push(status);
-        }
-        over |= quotas > 0 && quotas == quotas_over;
-        response.overall_code = if over { Code::OverLimit } else { Code::Ok } as i32;
-        let answer = snap.rules.answer(decided);
-        match answer.refusal {
-            Some(res) => {
-                let (parts, body) = res.into_parts();
-                response.response_headers_to_add = pb_headers(parts.headers.iter());
-                response.raw_body = body.to_vec();
-            }
-            None => {
-                response.response_headers_to_add =
-                    pb_headers(answer.headers.iter().map(|(k, v)| (k, v)));
-            }
-        }
-        Ok(response)
+        let answers = answers
+            .into_iter()
+            .zip(&matched)
+            .map(|(a, p)| Ok((a?, quota_mode(p))));
+        Ok(respond(&snap, answers.collect::<Result<Vec<_>, Status>>()?))
     }
+}
+
+/// The limit `path` ends on, unless a name in `replaced` replaces it.
+fn limit_of<'a>(path: &'a [&'a Node], replaced: &[&str]) -> Option<(&'a [&'a Node], &'a Limit)> {
+    let limit = path.last()?.limit.as_ref()?;
+    let name = limit.name.as_deref();
+    name.is_none_or(|n| !replaced.contains(&n))
+        .then_some((path, limit))
+}
+
+/// Whether the limit `path` ends on takes part in `quota_mode`.
+fn quota_mode(path: &[&Node]) -> bool {
+    (path.last().and_then(|n| n.limit.as_ref())).is_some_and(|l| l.quota_mode)
+}
+
+/// The response to the descriptors' answers, in their order, each with
+/// whether its limit is in `quota_mode`.
+fn respond(
+    snap: &Snapshot,
+    answers: impl IntoIterator<Item = (Answer, bool)>,
+) -> RateLimitResponse {
+    let mut response = RateLimitResponse::default();
+    let mut decided = Vec::new();
+    // `quota_mode`: those over refuse only when all of them are.
+    let (mut quotas, mut quotas_over, mut over) = (0, 0, false);
+    for (answer, quota_mode) in answers {
+        let status = match answer {
+            Answer::Status(status) => status,
+            Answer::Decided(d, shown) => {
+                let status = match d.source {
+                    // The request goes on without a counter's say, and
+                    // without made-up numbers.
+                    Source::FailOpen => bare(Code::Ok),
+                    _ => of(d.decision, shown, d.shadow),
+                };
+                decided.push(d);
+                status
+            }
+        };
+        let refused = status.code == Code::OverLimit as i32;
+        if quota_mode {
+            quotas += 1;
+            quotas_over += usize::from(refused);
+        } else {
+            over |= refused;
+        }
+        response.statuses.push(status);
+    }
+    over |= quotas > 0 && quotas == quotas_over;
+    response.overall_code = if over { Code::OverLimit } else { Code::Ok } as i32;
+    let answer = snap.rules.answer(decided);
+    match answer.refusal {
+        Some(res) => {
+            let (parts, body) = res.into_parts();
+            response.response_headers_to_add = pb_headers(parts.headers.iter());
+            response.raw_body = body.to_vec();
+        }
+        None => {
+            response.response_headers_to_add =
+                pb_headers(answer.headers.iter().map(|(k, v)| (k, v)));
+        }
+    }
+    response
 }
 
 /// One descriptor's answer: a status no rule decided, or a rule's
@@ -380,29 +427,29 @@ enum Answer {
 
 /// What one descriptor needs: a status no rule decides, a check of its
 /// rule without counting, or its rule's decision.
-enum Plan {
+enum Plan<'a> {
     Status(DescriptorStatus),
     Peek {
         ask: KeyedAsk,
         shown: RateLimit,
         shadow: bool,
-        path: String,
+        path: &'a str,
     },
     Decide {
         ask: KeyedAsk,
         shown: RateLimit,
-        path: String,
+        path: &'a str,
     },
 }
 
 /// What one descriptor of `req` needs on `snap`: the limit it matched, if
 /// any.
-fn plan(
+fn plan<'a>(
     snap: &Snapshot,
     req: &RateLimitRequest,
     d: &RateLimitDescriptor,
-    limit: Option<(&[&Node], &Limit)>,
-) -> Result<Plan, Status> {
+    limit: Option<(&[&'a Node], &Limit)>,
+) -> Result<Plan<'a>, Status> {
     let Some((path, limit)) = limit else {
         return Ok(Plan::Status(bare(Code::Ok)));
     };
@@ -461,7 +508,7 @@ fn plan(
         None if req.hits_addend == 0 => 1,
         None => u64::from(req.hits_addend),
     };
-    let path = node.path.clone();
+    let path = node.path.as_str();
     let shadow = snap.shadow || matches!(&limit.kind, LimitKind::Rule(s) if s.shadow);
     let cost = NonZeroU32::new(u32::try_from(hits).unwrap_or(u32::MAX));
     let ask = |cost| KeyedAsk {
@@ -489,15 +536,15 @@ fn plan(
 /// The plans carried out together: the checks beside the decisions, and
 /// the decisions at once (a request's global limits on one Redis in one
 /// call).
-async fn together(snap: &Snapshot, plans: Vec<Plan>) -> Vec<Result<Answer, Status>> {
+async fn together(snap: &Snapshot, plans: Vec<Plan<'_>>) -> Vec<Result<Answer, Status>> {
     /// What is left of a plan once its ask is sent.
-    enum Slot {
+    enum Slot<'a> {
         Status(DescriptorStatus),
-        Peeked(RuleIndex, RateLimit, bool, String),
-        Decided(RateLimit, String),
+        Peeked(RuleIndex, RateLimit, bool, &'a str),
+        Decided(RateLimit, &'a str),
     }
     let (mut checks, mut asks) = (Vec::new(), Vec::new());
-    let slots: Vec<Slot> = plans
+    let slots: Vec<Slot<'_>> = plans
         .into_iter()
         .map(|p| match p {
             Plan::Status(status) => Slot::Status(status),
@@ -520,46 +567,58 @@ async fn together(snap: &Snapshot, plans: Vec<Plan>) -> Vec<Result<Answer, Statu
     let peeks = checks
         .iter()
         .map(|a| snap.rules.peek(a.rule, &a.key, a.quota));
-    // Most requests carry one descriptor, or only decisions: no joining.
-    let (decided, peeked) = match (asks.len(), checks.len()) {
-        (1, 0) => {
-            let a = asks.pop().expect("one ask");
-            let one = snap.rules.decide(a.rule, a.key, a.cost, a.quota).await;
-            (vec![one], Vec::new())
-        }
-        (_, 0) => (snap.rules.decide_all(asks).await, Vec::new()),
-        _ => {
-            futures_util::future::join(
-                snap.rules.decide_all(asks),
-                futures_util::future::join_all(peeks),
-            )
-            .await
-        }
-    };
+    let (decided, peeked) = futures_util::future::join(
+        snap.rules.decide_all(asks),
+        futures_util::future::join_all(peeks),
+    )
+    .await;
     let (mut decided, mut peeked) = (decided.into_iter(), peeked.into_iter());
-    let unreachable =
-        |path: &str| Status::unavailable(format!("rate limit {path:?} cannot reach its store"));
     slots
         .into_iter()
         .map(|slot| match slot {
             Slot::Status(status) => Ok(Answer::Status(status)),
-            // A store that cannot answer is the limit's failure mode's: no
-            // check through a closed one.
-            Slot::Peeked(rule, shown, shadow, path) => match peeked.next().flatten() {
-                Some(decision) => Ok(Answer::Status(of(decision, shown, shadow))),
-                None if snap.rules.fails_closed(rule) => Err(unreachable(&path)),
-                None => Ok(Answer::Status(bare(Code::Ok))),
-            },
-            Slot::Decided(shown, path) => match decided.next().flatten() {
-                None => Err(Status::internal(format!("limit {path:?} has no rule"))),
-                // The store cannot answer and the rule fails closed: Envoy's
-                // own `failure_mode_deny` decides, as for a service that is
-                // down.
-                Some(d) if d.source == Source::FailClosed => Err(unreachable(&path)),
-                Some(d) => Ok(Answer::Decided(d, shown)),
-            },
+            Slot::Peeked(rule, shown, shadow, path) => {
+                peeked_answer(snap, rule, shown, shadow, path, peeked.next().flatten())
+            }
+            Slot::Decided(shown, path) => decided_answer(shown, path, decided.next().flatten()),
         })
         .collect()
+}
+
+/// A check's answer. A store that cannot answer is the limit's failure
+/// mode's: no check through a closed one.
+fn peeked_answer(
+    snap: &Snapshot,
+    rule: RuleIndex,
+    shown: RateLimit,
+    shadow: bool,
+    path: &str,
+    peeked: Option<Decision>,
+) -> Result<Answer, Status> {
+    match peeked {
+        Some(decision) => Ok(Answer::Status(of(decision, shown, shadow))),
+        None if snap.rules.fails_closed(rule) => Err(unreachable(path)),
+        None => Ok(Answer::Status(bare(Code::Ok))),
+    }
+}
+
+/// A decision's answer.
+fn decided_answer(
+    shown: RateLimit,
+    path: &str,
+    decided: Option<RuleDecision>,
+) -> Result<Answer, Status> {
+    match decided {
+        None => Err(Status::internal(format!("limit {path:?} has no rule"))),
+        // The store cannot answer and the rule fails closed: Envoy's own
+        // `failure_mode_deny` decides, as for a service that is down.
+        Some(d) if d.source == Source::FailClosed => Err(unreachable(path)),
+        Some(d) => Ok(Answer::Decided(d, shown)),
+    }
+}
+
+fn unreachable(path: &str) -> Status {
+    Status::unavailable(format!("rate limit {path:?} cannot reach its store"))
 }
 
 #[tonic::async_trait]
