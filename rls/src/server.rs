@@ -313,7 +313,9 @@ impl RateLimitServer {
                     shadow,
                     path,
                 } => {
-                    let peeked = snap.rules.peek(ask.rule, &ask.key, ask.quota).await;
+                    // Boxed, as below: rare, and not in every request's future.
+                    let peek = Box::pin(snap.rules.peek(ask.rule, &ask.key, ask.quota));
+                    let peeked = peek.await;
                     peeked_answer(&snap, ask.rule, shown, shadow, path, peeked)?
                 }
                 Plan::Decide { ask, shown, path } => {
@@ -346,7 +348,9 @@ impl RateLimitServer {
             .zip(&matched)
             .map(|(d, path)| plan(&snap, &req, d, limit_of(path, &replaced)))
             .collect::<Result<Vec<_>, _>>()?;
-        let answers = together(&snap, plans).await;
+        // Boxed: the one-descriptor path above would otherwise carry (and
+        // copy) this path's larger future.
+        let answers = Box::pin(together(&snap, plans)).await;
         let answers = answers
             .into_iter()
             .zip(&matched)

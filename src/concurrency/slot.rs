@@ -101,7 +101,11 @@ impl GlobalSlots {
     /// from the renewals, loudly.
     async fn renew(&self, name: Arc<str>, key: Key, ids: Vec<Arc<str>>) {
         let call = self.redis.renew_slots(&name, &key, &ids, self.ttl);
-        match self.guard.call(self.redis.reachability(), call).await {
+        match self
+            .guard
+            .call(self.redis.reachability(), std::pin::pin!(call))
+            .await
+        {
             Ok(flags) => {
                 for (id, held) in ids.iter().zip(flags) {
                     // Not held because its request ended meanwhile: no news.
@@ -166,7 +170,10 @@ impl GlobalSlots {
         };
         let reply = self
             .guard
-            .call(self.redis.reachability(), self.redis.slot(&name, &key, op))
+            .call(
+                self.redis.reachability(),
+                std::pin::pin!(self.redis.slot(&name, &key, op)),
+            )
             .await;
         unanswered.answered = reply.is_ok();
         drop(unanswered);
@@ -225,7 +232,10 @@ impl GlobalSlots {
     async fn call(&self, name: &str, key: &Key, op: SlotOp<'_>) -> Result<bool, Cause> {
         let reply = self
             .guard
-            .call(self.redis.reachability(), self.redis.slot(name, key, op))
+            .call(
+                self.redis.reachability(),
+                std::pin::pin!(self.redis.slot(name, key, op)),
+            )
             .await?;
         Ok(reply.ok)
     }

@@ -274,7 +274,9 @@ impl Global {
                     };
                 }
                 Take::Ask(flight) => {
-                    return self.grant(rule, locks, key, quotas, cost, flight).await;
+                    // Boxed: a grant is once a lease, and its future would
+                    // make every exact decision's larger (and copied).
+                    return Box::pin(self.grant(rule, locks, key, quotas, cost, flight)).await;
                 }
                 Take::Wait(woken) => {
                     if woken.await == Ok(Woken::Failed) {
@@ -344,15 +346,15 @@ impl Global {
     ) -> Answer {
         self.know_fleet(rule).await;
         let previous = self.previous(quota);
-        let one = || {
+        let one = || async move {
             let target = Target {
                 rule: &rule.name,
                 algorithm: rule.algorithm,
                 quota: &quota,
                 locks: locks(rule),
             };
-            let check = self.redis.check_next(target, key, cost.get(), previous);
-            self.guard.call(self.redis.reachability(), check)
+            let check = std::pin::pin!(self.redis.check_next(target, key, cost.get(), previous));
+            self.guard.call(self.redis.reachability(), check).await
         };
         let shard = || self.redis.shard(&rule.name, key, rule.algorithm, &quota);
         let decided = match &self.queues {
@@ -370,7 +372,9 @@ impl Global {
                         let drain = this.drain(rule, quota, leader, batch, failed);
                         match tokio::runtime::Handle::try_current() {
                             Ok(rt) => drop(rt.spawn(drain)),
-                            Err(_) => drain.await,
+                            // No runtime to spawn on (rare): boxed, not in
+                            // every call's future.
+                            Err(_) => Box::pin(drain).await,
                         }
                     }
                     decided
@@ -417,8 +421,12 @@ impl Global {
                         quota: &quota,
                         locks,
                     };
-                    let call = self.redis.check_batch(target, &requests, previous);
-                    match self.guard.call(self.redis.reachability(), call).await {
+                    let decided = {
+                        let call =
+                            std::pin::pin!(self.redis.check_batch(target, &requests, previous));
+                        self.guard.call(self.redis.reachability(), call).await
+                    };
+                    match decided {
                         Ok(decided) => {
                             for ((_, _, tx), d) in batch.into_iter().zip(decided) {
                                 let _ = tx.send(Ok(d));

@@ -74,7 +74,10 @@ impl Global {
             self.know_fleet(rule).await;
             let previous = self.previous(counted);
             let call = self.redis.grant(target, key, ask, previous);
-            let granted = self.guard.call(self.redis.reachability(), call).await;
+            let granted = self
+                .guard
+                .call(self.redis.reachability(), std::pin::pin!(call))
+                .await;
             if let Ok(g) = &granted {
                 self.remember(rule, key, &counted, g.remaining, g.reset);
             }
@@ -123,7 +126,11 @@ impl Global {
         unspent: &Unspent,
     ) {
         let call = return_unspent(&self.redis, name, algorithm, unspent);
-        if let Err(cause) = self.guard.call(self.redis.reachability(), call).await {
+        if let Err(cause) = self
+            .guard
+            .call(self.redis.reachability(), std::pin::pin!(call))
+            .await
+        {
             tracing::debug!(target: observe::TARGET, rule = %name, %cause, "could not give back a lease's unspent units");
         }
     }

@@ -112,7 +112,11 @@ impl Global {
             Admit::Skip(_) => Cause::CircuitOpen,
             Admit::Call | Admit::Probe => {
                 let call = self.control_call(rule, &counted, key, settlement(units, ends_in));
-                match self.guard.call(self.redis.reachability(), call).await {
+                match self
+                    .guard
+                    .call(self.redis.reachability(), std::pin::pin!(call))
+                    .await
+                {
                     Ok((d, void)) => {
                         if void {
                             observe::refund_void(&rule.name);

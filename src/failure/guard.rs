@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -120,13 +121,14 @@ impl Guard {
     /// refused connection (nothing listens) opens the breaker at once, so
     /// later calls don't each wait for it.
     ///
-    /// The caller checks [`admit`](Self::admit) first.
+    /// The caller checks [`admit`](Self::admit) first, and pins the call
+    /// where it stands: a future moved in here would be stored twice in
+    /// this one (as the argument and as the pinned local), and copied.
     pub(crate) async fn call<T, E: CallError>(
         &self,
         reachability: &Reachability,
-        fut: impl Future<Output = Result<T, E>>,
+        mut fut: Pin<&mut impl Future<Output = Result<T, E>>>,
     ) -> Result<T, Cause> {
-        let mut fut = std::pin::pin!(fut);
         let start = Instant::now();
         let give_up = after(start, self.timeout.saturating_mul(PATIENCE));
         let half = self.timeout / 2;
@@ -246,6 +248,7 @@ impl Guard {
 mod tests {
     use super::*;
     use crate::failure::BreakerState;
+    use std::pin::pin;
 
     const TIMEOUT: Duration = Duration::from_millis(20);
 
@@ -296,7 +299,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_silent_server_fails_at_the_timeout() {
         let (g, l) = (guard(), Reachability::new(None));
-        let Err(Cause::Timeout(waited)) = g.call(&l, never()).await else {
+        let Err(Cause::Timeout(waited)) = g.call(&l, pin!(never())).await else {
             panic!("a silent server must time out");
         };
         assert_eq!(waited, TIMEOUT, "the pinger was armed half-way");
@@ -310,8 +313,9 @@ mod tests {
             l.heard();
             std::future::pending::<()>().await;
         };
+        let never = pin!(never());
         tokio::select! {
-            r = g.call(&l, never()) => {
+            r = g.call(&l, never) => {
                 let Err(Cause::Timeout(waited)) = r else { panic!("must time out") };
                 assert_eq!(waited, TIMEOUT);
             }
@@ -327,7 +331,7 @@ mod tests {
             tokio::time::sleep(15 * TIMEOUT).await;
             Ok::<_, Failed>(7)
         };
-        assert_eq!(g.call(&l, late).await.unwrap(), 7);
+        assert_eq!(g.call(&l, pin!(late)).await.unwrap(), 7);
         assert_eq!(g.breaker_status().state, BreakerState::Closed);
         pings.abort();
     }
@@ -336,7 +340,7 @@ mod tests {
     async fn patience_bounds_the_wait_on_a_server_that_answers_others() {
         let (g, l) = (guard(), Reachability::new(None));
         let pings = alive(&l);
-        let Err(Cause::Timeout(waited)) = g.call(&l, never()).await else {
+        let Err(Cause::Timeout(waited)) = g.call(&l, pin!(never())).await else {
             panic!("must give up");
         };
         assert_eq!(waited, TIMEOUT * PATIENCE);
@@ -346,11 +350,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_lost_connection_opens_the_breaker_at_once_an_error_reply_does_not() {
         let (g, l) = (guard(), Reachability::new(None));
-        let reply = g.call(&l, async { Err::<(), _>(Failed { lost: false }) });
-        assert!(matches!(reply.await, Err(Cause::Error(_))));
+        let reply = pin!(async { Err::<(), _>(Failed { lost: false }) });
+        assert!(matches!(g.call(&l, reply).await, Err(Cause::Error(_))));
         assert_eq!(g.breaker_status().state, BreakerState::Closed);
-        let reset = g.call(&l, async { Err::<(), _>(Failed { lost: true }) });
-        assert!(matches!(reset.await, Err(Cause::Error(_))));
+        let reset = pin!(async { Err::<(), _>(Failed { lost: true }) });
+        assert!(matches!(g.call(&l, reset).await, Err(Cause::Error(_))));
         let status = g.breaker_status();
         assert_eq!(status.state, BreakerState::Open);
         assert_eq!(status.reopens_in, Some(Duration::from_secs(1)));
@@ -386,7 +390,7 @@ mod tests {
             Guard::new("r".into(), policy, 1, None),
             Reachability::new(None),
         );
-        let ok = g.call(&l, async { Ok::<_, Failed>(1) }).await;
+        let ok = g.call(&l, pin!(async { Ok::<_, Failed>(1) })).await;
         assert_eq!(ok.unwrap(), 1);
     }
 }

@@ -150,8 +150,10 @@ impl RedisBackend {
                 lock_started: false,
             });
         }
-        let mut decided = self.check_batch(target, &[(key, cost)], previous).await?;
-        Ok(decided.remove(0))
+        let (flat, width) = self.rate_call(target, &[(key, cost)], previous).await?;
+        Ok(script::batch_decisions(target.quota, &flat, width)
+            .next()
+            .expect("one reply, checked"))
     }
 
     /// [`check_next`](Self::check_next) for a batch of requests in one
@@ -165,31 +167,44 @@ impl RedisBackend {
         requests: &[(&Key, u32)],
         previous: Option<script::Previous>,
     ) -> Result<Vec<Decided>, RedisBackendError> {
+        let (flat, width) = self.rate_call(target, requests, previous).await?;
+        Ok(script::batch_decisions(target.quota, &flat, width).collect())
+    }
+
+    /// The rate script's call for `requests`: its flat reply, checked to
+    /// hold a reply of the returned width per request.
+    async fn rate_call(
+        &self,
+        target: Target<'_>,
+        requests: &[(&Key, u32)],
+        previous: Option<script::Previous>,
+    ) -> Result<(Vec<i64>, usize), RedisBackendError> {
         let Target {
             algorithm,
             quota,
             locks,
             ..
         } = target;
-        // A lone request (most calls at low concurrency) needs no index.
-        let mut index: HashMap<&Key, usize> = HashMap::new();
-        let mut keys = Vec::with_capacity(requests.len());
-        let items: Vec<script::Item> = requests
-            .iter()
-            .map(|&(key, cost)| {
-                let mut add = || {
-                    keys.push(self.batch_keys(target, key, previous.as_ref()));
-                    keys.len() - 1
-                };
-                let i = if requests.len() == 1 {
-                    add()
-                } else {
-                    *index.entry(key).or_insert_with(add)
-                };
-                (i, cost)
-            })
-            .collect();
-        let (eval, width) = script::rate(algorithm, keys, quota, &items, locks, previous);
+        let (eval, width) = if let [(key, cost)] = requests {
+            // A lone request (most calls at low concurrency): no index, and
+            // nothing collected.
+            let keys = vec![self.batch_keys(target, key, previous.as_ref())];
+            script::rate(algorithm, keys, quota, &[(0, *cost)], locks, previous)
+        } else {
+            let mut index: HashMap<&Key, usize> = HashMap::new();
+            let mut keys = Vec::with_capacity(requests.len());
+            let items: Vec<script::Item> = requests
+                .iter()
+                .map(|&(key, cost)| {
+                    let i = *index.entry(key).or_insert_with(|| {
+                        keys.push(self.batch_keys(target, key, previous.as_ref()));
+                        keys.len() - 1
+                    });
+                    (i, cost)
+                })
+                .collect();
+            script::rate(algorithm, keys, quota, &items, locks, previous)
+        };
         let flat: Vec<i64> = self.eval(eval).await?;
         // One reply per request, whole: anything else is not our script's.
         if flat.len() != width * requests.len() {
@@ -199,7 +214,7 @@ impl RedisBackend {
             );
             return Err(RedisBackendError::Redis(short.into()));
         }
-        Ok(script::batch_decisions(quota, &flat, width))
+        Ok((flat, width))
     }
 
     /// Which requests of `rule` may share a script call with this one's:

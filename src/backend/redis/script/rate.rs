@@ -234,17 +234,19 @@ const WIDE: usize = 4;
 
 /// A batch's replies, one per cost in order: `width` values each
 /// ([`NARROW`] or [`WIDE`]).
-pub(crate) fn batch_decisions(quota: &Quota, flat: &[i64], width: usize) -> Vec<Decided> {
-    flat.chunks_exact(width)
-        .map(|r| {
-            let mut decided = decision(quota, (r[0], r[1], r[2]));
-            if width == WIDE && !decided.locked {
-                let window = Duration::from_secs(u64::try_from(r[3]).unwrap_or(0));
-                decided.decision = decided.decision.with_window(window);
-            }
-            decided
-        })
-        .collect()
+pub(crate) fn batch_decisions<'a>(
+    quota: &'a Quota,
+    flat: &'a [i64],
+    width: usize,
+) -> impl Iterator<Item = Decided> + 'a {
+    flat.chunks_exact(width).map(move |r| {
+        let mut decided = decision(quota, (r[0], r[1], r[2]));
+        if width == WIDE && !decided.locked {
+            let window = Duration::from_secs(u64::try_from(r[3]).unwrap_or(0));
+            decided.decision = decided.decision.with_window(window);
+        }
+        decided
+    })
 }
 
 /// A rate script's answer.
