@@ -144,27 +144,58 @@ fn by_backend(queued: Vec<(Sender, Queued)>) -> Vec<Call> {
         .collect()
 }
 
-/// `multi.lua`'s flat reply as `calls` replies: each one's length, then
-/// its values.
+/// `multi.lua`'s reply as `calls` replies: one string, each call's
+/// values separated by spaces, the calls by `;`.
 fn split(reply: redis::Value, calls: usize) -> Result<Vec<redis::Value>, RedisBackendError> {
     let short = || {
         let e = (redis::ErrorKind::UnexpectedReturnType, "a reply per call");
         RedisBackendError::Redis(e.into())
     };
-    let redis::Value::Array(flat) = reply else {
+    let redis::Value::BulkString(text) = reply else {
         return Err(short());
     };
-    let mut flat = flat.into_iter();
-    let mut replies = Vec::with_capacity(calls);
-    for _ in 0..calls {
-        let Some(redis::Value::Int(len)) = flat.next() else {
-            return Err(short());
-        };
-        let one: Vec<redis::Value> = flat.by_ref().take(len as usize).collect();
-        if one.len() != len as usize {
-            return Err(short());
-        }
-        replies.push(redis::Value::Array(one));
-    }
+    let text = std::str::from_utf8(&text).map_err(|_| short())?;
+    let replies = text
+        .split(';')
+        .map(|call| {
+            let values = call
+                .split_ascii_whitespace()
+                .map(|v| integer(v).map(redis::Value::Int));
+            values.collect::<Option<Vec<_>>>().map(redis::Value::Array)
+        })
+        .collect::<Option<Vec<_>>>()
+        .filter(|r| r.len() == calls)
+        .ok_or_else(short)?;
     Ok(replies)
+}
+
+/// A Lua number as Redis replies it: an integer, truncated.
+fn integer(v: &str) -> Option<i64> {
+    v.parse().ok().or_else(|| {
+        v.parse::<f64>()
+            .ok()
+            .filter(|f| f.is_finite())
+            .map(|f| f as i64)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_multi_reply_splits_into_each_calls_integers() {
+        let reply = redis::Value::BulkString(b"3 0 1000;-1 250 1000.7;".to_vec());
+        let calls = split(reply, 3).unwrap();
+        let ints = |v: &redis::Value| -> Vec<i64> {
+            redis::FromRedisValue::from_redis_value(v.clone()).unwrap()
+        };
+        assert_eq!(ints(&calls[0]), [3, 0, 1000]);
+        assert_eq!(ints(&calls[1]), [-1, 250, 1000]);
+        assert!(ints(&calls[2]).is_empty());
+        let short = redis::Value::BulkString(b"3 0 1000".to_vec());
+        assert!(split(short, 2).is_err());
+        let junk = redis::Value::BulkString(b"3 x 1000;1 2 3".to_vec());
+        assert!(split(junk, 2).is_err());
+    }
 }
