@@ -52,11 +52,17 @@ impl CircuitBreaker {
     }
 
     pub(crate) fn admit(&self) -> Admit {
-        self.admit_at(Instant::now())
+        self.admit_at(Instant::now)
     }
 
-    fn admit_at(&self, now: Instant) -> Admit {
+    /// [`admit`](Self::admit) at the time `now` reads, read only when the
+    /// breaker is not closed: a closed one, the common case, needs no clock.
+    fn admit_at(&self, now: impl FnOnce() -> Instant) -> Admit {
         let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if let State::Closed { .. } = *s {
+            return Admit::Call;
+        }
+        let now = now();
         match *s {
             State::Closed { .. } => Admit::Call,
             State::Open { until } if now >= until => {
@@ -170,7 +176,7 @@ mod tests {
         assert!(b.failure_at(t));
         assert_eq!(b.status().0, BreakerState::Open);
         assert_eq!(
-            b.admit_at(t + Duration::from_millis(400)),
+            b.admit_at(|| t + Duration::from_millis(400)),
             Admit::Skip(Duration::from_millis(600))
         );
     }
@@ -183,20 +189,20 @@ mod tests {
             b.failure_at(t);
         }
         let later = t + Duration::from_secs(1);
-        assert_eq!(b.admit_at(later), Admit::Probe);
+        assert_eq!(b.admit_at(|| later), Admit::Probe);
         assert_eq!(b.status().0, BreakerState::HalfOpen);
-        assert!(matches!(b.admit_at(later), Admit::Skip(_)));
+        assert!(matches!(b.admit_at(|| later), Admit::Skip(_)));
         // A failed probe reopens immediately.
         assert!(b.failure_at(later));
         assert!(matches!(
-            b.admit_at(later + Duration::from_millis(10)),
+            b.admit_at(|| later + Duration::from_millis(10)),
             Admit::Skip(_)
         ));
         // The next probe succeeds and closes it.
-        assert_eq!(b.admit_at(later + Duration::from_secs(1)), Admit::Probe);
+        assert_eq!(b.admit_at(|| later + Duration::from_secs(1)), Admit::Probe);
         b.success();
         assert_eq!(b.status().0, BreakerState::Closed);
-        assert_eq!(b.admit_at(later + Duration::from_secs(1)), Admit::Call);
+        assert_eq!(b.admit_at(|| later + Duration::from_secs(1)), Admit::Call);
     }
 
     #[test]
@@ -210,10 +216,10 @@ mod tests {
             (BreakerState::Open, Some(Duration::from_millis(900)))
         );
         assert_eq!(
-            b.admit_at(t + Duration::from_millis(250)),
+            b.admit_at(|| t + Duration::from_millis(250)),
             Admit::Skip(Duration::from_millis(750))
         );
-        assert_eq!(b.admit_at(t + Duration::from_secs(1)), Admit::Probe);
+        assert_eq!(b.admit_at(|| t + Duration::from_secs(1)), Admit::Probe);
     }
 
     #[test]
@@ -224,12 +230,15 @@ mod tests {
             b.failure_at(t);
         }
         let probe = t + Duration::from_secs(1);
-        assert_eq!(b.admit_at(probe), Admit::Probe);
+        assert_eq!(b.admit_at(|| probe), Admit::Probe);
         // The probe's future was dropped: after the deadline another caller probes.
         assert!(matches!(
-            b.admit_at(probe + Duration::from_millis(50)),
+            b.admit_at(|| probe + Duration::from_millis(50)),
             Admit::Skip(_)
         ));
-        assert_eq!(b.admit_at(probe + Duration::from_millis(150)), Admit::Call);
+        assert_eq!(
+            b.admit_at(|| probe + Duration::from_millis(150)),
+            Admit::Call
+        );
     }
 }

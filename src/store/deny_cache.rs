@@ -52,12 +52,14 @@ impl DenyCache {
         cost: NonZeroU32,
         single_flight: bool,
     ) -> Option<Decision> {
-        self.get_at(Instant::now(), key, quota, cost, single_flight)
+        self.get_at(Instant::now, key, quota, cost, single_flight)
     }
 
+    /// [`get`](Self::get) at the time `now` reads, read only when a deny
+    /// of the key is cached: most keys have none.
     fn get_at(
         &self,
-        now: Instant,
+        now: impl FnOnce() -> Instant,
         key: &Key,
         quota: Quota,
         cost: NonZeroU32,
@@ -67,6 +69,7 @@ impl DenyCache {
         if e.quota != quota {
             return None;
         }
+        let now = now();
         let deny = |e: &Entry, wait: Duration| {
             let reset = e.reset_at.saturating_duration_since(now);
             Decision::denied(quota.limit(), e.window, wait, reset)
@@ -153,25 +156,25 @@ mod tests {
         );
         let q = Quota::per_minute(10);
         let key = Key::from("k");
-        assert!(c.get_at(t, &key, q, TWO, false).is_none());
+        assert!(c.get_at(|| t, &key, q, TWO, false).is_none());
         c.put_at(t, &key, q, TWO, &deny(10, q, 80, Duration::from_secs(6)));
         let hit = c
-            .get_at(t + Duration::from_millis(30), &key, q, TWO, false)
+            .get_at(|| t + Duration::from_millis(30), &key, q, TWO, false)
             .unwrap();
         assert!(!hit.is_allowed());
         assert_eq!(hit.retry_after(), Some(Duration::from_millis(50)));
         assert_eq!(hit.reset(), Duration::from_millis(5970));
         assert!(
-            c.get_at(t, &key, q, NonZeroU32::MIN, false).is_none(),
+            c.get_at(|| t, &key, q, NonZeroU32::MIN, false).is_none(),
             "a cheaper request asks Redis"
         );
         assert!(
-            c.get_at(t, &key, Quota::per_minute(20), TWO, false)
+            c.get_at(|| t, &key, Quota::per_minute(20), TWO, false)
                 .is_none(),
             "another quota asks Redis"
         );
         assert!(
-            c.get_at(t + Duration::from_millis(80), &key, q, TWO, false)
+            c.get_at(|| t + Duration::from_millis(80), &key, q, TWO, false)
                 .is_none()
         );
         assert_eq!(c.len(), 0, "an expired entry is dropped on read");
@@ -194,17 +197,17 @@ mod tests {
         );
         let later = t + Duration::from_millis(30);
         assert!(
-            c.get_at(later, &key, q, NonZeroU32::MIN, true).is_none(),
+            c.get_at(|| later, &key, q, NonZeroU32::MIN, true).is_none(),
             "the first asks Redis"
         );
         let held = c
-            .get_at(later, &key, q, NonZeroU32::MIN, true)
+            .get_at(|| later, &key, q, NonZeroU32::MIN, true)
             .expect("the others stay denied");
         assert_eq!(held.retry_after(), Some(Duration::from_secs(1)));
         // Past one more interval another unit may be back: all ask again.
         let much_later = t + Duration::from_millis(1021);
         assert!(
-            c.get_at(much_later, &key, q, NonZeroU32::MIN, true)
+            c.get_at(|| much_later, &key, q, NonZeroU32::MIN, true)
                 .is_none()
         );
         // Redis admitted with room: everyone asks again.
@@ -216,7 +219,7 @@ mod tests {
             &deny(60, q, 20, Duration::from_secs(60)),
         );
         c.forget(&key);
-        assert!(c.get_at(later, &key, q, NonZeroU32::MIN, true).is_none());
+        assert!(c.get_at(|| later, &key, q, NonZeroU32::MIN, true).is_none());
     }
 
     #[test]
@@ -244,7 +247,7 @@ mod tests {
         assert_eq!(c.len(), 1);
         assert!(
             c.get_at(
-                t + Duration::from_millis(100),
+                || t + Duration::from_millis(100),
                 &Key::from("long"),
                 q,
                 TWO,
