@@ -21,7 +21,7 @@ pub(crate) enum Guarded {
 /// A breaker changed state: 0 closed, 1 open, 2 half-open.
 pub(crate) fn breaker_state(rule: &Arc<str>, state: u8) {
     #[cfg(feature = "metrics")]
-    metrics::gauge!(super::BREAKER_STATE, "rule" => rule.to_string()).set(f64::from(state));
+    metrics::gauge!(super::BREAKER_STATE, "rule" => rule.clone()).set(f64::from(state));
     #[cfg(not(feature = "metrics"))]
     let _ = (rule, state);
 }

@@ -9,7 +9,7 @@ use super::{DECISIONS_TOTAL, DENY_EVERY, Sampled, TARGET, count};
 /// One guarded backend call took `took`.
 pub(crate) fn backend_latency(rule: &Arc<str>, backend: &'static str, took: Duration) {
     #[cfg(feature = "metrics")]
-    metrics::histogram!(super::BACKEND_SECONDS, "rule" => rule.to_string(), "backend" => backend)
+    metrics::histogram!(super::BACKEND_SECONDS, "rule" => rule.clone(), "backend" => backend)
         .record(took.as_secs_f64());
     #[cfg(not(feature = "metrics"))]
     let _ = (rule, backend, took);
@@ -18,7 +18,7 @@ pub(crate) fn backend_latency(rule: &Arc<str>, backend: &'static str, took: Dura
 /// A global rule was built with this Redis timeout.
 pub(crate) fn redis_timeout(rule: &Arc<str>, timeout: Duration) {
     #[cfg(feature = "metrics")]
-    metrics::gauge!(super::REDIS_TIMEOUT_SECONDS, "rule" => rule.to_string())
+    metrics::gauge!(super::REDIS_TIMEOUT_SECONDS, "rule" => rule.clone())
         .set(timeout.as_secs_f64());
     #[cfg(not(feature = "metrics"))]
     let _ = (rule, timeout);

@@ -78,7 +78,7 @@ pub(crate) fn refund_void(rule: &Arc<str>) {
 /// The keys `rule` holds after a sweep.
 pub(crate) fn keys_held(rule: &Arc<str>, keys: usize) {
     #[cfg(feature = "metrics")]
-    metrics::gauge!(KEYS, "rule" => rule.to_string()).set(keys as f64);
+    metrics::gauge!(KEYS, "rule" => rule.clone()).set(keys as f64);
     #[cfg(not(feature = "metrics"))]
     let _ = (rule, keys);
 }

@@ -6,6 +6,7 @@
 //! stored.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use dashmap::DashMap;
 use dashmap::mapref::one::RefMut;
@@ -17,6 +18,10 @@ use crate::util::throttle::Throttle;
 #[derive(Debug)]
 pub(crate) struct BoundedMap<V> {
     map: DashMap<Key, V>,
+    /// Entries held, counted after each insert and removal: zero means
+    /// none but those being inserted meanwhile, so a lookup may be skipped
+    /// (a DashMap's own length locks every shard).
+    held: AtomicUsize,
     budget: Arc<Budget>,
     sweeps: Throttle,
 }
@@ -25,6 +30,7 @@ impl<V> BoundedMap<V> {
     pub(crate) fn new(budget: Arc<Budget>) -> Self {
         Self {
             map: DashMap::new(),
+            held: AtomicUsize::new(0),
             budget,
             sweeps: Throttle::default(),
         }
@@ -41,10 +47,19 @@ impl<V> BoundedMap<V> {
         let room = self
             .budget
             .take_or_sweep(&self.sweeps, || self.retain(keep));
-        if room && self.map.insert(key.clone(), value).is_some() {
-            // Another request stored it meanwhile.
-            self.budget.give_back(1);
+        if !room {
+            return;
         }
+        match self.map.insert(key.clone(), value) {
+            // Another request stored it meanwhile.
+            Some(_) => self.budget.give_back(1),
+            None => drop(self.held.fetch_add(1, Ordering::Release)),
+        }
+    }
+
+    /// Whether no entry is held, but maybe one being inserted meanwhile.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.held.load(Ordering::Acquire) == 0
     }
 
     pub(crate) fn get_mut(&self, key: &Key) -> Option<RefMut<'_, Key, V>> {
@@ -56,6 +71,7 @@ impl<V> BoundedMap<V> {
     pub(crate) fn remove_if(&self, key: &Key, remove: impl FnOnce(&V) -> bool) -> bool {
         let removed = self.map.remove_if(key, |_, v| remove(v)).is_some();
         if removed {
+            self.held.fetch_sub(1, Ordering::Release);
             self.budget.give_back(1);
         }
         removed
@@ -71,7 +87,9 @@ impl<V> BoundedMap<V> {
 
     /// Forgets the entries `keep` refuses; how many.
     pub(crate) fn retain(&self, keep: impl FnMut(&V) -> bool) -> usize {
-        self.budget.retain(&self.map, keep)
+        let removed = self.budget.retain(&self.map, keep);
+        self.held.fetch_sub(removed, Ordering::Release);
+        removed
     }
 
     pub(crate) fn shrink_to_fit(&self) {
