@@ -178,7 +178,7 @@ impl RedisBackend {
         target: Target<'_>,
         requests: &[(&Key, u32)],
         previous: Option<script::Previous>,
-    ) -> Result<(Vec<i64>, usize), RedisBackendError> {
+    ) -> Result<(Vec<redis::Value>, usize), RedisBackendError> {
         let Target {
             algorithm,
             quota,
@@ -205,9 +205,15 @@ impl RedisBackend {
                 .collect();
             script::rate(algorithm, keys, quota, &items, locks, previous)
         };
-        let flat: Vec<i64> = self.eval(eval).await?;
+        // The integers are read where they are: redis-rs's conversion to a
+        // `Vec<i64>` would allocate and copy them.
+        let flat = match self.eval(eval).await? {
+            redis::Value::Array(values) => values,
+            _ => Vec::new(),
+        };
         // One reply per request, whole: anything else is not our script's.
-        if flat.len() != width * requests.len() {
+        let ints = || flat.iter().all(|v| matches!(v, redis::Value::Int(_)));
+        if flat.len() != width * requests.len() || !ints() {
             let short = (
                 redis::ErrorKind::UnexpectedReturnType,
                 "a reply per request",

@@ -232,17 +232,21 @@ const NARROW: usize = 3;
 /// seconds (a month's is its own) after the others.
 const WIDE: usize = 4;
 
-/// A batch's replies, one per cost in order: `width` values each
+/// A batch's replies, one per cost in order: `width` integers each
 /// ([`NARROW`] or [`WIDE`]).
 pub(crate) fn batch_decisions<'a>(
     quota: &'a Quota,
-    flat: &'a [i64],
+    flat: &'a [redis::Value],
     width: usize,
 ) -> impl Iterator<Item = Decided> + 'a {
+    let int = |v: &redis::Value| match v {
+        redis::Value::Int(i) => *i,
+        _ => 0,
+    };
     flat.chunks_exact(width).map(move |r| {
-        let mut decided = decision(quota, (r[0], r[1], r[2]));
+        let mut decided = decision(quota, (int(&r[0]), int(&r[1]), int(&r[2])));
         if width == WIDE && !decided.locked {
-            let window = Duration::from_secs(u64::try_from(r[3]).unwrap_or(0));
+            let window = Duration::from_secs(u64::try_from(int(&r[3])).unwrap_or(0));
             decided.decision = decided.decision.with_window(window);
         }
         decided
