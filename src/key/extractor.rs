@@ -75,13 +75,7 @@ impl KeyExtractor {
     where
         F: Fn(&Parts) -> Option<Key> + Send + Sync + 'static,
     {
-        Self {
-            kind: Kind::Sync(Arc::new(f)),
-            name: name.into(),
-            source: KeySource::Any,
-            invalid: None,
-            ip: None,
-        }
+        Self::of(Kind::Sync(Arc::new(f)), name.into())
     }
 
     /// A key from an async closure. The closure reads what it needs from the
@@ -105,9 +99,14 @@ impl KeyExtractor {
         F: Fn(&Parts) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Option<Key>> + Send + 'static,
     {
+        Self::of(Kind::Async(Arc::new(move |p| Box::pin(f(p)))), name.into())
+    }
+
+    /// An extractor of any source, valid, with no IP of its own.
+    fn of(kind: Kind, name: Arc<str>) -> Self {
         Self {
-            kind: Kind::Async(Arc::new(move |p| Box::pin(f(p)))),
-            name: name.into(),
+            kind,
+            name,
             source: KeySource::Any,
             invalid: None,
             ip: None,
@@ -468,19 +467,13 @@ impl KeyExtractor {
             (Kind::Sync(a), Kind::Sync(b)) => Self::new(name, move |p| join(a(p), b(p))),
             (a, b) => {
                 let (a, b) = (
-                    KeyExtractor {
-                        kind: a,
-                        name: self.name,
+                    Self {
                         source: self.source,
-                        invalid: None,
-                        ip: None,
+                        ..Self::of(a, self.name)
                     },
-                    KeyExtractor {
-                        kind: b,
-                        name: other.name,
+                    Self {
                         source: other.source,
-                        invalid: None,
-                        ip: None,
+                        ..Self::of(b, other.name)
                     },
                 );
                 Self::new_async(name, move |p| {
