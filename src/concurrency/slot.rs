@@ -14,7 +14,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 
 use super::permit::{Acquire, Acquired, LocalSlots, Permit, Refused, local_only};
-use crate::backend::redis::{RedisBackend, SlotOp};
+use crate::backend::redis::{RedisBackend, SlotOp, SlotReply};
 use crate::failure::{Admit, FailureMode, Guard};
 use crate::policy::Cause;
 use crate::util::instant::after;
@@ -168,13 +168,7 @@ impl GlobalSlots {
             id: &id,
             answered: false,
         };
-        let reply = self
-            .guard
-            .call(
-                self.redis.reachability(),
-                std::pin::pin!(self.redis.slot(&name, &key, op)),
-            )
-            .await;
+        let reply = self.call(&name, &key, op).await;
         unanswered.answered = reply.is_ok();
         drop(unanswered);
         match reply {
@@ -229,15 +223,11 @@ impl GlobalSlots {
         Acquired { source, verdict }
     }
 
-    async fn call(&self, name: &str, key: &Key, op: SlotOp<'_>) -> Result<bool, Cause> {
-        let reply = self
-            .guard
-            .call(
-                self.redis.reachability(),
-                std::pin::pin!(self.redis.slot(name, key, op)),
-            )
-            .await?;
-        Ok(reply.ok)
+    async fn call(&self, name: &str, key: &Key, op: SlotOp<'_>) -> Result<SlotReply, Cause> {
+        let call = self.redis.slot(name, key, op);
+        self.guard
+            .call(self.redis.reachability(), std::pin::pin!(call))
+            .await
     }
 }
 
