@@ -60,12 +60,8 @@ impl Denied {
     /// ```
     pub fn new(rule: impl Into<Arc<str>>, retry_after: Option<Duration>) -> Self {
         Self {
-            rule: rule.into(),
             retry_after,
-            status: StatusCode::TOO_MANY_REQUESTS,
-            hidden: false,
-            misconfig: None,
-            violated: Vec::new(),
+            ..Self::rejected(rule.into(), StatusCode::TOO_MANY_REQUESTS, None)
         }
     }
 
