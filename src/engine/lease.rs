@@ -46,7 +46,6 @@ impl Global {
             .as_ref()
             .map_or(Duration::ZERO, |l| l.policy().ttl());
         let asked = Instant::now();
-        let sizes = (flight.need, flight.want);
         // A key too slow for more than this request's units: the rate
         // script, lighter than a grant that keeps the holders, and committed
         // with the rule's other such requests when it coalesces.
@@ -65,8 +64,8 @@ impl Global {
         } else {
             let target = Target::unlocked(&rule.name, rule.algorithm, &counted);
             let ask = LeaseAsk {
-                need: sizes.0,
-                want: sizes.1,
+                need: flight.need,
+                want: flight.want,
                 holder: &self.holder,
                 lease: ttl,
                 back,

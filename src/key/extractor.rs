@@ -283,7 +283,7 @@ impl KeyExtractor {
     /// ```
     pub fn peer_ip_prefix(v6_prefix: u8) -> Self {
         let resolve = |p: &Parts| Some(super::canonical(peer_addr(p)?.ip()));
-        let k = Self::ip("peer_ip", v6_prefix, move |p, warn| {
+        Self::ip("peer_ip", v6_prefix, move |p, warn| {
             let ip = peer_addr(p)?.ip();
             if forwarded(p) && is_private(ip) {
                 crate::observe::proxy_misconfig(
@@ -294,8 +294,8 @@ impl KeyExtractor {
                 );
             }
             Some(ip)
-        });
-        k.resolving(resolve)
+        })
+        .resolving(resolve)
     }
 
     /// With `resolve` as the client IP `exempt_ips` checks.
@@ -353,7 +353,7 @@ impl KeyExtractor {
     pub fn client_ip_prefix(proxies: TrustedProxies, v6_prefix: u8) -> Self {
         let trusted = proxies.clone();
         let resolve = move |p: &Parts| Some(trusted.client_ip(peer_addr(p)?.ip(), &p.headers));
-        let k = Self::ip("client_ip", v6_prefix, move |p, warn| {
+        Self::ip("client_ip", v6_prefix, move |p, warn| {
             let peer = peer_addr(p)?.ip();
             // A private peer is one's own infrastructure; public clients
             // behind corporate proxies send the header all the time.
@@ -366,8 +366,8 @@ impl KeyExtractor {
                 );
             }
             Some(proxies.client_ip(peer, &p.headers))
-        });
-        k.resolving(resolve)
+        })
+        .resolving(resolve)
     }
 
     /// The route pattern axum matched (`/users/{id}`, not `/users/7`), so
