@@ -206,8 +206,7 @@ impl GlobalSlots {
                 }),
                 FailureMode::FailOpen | FailureMode::RefusePercent(_) => {
                     let permit = self.local.take(key.clone());
-                    let held = self.local.held(&key);
-                    Ok((local_only(permit), held))
+                    Ok((local_only(permit), self.local.held(&key)))
                 }
                 FailureMode::FailClosed => Err(Refused {
                     retry_after: self.guard.closed_retry(),

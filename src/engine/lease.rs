@@ -71,8 +71,7 @@ impl Global {
                 back,
             };
             self.know_fleet(rule).await;
-            let previous = self.previous(counted);
-            let call = self.redis.grant(target, key, ask, previous);
+            let call = self.redis.grant(target, key, ask, self.previous(counted));
             let granted = self
                 .guard
                 .call(self.redis.reachability(), std::pin::pin!(call))

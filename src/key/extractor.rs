@@ -134,8 +134,7 @@ impl KeyExtractor {
             never.invalid = Some(format!("invalid header name {name:?}").into());
             return never;
         };
-        let label = format!("header:{header}");
-        Self::new(label, move |p| {
+        Self::new(format!("header:{header}"), move |p| {
             p.headers
                 .get(&header)
                 .map(|v| v.as_bytes())

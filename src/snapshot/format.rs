@@ -166,8 +166,7 @@ pub(crate) fn read(mut r: impl Read) -> Result<(Vec<SavedRule>, i64), SnapshotEr
             _ => return Err(corrupt(no, "an unknown record")),
         }
     }
-    let written = written.ok_or(corrupt(2, "no `written` line"))?;
-    Ok((rules, written))
+    Ok((rules, written.ok_or(corrupt(2, "no `written` line"))?))
 }
 
 /// A number on line `line`.
