@@ -171,28 +171,22 @@ impl GlobalSlots {
         let reply = self.call(&name, &key, op).await;
         unanswered.answered = reply.is_ok();
         drop(unanswered);
-        match reply {
+        let verdict = match reply {
             Ok(r) if r.ok => {
-                let local = self.local.take(key.clone());
-                let slot = Slot::start(self, name, key, id);
-                Acquired {
-                    source: Source::Global,
-                    verdict: Ok((
-                        Permit {
-                            _local: local,
-                            _slot: Some(Box::new(slot)),
-                        },
-                        r.in_flight,
-                    )),
-                }
+                let permit = Permit {
+                    _local: self.local.take(key.clone()),
+                    _slot: Some(Box::new(Slot::start(self, name, key, id))),
+                };
+                Ok((permit, r.in_flight))
             }
-            Ok(r) => Acquired {
-                source: Source::Global,
-                verdict: Err(Refused {
-                    retry_after: r.retry_after,
-                }),
-            },
-            Err(cause) => self.fail(key, limit, retry_hint, cause),
+            Ok(r) => Err(Refused {
+                retry_after: r.retry_after,
+            }),
+            Err(cause) => return self.fail(key, limit, retry_hint, cause),
+        };
+        Acquired {
+            source: Source::Global,
+            verdict,
         }
     }
 
