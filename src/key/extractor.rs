@@ -441,9 +441,8 @@ impl KeyExtractor {
             // Sync: don't even run `other` when this key exists.
             (Kind::Sync(a), Kind::Sync(b)) => {
                 let (a, b) = (a.clone(), b.clone());
-                let invalid = self.invalid.or(other.invalid);
                 Self {
-                    invalid,
+                    invalid: self.invalid.or(other.invalid),
                     ip: self.ip.or(other.ip),
                     source: KeySource::both(self.source, other.source),
                     ..Self::new(name, move |p| a(p).or_else(|| b(p)))
