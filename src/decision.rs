@@ -135,13 +135,8 @@ impl Decision {
     /// `Retry-After` is sent, because waiting would not help.
     pub(crate) const fn never(limit: u32, window: Duration) -> Self {
         Self {
-            allowed: false,
-            limit,
-            window: nanos(window),
-            remaining: 0,
-            reset: 0,
             retry_after: NO_RETRY,
-            next: 0,
+            ..Self::denied(limit, window, Duration::ZERO, Duration::ZERO)
         }
     }
 

@@ -317,16 +317,12 @@ impl Description {
 
     /// Where a "yes" from rule `i` (0-based) goes: past its group.
     fn after(&self, i: usize) -> usize {
-        match &self.rules[i].group {
-            None => i + 1,
-            Some(g) => {
-                i + 1
-                    + self.rules[i + 1..]
-                        .iter()
-                        .take_while(|r| r.group.as_ref() == Some(g))
-                        .count()
-            }
-        }
+        let group = &self.rules[i].group;
+        let rest = self.rules[i + 1..].iter();
+        i + 1
+            + rest
+                .take_while(|r| group.is_some() && r.group == *group)
+                .count()
     }
 
     /// Whether some requests skip every rule

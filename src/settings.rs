@@ -55,8 +55,7 @@ impl Settings {
             self.max_key_len < crate::key::MIN_MAX_KEY_LEN,
             "max_key_len must be at least 64 bytes (a hex SHA-256)",
         )?;
-        BuildError::invalid_if(self.instances == Some(0), "instances must be at least 1")?;
-        Ok(())
+        BuildError::invalid_if(self.instances == Some(0), "instances must be at least 1")
     }
 
     /// The instance count to divide by.

@@ -170,8 +170,7 @@ impl Drop for Shaper {
         // Paid for and never sent: the key's, not lost with the body.
         let units = self.credit / self.shared.unit;
         if units > 0 {
-            let meter = &self.shared.meter;
-            meter.give_back(&self.key, units, self.source);
+            self.shared.meter.give_back(&self.key, units, self.source);
         }
     }
 }

@@ -157,10 +157,7 @@ impl BandwidthLimitBuilder {
         let piece = burst_units.saturating_sub(leased_holdback(&mut rule, quota)) / 2;
         let name = rule.name.clone();
         let key_name: Arc<str> = rule.key.name().into();
-        #[cfg(feature = "redis")]
-        let global = matches!(rule.scope, crate::rule::Scope::Global(_));
-        #[cfg(not(feature = "redis"))]
-        let global = false;
+        let global = rule.scope.is_global();
         let meter = Meter::new(rule, settings.instances, settings.max_key_len)?;
         let policy = settings.headers.draft().then(|| {
             let mut item = String::new();

@@ -69,9 +69,7 @@ impl BandwidthLimitLayer {
     pub fn local_keys(&self) -> usize {
         self.shared.meter.local_keys()
     }
-}
 
-impl BandwidthLimitLayer {
     /// The limit as the rate limiter's rules are described: one row, whose
     /// quota is in bytes and whose answer is a delay.
     ///

@@ -110,22 +110,13 @@ impl ConcurrencyLimitBuilder {
         let slots = super::slot_store::SlotStore::local();
         #[cfg(feature = "redis")]
         let slots = self.global.slot_store(&self.name, &self.settings)?;
+        // Rendered once, and only when `RateLimit-Policy` is sent.
+        let quota_member = self.settings.headers.draft().then(|| {
+            StaticQuotaMember::new(&self.name, self.limit, self.retry_after, Unit::Concurrent)
+        });
         Ok(ConcurrencyLimitLayer {
             shared: Arc::new(Shared {
-                // Rendered once, and only when `RateLimit-Policy` is sent.
-                quota_member: self
-                    .settings
-                    .headers
-                    .draft()
-                    .then(|| {
-                        StaticQuotaMember::new(
-                            &self.name,
-                            self.limit,
-                            self.retry_after,
-                            Unit::Concurrent,
-                        )
-                    })
-                    .flatten(),
+                quota_member: quota_member.flatten(),
                 watch: KeyWatch::new(self.name.clone(), &self.key),
                 deny_log: Default::default(),
                 counted: crate::observe::Counted::new(&self.name),

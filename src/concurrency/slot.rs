@@ -14,7 +14,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 
 use super::permit::{Acquire, Acquired, LocalSlots, Permit, Refused, local_only};
-use crate::backend::redis::{RedisBackend, SlotOp};
+use crate::backend::redis::{RedisBackend, SlotOp, SlotReply};
 use crate::failure::{Admit, FailureMode, Guard};
 use crate::policy::Cause;
 use crate::util::instant::after;
@@ -168,37 +168,25 @@ impl GlobalSlots {
             id: &id,
             answered: false,
         };
-        let reply = self
-            .guard
-            .call(
-                self.redis.reachability(),
-                std::pin::pin!(self.redis.slot(&name, &key, op)),
-            )
-            .await;
+        let reply = self.call(&name, &key, op).await;
         unanswered.answered = reply.is_ok();
         drop(unanswered);
-        match reply {
+        let verdict = match reply {
             Ok(r) if r.ok => {
-                let local = self.local.take(key.clone());
-                let slot = Slot::start(self, name, key, id);
-                Acquired {
-                    source: Source::Global,
-                    verdict: Ok((
-                        Permit {
-                            _local: local,
-                            _slot: Some(Box::new(slot)),
-                        },
-                        r.in_flight,
-                    )),
-                }
+                let permit = Permit {
+                    _local: self.local.take(key.clone()),
+                    _slot: Some(Box::new(Slot::start(self, name, key, id))),
+                };
+                Ok((permit, r.in_flight))
             }
-            Ok(r) => Acquired {
-                source: Source::Global,
-                verdict: Err(Refused {
-                    retry_after: r.retry_after,
-                }),
-            },
-            Err(cause) => self.fail(key, limit, retry_hint, cause),
+            Ok(r) => Err(Refused {
+                retry_after: r.retry_after,
+            }),
+            Err(cause) => return self.fail(key, limit, retry_hint, cause),
+        };
+        Acquired {
+            source: Source::Global,
+            verdict,
         }
     }
 
@@ -212,8 +200,7 @@ impl GlobalSlots {
                 }),
                 FailureMode::FailOpen | FailureMode::RefusePercent(_) => {
                     let permit = self.local.take(key.clone());
-                    let held = self.local.held(&key);
-                    Ok((local_only(permit), held))
+                    Ok((local_only(permit), self.local.held(&key)))
                 }
                 FailureMode::FailClosed => Err(Refused {
                     retry_after: self.guard.closed_retry(),
@@ -229,15 +216,11 @@ impl GlobalSlots {
         Acquired { source, verdict }
     }
 
-    async fn call(&self, name: &str, key: &Key, op: SlotOp<'_>) -> Result<bool, Cause> {
-        let reply = self
-            .guard
-            .call(
-                self.redis.reachability(),
-                std::pin::pin!(self.redis.slot(name, key, op)),
-            )
-            .await?;
-        Ok(reply.ok)
+    async fn call(&self, name: &str, key: &Key, op: SlotOp<'_>) -> Result<SlotReply, Cause> {
+        let call = self.redis.slot(name, key, op);
+        self.guard
+            .call(self.redis.reachability(), std::pin::pin!(call))
+            .await
     }
 }
 

@@ -6,7 +6,7 @@
 use crate::failure::BreakerConfig;
 use crate::key::lookup::OnMissingKey;
 use crate::key::{KeyExtractor, TrustedProxies};
-use crate::rule::Lockout;
+use crate::rule::{Cost, Lockout, QuotaSource};
 use crate::{rate_limit::RateLimitBuilder, rate_limit::RateLimitLayer, rule::Rule};
 
 use super::error::ConfigError;
@@ -128,16 +128,14 @@ impl RuleConfig {
             .set(raw.on_key_space_full, Rule::on_key_space_full);
         rule.group = raw.any_of.map(Into::into);
         if let Some(name) = raw.quota_fn {
-            let f = lookup(&reg.quotas, "quota_fn", &name)?.clone();
-            rule = rule.quota_fn(move |p| f(p));
+            rule.quota = QuotaSource::Dynamic(lookup(&reg.quotas, "quota_fn", &name)?.clone());
         }
         if let Some(name) = &raw.exempt_fn {
             let f = lookup(&reg.exempts, "exempt_fn", name)?.clone();
             rule = rule.exempt(move |p| f(p));
         }
         if let Some(name) = raw.cost_fn {
-            let f = lookup(&reg.costs, "cost_fn", &name)?.clone();
-            rule = rule.cost_fn(move |p| f(p));
+            rule.cost = Cost::Dynamic(lookup(&reg.costs, "cost_fn", &name)?.clone());
         }
         if let Some(m) = &raw.on_missing_key {
             rule = rule.on_missing_key(on_missing(m, proxies.as_ref(), reg)?);
@@ -201,22 +199,15 @@ pub(super) fn key_extractor(
             KeyAtom::Everyone => KeyExtractor::everyone(),
         })
     };
-    let join = |parts: &[KeyAtom], f: fn(KeyExtractor, KeyExtractor) -> KeyExtractor| {
-        parts.iter().map(atom).try_fold(None, |acc, k| {
-            let k = k?;
-            Ok::<_, String>(Some(match acc {
-                None => k,
-                Some(a) => f(a, k),
-            }))
-        })
+    let joined = |keys: Vec<KeyExtractor>, f: fn(KeyExtractor, KeyExtractor) -> KeyExtractor| {
+        keys.into_iter()
+            .reduce(f)
+            .ok_or_else(|| "empty key".to_owned())
     };
-    let mut out: Option<KeyExtractor> = None;
+    let mut alts = Vec::new();
     for alt in &spec.0 {
-        let k = join(alt, KeyExtractor::and)?.ok_or("empty key")?;
-        out = Some(match out {
-            None => k,
-            Some(a) => a.or(k),
-        });
+        let atoms = alt.iter().map(atom).collect::<Result<_, _>>()?;
+        alts.push(joined(atoms, KeyExtractor::and)?);
     }
-    out.ok_or_else(|| "empty key".to_owned())
+    joined(alts, KeyExtractor::or)
 }

@@ -74,10 +74,9 @@ impl ConfigError {
             message = format!("{message}\n  {line} | {}", text.trim_end());
         }
         Self {
-            message,
-            path: None,
             line: Some(line),
             column: Some(column),
+            ..Self::new(message)
         }
     }
 

@@ -32,10 +32,9 @@ impl AnyOf {
     /// Asks the members of the group that starts at `at` while each answers
     /// at once.
     pub(super) fn start(rules: &[Arc<CompiledRule>], at: usize, parts: &Parts) -> Asked {
-        let end = at + rules[at].span;
         let mut g = Self {
             next: at,
-            end,
+            end: at + rules[at].span,
             denied: Vec::new(),
         };
         while g.next < g.end {

@@ -46,7 +46,6 @@ impl Global {
             .as_ref()
             .map_or(Duration::ZERO, |l| l.policy().ttl());
         let asked = Instant::now();
-        let sizes = (flight.need, flight.want);
         // A key too slow for more than this request's units: the rate
         // script, lighter than a grant that keeps the holders, and committed
         // with the rule's other such requests when it coalesces.
@@ -65,15 +64,14 @@ impl Global {
         } else {
             let target = Target::unlocked(&rule.name, rule.algorithm, &counted);
             let ask = LeaseAsk {
-                need: sizes.0,
-                want: sizes.1,
+                need: flight.need,
+                want: flight.want,
                 holder: &self.holder,
                 lease: ttl,
                 back,
             };
             self.know_fleet(rule).await;
-            let previous = self.previous(counted);
-            let call = self.redis.grant(target, key, ask, previous);
+            let call = self.redis.grant(target, key, ask, self.previous(counted));
             let granted = self
                 .guard
                 .call(self.redis.reachability(), std::pin::pin!(call))

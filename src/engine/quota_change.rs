@@ -37,13 +37,11 @@ impl Global {
         let older = was.converting().map(|c| c.from).unwrap_or_default();
         let alive = std::iter::once((old, crate::util::instant::after(now, lasts)))
             .chain(older.into_iter().flatten());
-        let at = crate::util::instant::unix_us().div_euclid(1_000_000);
-        let how = rule.on_quota_change;
         self.set_converting(Converting {
             from: collect(alive, to, now),
             to,
-            how,
-            at,
+            how: rule.on_quota_change,
+            at: crate::util::instant::unix_us().div_euclid(1_000_000),
         });
     }
 

@@ -147,16 +147,8 @@ impl CompiledRule {
         let within = self.rule.lockout.map_or(Duration::ZERO, |l| l.within);
         // A local rule's locks live here; a global rule's in Redis, and
         // here only as this gateway's copy, changed once Redis has.
-        if matches!(self.store, Store::Local(_)) {
-            match op {
-                ControlOp::Block(period) => {
-                    if !self.locks.block(&key, period, false, within) {
-                        return Err(ControlError::KeySpaceFull(self.rule.name.to_string()));
-                    }
-                }
-                ControlOp::Unblock | ControlOp::Reset => self.locks.unblock(&key),
-                ControlOp::Adjust(_) | ControlOp::GiveBack(..) | ControlOp::Refund(..) => {}
-            }
+        if matches!(self.store, Store::Local(_)) && !self.lock(&key, op, false, within) {
+            return Err(ControlError::KeySpaceFull(self.rule.name.to_string()));
         }
         match &self.store {
             Store::Local(store) => Ok(match (op, quota) {
@@ -176,15 +168,22 @@ impl CompiledRule {
             #[cfg(feature = "redis")]
             Store::Global(g) => {
                 let out = g.control(&self.rule, &key, quota, op).await?;
-                match op {
-                    ControlOp::Block(period) => {
-                        self.locks.block(&key, period, true, within);
-                    }
-                    ControlOp::Unblock | ControlOp::Reset => self.locks.unblock(&key),
-                    ControlOp::Adjust(_) | ControlOp::GiveBack(..) | ControlOp::Refund(..) => {}
-                }
+                self.lock(&key, op, true, within);
                 Ok(out)
             }
+        }
+    }
+
+    /// A block or unblock in the local locks (`learned`: from Redis, which
+    /// holds the lock too); false when a block finds no place for the key.
+    fn lock(&self, key: &Key, op: ControlOp, learned: bool, within: Duration) -> bool {
+        match op {
+            ControlOp::Block(period) => self.locks.block(key, period, learned, within),
+            ControlOp::Unblock | ControlOp::Reset => {
+                self.locks.unblock(key);
+                true
+            }
+            ControlOp::Adjust(_) | ControlOp::GiveBack(..) | ControlOp::Refund(..) => true,
         }
     }
 

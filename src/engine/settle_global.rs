@@ -62,8 +62,7 @@ impl Global {
             return None;
         }
         let quota = self.counting(rule, quota);
-        let op = ControlOp::Adjust(0);
-        let call = self.control_call(rule, &quota, key, op);
+        let call = self.control_call(rule, &quota, key, ControlOp::Adjust(0));
         let (d, _) = tokio::time::timeout(rule.failure.timeout, call)
             .await
             .ok()?

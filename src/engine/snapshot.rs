@@ -50,20 +50,13 @@ impl Chain {
         let now = unix_us();
         let mut restored = 0;
         for s in saved {
-            let Some(r) = self.find(&s.name) else {
+            let found = self.find(&s.name).and_then(|r| {
+                let q = share(&r.rule, r.rule.static_quota()?, r.instances);
+                Some((r.local_store()?, q, r.rule.on_quota_change))
+            });
+            let Some((store, q, how)) = found else {
                 continue;
             };
-            let Some(store) = r.local_store() else {
-                continue;
-            };
-            let Some(q) = r
-                .rule
-                .static_quota()
-                .map(|q| share(&r.rule, q, r.instances))
-            else {
-                continue;
-            };
-            let how = r.rule.on_quota_change;
             match &s.state {
                 Saved::Rolling {
                     limit,

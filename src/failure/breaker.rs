@@ -130,10 +130,7 @@ impl CircuitBreaker {
 
     /// How long the breaker stays open, when it is.
     pub(crate) fn open_remaining(&self) -> Option<Duration> {
-        match *self.state.lock().unwrap_or_else(PoisonError::into_inner) {
-            State::Open { until } => Some(until.saturating_duration_since(Instant::now())),
-            _ => None,
-        }
+        self.status().1
     }
 
     /// The state and, while open, the time left until the next probe.

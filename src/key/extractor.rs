@@ -75,13 +75,7 @@ impl KeyExtractor {
     where
         F: Fn(&Parts) -> Option<Key> + Send + Sync + 'static,
     {
-        Self {
-            kind: Kind::Sync(Arc::new(f)),
-            name: name.into(),
-            source: KeySource::Any,
-            invalid: None,
-            ip: None,
-        }
+        Self::of(Kind::Sync(Arc::new(f)), name.into())
     }
 
     /// A key from an async closure. The closure reads what it needs from the
@@ -105,9 +99,14 @@ impl KeyExtractor {
         F: Fn(&Parts) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Option<Key>> + Send + 'static,
     {
+        Self::of(Kind::Async(Arc::new(move |p| Box::pin(f(p)))), name.into())
+    }
+
+    /// An extractor of any source, valid, with no IP of its own.
+    fn of(kind: Kind, name: Arc<str>) -> Self {
         Self {
-            kind: Kind::Async(Arc::new(move |p| Box::pin(f(p)))),
-            name: name.into(),
+            kind,
+            name,
             source: KeySource::Any,
             invalid: None,
             ip: None,
@@ -135,8 +134,7 @@ impl KeyExtractor {
             never.invalid = Some(format!("invalid header name {name:?}").into());
             return never;
         };
-        let label = format!("header:{header}");
-        Self::new(label, move |p| {
+        Self::new(format!("header:{header}"), move |p| {
             p.headers
                 .get(&header)
                 .map(|v| v.as_bytes())
@@ -284,7 +282,7 @@ impl KeyExtractor {
     /// ```
     pub fn peer_ip_prefix(v6_prefix: u8) -> Self {
         let resolve = |p: &Parts| Some(super::canonical(peer_addr(p)?.ip()));
-        let k = Self::ip("peer_ip", v6_prefix, move |p, warn| {
+        Self::ip("peer_ip", v6_prefix, move |p, warn| {
             let ip = peer_addr(p)?.ip();
             if forwarded(p) && is_private(ip) {
                 crate::observe::proxy_misconfig(
@@ -295,8 +293,8 @@ impl KeyExtractor {
                 );
             }
             Some(ip)
-        });
-        k.resolving(resolve)
+        })
+        .resolving(resolve)
     }
 
     /// With `resolve` as the client IP `exempt_ips` checks.
@@ -354,7 +352,7 @@ impl KeyExtractor {
     pub fn client_ip_prefix(proxies: TrustedProxies, v6_prefix: u8) -> Self {
         let trusted = proxies.clone();
         let resolve = move |p: &Parts| Some(trusted.client_ip(peer_addr(p)?.ip(), &p.headers));
-        let k = Self::ip("client_ip", v6_prefix, move |p, warn| {
+        Self::ip("client_ip", v6_prefix, move |p, warn| {
             let peer = peer_addr(p)?.ip();
             // A private peer is one's own infrastructure; public clients
             // behind corporate proxies send the header all the time.
@@ -367,8 +365,8 @@ impl KeyExtractor {
                 );
             }
             Some(proxies.client_ip(peer, &p.headers))
-        });
-        k.resolving(resolve)
+        })
+        .resolving(resolve)
     }
 
     /// The route pattern axum matched (`/users/{id}`, not `/users/7`), so
@@ -443,9 +441,8 @@ impl KeyExtractor {
             // Sync: don't even run `other` when this key exists.
             (Kind::Sync(a), Kind::Sync(b)) => {
                 let (a, b) = (a.clone(), b.clone());
-                let invalid = self.invalid.or(other.invalid);
                 Self {
-                    invalid,
+                    invalid: self.invalid.or(other.invalid),
                     ip: self.ip.or(other.ip),
                     source: KeySource::both(self.source, other.source),
                     ..Self::new(name, move |p| a(p).or_else(|| b(p)))
@@ -468,19 +465,13 @@ impl KeyExtractor {
             (Kind::Sync(a), Kind::Sync(b)) => Self::new(name, move |p| join(a(p), b(p))),
             (a, b) => {
                 let (a, b) = (
-                    KeyExtractor {
-                        kind: a,
-                        name: self.name,
+                    Self {
                         source: self.source,
-                        invalid: None,
-                        ip: None,
+                        ..Self::of(a, self.name)
                     },
-                    KeyExtractor {
-                        kind: b,
-                        name: other.name,
+                    Self {
                         source: other.source,
-                        invalid: None,
-                        ip: None,
+                        ..Self::of(b, other.name)
                     },
                 );
                 Self::new_async(name, move |p| {

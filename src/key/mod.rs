@@ -178,23 +178,17 @@ impl From<&'static str> for Key {
     }
 }
 
-impl From<String> for Key {
-    fn from(s: String) -> Self {
-        Self::new(s)
-    }
+/// `From` an owned buffer, which the key keeps as it is.
+macro_rules! from_owned {
+    ($($t:ty),+) => {$(
+        impl From<$t> for Key {
+            fn from(bytes: $t) -> Self {
+                Self::new(bytes)
+            }
+        }
+    )+};
 }
-
-impl From<Vec<u8>> for Key {
-    fn from(v: Vec<u8>) -> Self {
-        Self::new(v)
-    }
-}
-
-impl From<Bytes> for Key {
-    fn from(b: Bytes) -> Self {
-        Self::new(b)
-    }
-}
+from_owned!(String, Vec<u8>, Bytes);
 
 impl From<IpAddr> for Key {
     fn from(ip: IpAddr) -> Self {

@@ -17,9 +17,8 @@ impl Cause {
     pub(crate) fn kind(&self) -> &'static str {
         match self {
             Self::Timeout(_) => "timeout",
-            Self::Error(_) => "error",
+            Self::Error(_) | Self::Waited => "error",
             Self::CircuitOpen => "circuit_open",
-            Self::Waited => "error",
         }
     }
 }

@@ -133,7 +133,6 @@ impl Lockout {
         BuildError::invalid_if(
             self.after == 0 || self.within.is_zero() || self.block_for.is_zero(),
             "a lockout needs at least one deny, a positive period and a positive block",
-        )?;
-        Ok(())
+        )
     }
 }

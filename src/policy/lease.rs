@@ -73,8 +73,7 @@ impl LeasePolicy {
             self.ttl < Duration::from_millis(1) || self.ttl > Duration::from_secs(60),
             "a lease's ttl must be between 1 ms and 60 s",
         )?;
-        BuildError::invalid_if(self.max_units == 0, "a lease needs max_units of at least 1")?;
-        Ok(())
+        BuildError::invalid_if(self.max_units == 0, "a lease needs max_units of at least 1")
     }
 
     /// The units that flow into a smooth bucket during one `ttl`: what Redis

@@ -6,8 +6,6 @@ use std::sync::Arc;
 
 use std::time::Duration;
 
-use http::StatusCode;
-
 use super::shared::Shared;
 use crate::decision::{Decision, Decisions, RuleDecision};
 use crate::engine::Chain;
@@ -187,11 +185,7 @@ impl KeyedRules {
             };
         };
         let denied = Denied {
-            rule: answer.rule.clone(),
-            retry_after: answer.decision.retry_after(),
-            status: StatusCode::TOO_MANY_REQUESTS,
             hidden: answer.hidden,
-            misconfig: None,
             violated: match refused.len() {
                 1 => Vec::new(),
                 _ => refused
@@ -200,6 +194,7 @@ impl KeyedRules {
                     .map(|d| d.rule.clone())
                     .collect(),
             },
+            ..Denied::new(answer.rule.clone(), answer.decision.retry_after())
         };
         let refusal = refusal(&self.shared.deny, &denied, &http::HeaderMap::new(), headers);
         KeyedAnswer {

@@ -35,17 +35,6 @@ pub struct RateLimitLayer {
     pub(super) shared: Arc<Shared>,
 }
 
-impl RateLimitLayer {
-    /// The layer's rules as they are now, for deciding keys handed to them:
-    /// see [`KeyedRules`].
-    pub fn keyed(&self) -> KeyedRules {
-        KeyedRules {
-            chain: self.shared.chain.load(),
-            shared: self.shared.clone(),
-        }
-    }
-}
-
 /// A handle that does not keep the layer alive: the rules file's watcher
 /// holds one, so it stops once every clone and service of the layer is gone.
 #[cfg(feature = "config")]
@@ -59,6 +48,15 @@ impl WeakLayer {
 }
 
 impl RateLimitLayer {
+    /// The layer's rules as they are now, for deciding keys handed to them:
+    /// see [`KeyedRules`].
+    pub fn keyed(&self) -> KeyedRules {
+        KeyedRules {
+            chain: self.shared.chain.load(),
+            shared: self.shared.clone(),
+        }
+    }
+
     #[cfg(feature = "config")]
     pub(crate) fn downgrade(&self) -> WeakLayer {
         WeakLayer(Arc::downgrade(&self.shared))

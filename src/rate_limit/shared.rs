@@ -182,11 +182,8 @@ fn denial(refused: &[RuleDecision]) -> Denied {
         }
     };
     Denied {
-        rule: answer.rule.clone(),
-        retry_after: answer.decision.retry_after(),
-        status: StatusCode::TOO_MANY_REQUESTS,
         hidden: answer.hidden,
-        misconfig: None,
         violated,
+        ..Denied::new(answer.rule.clone(), answer.decision.retry_after())
     }
 }

@@ -60,12 +60,8 @@ impl Denied {
     /// ```
     pub fn new(rule: impl Into<Arc<str>>, retry_after: Option<Duration>) -> Self {
         Self {
-            rule: rule.into(),
             retry_after,
-            status: StatusCode::TOO_MANY_REQUESTS,
-            hidden: false,
-            misconfig: None,
-            violated: Vec::new(),
+            ..Self::rejected(rule.into(), StatusCode::TOO_MANY_REQUESTS, None)
         }
     }
 
@@ -130,21 +126,20 @@ impl Denied {
     /// What the refusal says in words: the problem's `detail`, and gRPC's
     /// `grpc-message`.
     pub(crate) fn detail(&self) -> String {
-        let d = self;
         // A hidden rule is not named: its limits are nobody's business.
-        let name = if d.hidden {
+        let name = if self.hidden {
             "a".to_owned()
         } else {
-            format!("{:?}", &*d.rule)
+            format!("{:?}", &*self.rule)
         };
-        if d.status == StatusCode::TOO_MANY_REQUESTS {
-            match d.retry_after_secs() {
+        if self.status == StatusCode::TOO_MANY_REQUESTS {
+            match self.retry_after_secs() {
                 Some(s) => format!("rate limit {name} exceeded; retry in {s} s"),
                 None => format!("request exceeds what rate limit {name} can ever admit"),
             }
-        } else if let Some(m) = d.misconfig {
+        } else if let Some(m) = self.misconfig {
             format!("rate limit {name} is misconfigured: {}", m.public())
-        } else if d.status == StatusCode::UNAUTHORIZED {
+        } else if self.status == StatusCode::UNAUTHORIZED {
             format!(
                 "credentials required: rate limit {name} counts requests by caller, and this request names none"
             )

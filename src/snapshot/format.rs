@@ -57,8 +57,7 @@ pub(crate) fn write(mut w: impl Write, rules: &[SavedRule], now: i64) -> Result<
     let sum = hex(&Sha256::digest(body.as_bytes()));
     body.push_str(&format!("end {lines} {sum}\n"));
     w.write_all(body.as_bytes())?;
-    w.flush()?;
-    Ok(())
+    Ok(w.flush()?)
 }
 
 /// Reads a whole snapshot: its rules, and when it was written (unix µs).
@@ -167,8 +166,7 @@ pub(crate) fn read(mut r: impl Read) -> Result<(Vec<SavedRule>, i64), SnapshotEr
             _ => return Err(corrupt(no, "an unknown record")),
         }
     }
-    let written = written.ok_or(corrupt(2, "no `written` line"))?;
-    Ok((rules, written))
+    Ok((rules, written.ok_or(corrupt(2, "no `written` line"))?))
 }
 
 /// A number on line `line`.

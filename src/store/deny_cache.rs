@@ -117,10 +117,6 @@ impl DenyCache {
         self.map.put(key, entry, |e| e.until > now);
     }
 
-    fn forget_expired(&self, now: Instant) -> usize {
-        self.map.retain(|e| e.until > now)
-    }
-
     /// Redis admitted with room to spare, or could not answer: the key's
     /// requests go to Redis again.
     pub(crate) fn forget(&self, key: &Key) {
@@ -138,7 +134,7 @@ impl DenyCache {
     }
 
     fn cleanup_at(&self, now: Instant) {
-        self.forget_expired(now);
+        self.map.retain(|e| e.until > now);
         self.map.shrink_to_fit();
     }
 }

@@ -144,7 +144,7 @@ impl Leases {
             }
         }
         let full = self.map.len() >= self.max_keys;
-        let want = match self.map.entry(key.clone()) {
+        let (want, unspent) = match self.map.entry(key.clone()) {
             Entry::Occupied(mut e) => {
                 let now = clock();
                 let h = e.get_mut();
@@ -176,7 +176,6 @@ impl Leases {
                 (1, None)
             }
         };
-        let (want, unspent) = want;
         let need = cost.max(min_ask(want, counted));
         Take::Ask(Box::new(Flight {
             leases: self.clone(),

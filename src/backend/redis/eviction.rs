@@ -28,8 +28,7 @@ impl RedisBackend {
     pub(super) async fn read_eviction_policy(&self) -> Option<String> {
         let mut cmd = redis::cmd("CONFIG");
         cmd.arg("GET").arg("maxmemory-policy");
-        let reply = self.inner.conn.query::<Vec<String>>(&cmd).await;
-        let policy = match reply {
+        let policy = match self.inner.conn.query::<Vec<String>>(&cmd).await {
             Ok(pair) => pair.into_iter().nth(1)?,
             Err(e) => {
                 tracing::debug!(target: crate::observe::TARGET, error = %e, "cannot read redis maxmemory-policy");

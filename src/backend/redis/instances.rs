@@ -14,8 +14,7 @@ use super::script;
 /// One announcement; the live count, also kept for the failure mode.
 pub(super) async fn announce(backend: &RedisBackend) -> Option<u32> {
     let m = backend.inner.membership.as_ref()?;
-    let key = set_key(&backend.inner.prefix);
-    let invocation = script::instances(key, &m.id, m.ttl, false);
+    let invocation = script::instances(set_key(&backend.inner.prefix), &m.id, m.ttl, false);
     // A silent Redis must not hold the task past the next announcement.
     let reply = tokio::time::timeout(m.ttl / 3, backend.invoke::<i64>(&invocation)).await;
     let n = u32::try_from(reply.ok()?.ok()?).ok()?;

@@ -17,17 +17,10 @@ pub(crate) struct Membership {
 
 impl Membership {
     pub(crate) fn new(ttl: Duration, id: Option<String>) -> Self {
-        if let Some(id) = id {
-            return Self {
-                id,
-                ttl,
-                count: Arc::default(),
-            };
-        }
-        // One id per process: a gateway with several backends on one Redis
-        // and prefix counts once.
         Self {
-            id: process_id().to_owned(),
+            // Without one, one id per process: a gateway with several
+            // backends on one Redis and prefix counts once.
+            id: id.unwrap_or_else(|| process_id().to_owned()),
             ttl,
             count: Arc::default(),
         }

@@ -32,5 +32,5 @@ pub use error::RedisBackendError;
 pub(crate) use gather::gathered;
 pub(crate) use membership::process_id;
 pub(crate) use script::{
-    Decided, Grant, LeaseAsk, Locking, MAX_PREVIOUS, Previous, Record, SlotOp, Target,
+    Decided, Grant, LeaseAsk, Locking, MAX_PREVIOUS, Previous, Record, SlotOp, SlotReply, Target,
 };

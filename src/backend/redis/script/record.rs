@@ -57,13 +57,10 @@ pub(crate) fn parse(flat: &[String], own: &[u8]) -> Option<Record> {
             continue;
         }
         // Another algorithm's states have another shape: not converted.
-        let Some((s, spec)) = t[0].split_once(':') else {
-            continue;
-        };
-        if s.as_bytes() != shape {
-            continue;
-        }
-        if let Some(quota) = spec_quota(spec) {
+        if let Some((s, spec)) = t[0].split_once(':')
+            && s.as_bytes() == shape
+            && let Some(quota) = spec_quota(spec)
+        {
             others.push(InPlay {
                 quota,
                 first_ms: first,
