@@ -83,6 +83,9 @@ impl<F: Future> Future for Gathered<F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let mut this = self.project();
+        // Replies first: each reaches its caller before the callers are
+        // polled, so that they finish in this poll rather than the next.
+        while let Poll::Ready(Some(())) = this.calls.poll_next_unpin(cx) {}
         let polled = GATHER.sync_scope(this.gather.clone(), || this.inner.as_mut().poll(cx));
         if polled.is_ready() {
             return polled;
