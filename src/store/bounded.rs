@@ -57,18 +57,26 @@ impl<V> BoundedMap<V> {
         }
     }
 
-    /// Whether no entry is held, but maybe one being inserted meanwhile.
-    pub(crate) fn is_empty(&self) -> bool {
+    /// Whether no entry is held, but maybe one being inserted meanwhile:
+    /// a store that holds nothing, most of them most of the time, is then
+    /// neither hashed into nor locked.
+    fn is_empty(&self) -> bool {
         self.held.load(Ordering::Acquire) == 0
     }
 
     pub(crate) fn get_mut(&self, key: &Key) -> Option<RefMut<'_, Key, V>> {
+        if self.is_empty() {
+            return None;
+        }
         self.map.get_mut(key)
     }
 
     /// Removes `key`'s entry when `remove` says so (called under the
     /// entry's lock); whether it did.
     pub(crate) fn remove_if(&self, key: &Key, remove: impl FnOnce(&V) -> bool) -> bool {
+        if self.is_empty() {
+            return false;
+        }
         let removed = self.map.remove_if(key, |_, v| remove(v)).is_some();
         if removed {
             self.held.fetch_sub(1, Ordering::Release);
