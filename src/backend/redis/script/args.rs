@@ -24,16 +24,16 @@ pub(crate) struct Eval {
 
 impl Eval {
     /// A call of `script` (whose text is `source`) with `keys` keys, which
-    /// the caller then adds before any argument.
+    /// the caller then adds before any argument, and room for `values`
+    /// keys and arguments of `bytes` in all.
     pub(super) fn new(
         script: &Script,
         source: &'static str,
         keys: usize,
-        key_bytes: usize,
+        (values, bytes): (usize, usize),
     ) -> Self {
-        // Sized once: the batch's arguments past the keys are a few dozen
-        // short numbers.
-        let mut cmd = redis::Cmd::with_capacity(keys + 32, key_bytes + 160);
+        // Sized once, with the hash and the key count.
+        let mut cmd = redis::Cmd::with_capacity(values + 3, bytes + 64);
         cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys);
         Self {
             cmd,

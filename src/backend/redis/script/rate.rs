@@ -124,7 +124,7 @@ pub(crate) fn rate(
             .enumerate()
             .all(|(i, &(index, cost))| index == i && cost == 1);
     let stride = 1 + usize::from(locks.read) + if declared { n } else { 0 };
-    let key_bytes = keys
+    let key_bytes: usize = keys
         .iter()
         .map(|(state, lock, old)| {
             state.len()
@@ -133,7 +133,9 @@ pub(crate) fn rate(
         })
         .sum();
     let (script, source) = &scripts.rate;
-    let mut eval = Eval::new(script, source, stride * keys.len(), key_bytes);
+    // The arguments past the keys are a few dozen short numbers.
+    let room = (stride * keys.len() + 32, key_bytes + 160);
+    let mut eval = Eval::new(script, source, stride * keys.len(), room);
     eval.multi = scripts.multi;
     for (state, lock, old) in &keys {
         eval.arg(&state[..]);
@@ -176,37 +178,41 @@ pub(crate) fn rate(
 
 /// `calls` as one call of `multi.lua`: their keys in order, then the
 /// count, each call's script and sizes, and their arguments in order.
-pub(crate) fn multi<'a>(calls: impl Iterator<Item = &'a Eval> + Clone) -> Eval {
-    // Past EVALSHA, the hash and the key count.
-    let parts = |eval: &'a Eval| {
-        let args = eval.cmd.args_iter().skip(3).filter_map(|a| match a {
-            redis::Arg::Simple(bytes) => Some(bytes),
-            // A cursor is SCAN's, never a script's.
-            _ => None,
-        });
-        (args.clone().take(eval.keys), args.skip(eval.keys))
-    };
-    let keys: usize = calls.clone().map(|e| e.keys).sum();
-    let bytes = calls
-        .clone()
-        .flat_map(|e| parts(e).0)
-        .map(<[u8]>::len)
-        .sum();
+pub(crate) fn multi<'a>(calls: impl Iterator<Item = &'a Eval>) -> Eval {
+    // Each call's values once, past EVALSHA, the hash and the key count
+    // (a cursor is SCAN's, never a script's).
+    let calls: smallvec::SmallVec<[(&Eval, smallvec::SmallVec<[&[u8]; 24]>); 4]> = calls
+        .map(|eval| {
+            let values = eval.cmd.args_iter().skip(3).filter_map(|a| match a {
+                redis::Arg::Simple(bytes) => Some(bytes),
+                _ => None,
+            });
+            (eval, values.collect())
+        })
+        .collect();
+    let keys = calls.iter().map(|(e, _)| e.keys).sum();
+    let values = calls.iter().map(|(_, v)| v.len() + 3).sum::<usize>() + 1;
+    let bytes = (calls.iter())
+        .flat_map(|(_, v)| v.iter().map(|v| v.len()))
+        .sum::<usize>()
+        + 8 * calls.len();
     let (script, source) = &*sources::MULTI;
-    let mut multi = Eval::new(script, source, keys, bytes);
-    for eval in calls.clone() {
-        for key in parts(eval).0 {
-            multi.arg(key);
+    let mut multi = Eval::new(script, source, keys, (values, bytes));
+    for (eval, values) in &calls {
+        for key in &values[..eval.keys] {
+            multi.arg(*key);
         }
     }
-    multi.arg(calls.clone().count());
-    for eval in calls.clone() {
-        let args = parts(eval).1.count();
-        multi.arg(eval.multi).arg(eval.keys).arg(args);
+    multi.arg(calls.len());
+    for (eval, values) in &calls {
+        multi
+            .arg(eval.multi)
+            .arg(eval.keys)
+            .arg(values.len() - eval.keys);
     }
-    for eval in calls {
-        for arg in parts(eval).1 {
-            multi.arg(arg);
+    for (eval, values) in &calls {
+        for arg in &values[eval.keys..] {
+            multi.arg(*arg);
         }
     }
     multi
