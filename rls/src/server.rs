@@ -284,7 +284,7 @@ impl RateLimitServer {
 
     /// Decides a whole request, as `ShouldRateLimit` answers it: every
     /// descriptor on one snapshot, all of them together.
-    async fn decide(&self, req: RateLimitRequest) -> Result<RateLimitResponse, Status> {
+    async fn answer(&self, req: RateLimitRequest) -> Result<RateLimitResponse, Status> {
         if req.domain.is_empty() {
             return Err(Status::invalid_argument("the request's `domain` is empty"));
         }
@@ -631,6 +631,6 @@ impl RateLimitService for RateLimitServer {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        self.decide(request.into_inner()).await.map(Response::new)
+        self.answer(request.into_inner()).await.map(Response::new)
     }
 }

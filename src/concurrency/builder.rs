@@ -105,7 +105,7 @@ impl ConcurrencyLimitBuilder {
         BuildError::invalid_if(self.limit == 0, "max_in_flight must be at least 1")?;
         BuildError::invalid_if(self.retry_after.is_zero(), "retry_after must be positive")?;
         self.settings.validate()?;
-        OnMissingKey::check_keys(self.on_missing.as_ref(), &self.key, &self.name)?;
+        OnMissingKey::validate_keys(self.on_missing.as_ref(), &self.key, &self.name)?;
         #[cfg(not(feature = "redis"))]
         let slots = super::slot_store::SlotStore::local();
         #[cfg(feature = "redis")]

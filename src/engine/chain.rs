@@ -280,7 +280,7 @@ impl Chain {
     }
 
     pub(crate) fn cleanup(&self) {
-        self.recorder.check(self.rules.len());
+        self.recorder.warn_if_replaced(self.rules.len());
         for r in &self.rules {
             r.locks
                 .cleanup(r.rule.lockout.map_or(Duration::ZERO, |l| l.within));

@@ -13,7 +13,7 @@ pub(super) fn validate(rule: &Rule, instances: Option<u32>) -> Result<(), BuildE
         return Err(BuildError::InvalidRuleName(name.to_string()));
     }
     let rule_err = || name.to_string();
-    OnMissingKey::check_keys(rule.on_missing.as_ref(), &rule.key, name)?;
+    OnMissingKey::validate_keys(rule.on_missing.as_ref(), &rule.key, name)?;
     if let Some(lockout) = rule.lockout {
         lockout.validate()?;
         BuildError::invalid_if(

@@ -144,7 +144,7 @@ impl KeyExtractor {
     }
 
     /// The configuration error this extractor, or one it combines, carries.
-    pub(crate) fn check(&self, rule: &str) -> Result<(), crate::error::BuildError> {
+    pub(crate) fn validate(&self, rule: &str) -> Result<(), crate::error::BuildError> {
         match &self.invalid {
             None => Ok(()),
             Some(error) => Err(crate::error::BuildError::InvalidKey {

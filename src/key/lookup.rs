@@ -72,14 +72,14 @@ pub(crate) type Lookup = NowOrLater<Found>;
 
 impl OnMissingKey {
     /// The configuration errors `key`, and the fallback extractor, carry.
-    pub(crate) fn check_keys(
+    pub(crate) fn validate_keys(
         policy: Option<&Self>,
         key: &KeyExtractor,
         rule: &str,
     ) -> Result<(), BuildError> {
-        key.check(rule)?;
+        key.validate(rule)?;
         match policy {
-            Some(Self::Fallback(k)) => k.check(rule),
+            Some(Self::Fallback(k)) => k.validate(rule),
             _ => Ok(()),
         }
     }
@@ -112,7 +112,7 @@ pub(crate) fn lookup(
                     watch.found();
                     return Found::Key(k);
                 }
-                if let Some(found) = decide(without, absent, &watch) {
+                if let Some(found) = keyless(without, absent, &watch) {
                     return found;
                 }
                 match fallback {
@@ -131,7 +131,7 @@ fn without_key(
     parts: &Parts,
     watch: &Arc<KeyWatch>,
 ) -> Lookup {
-    if let Some(found) = decide(Without::of(policy), absent, watch) {
+    if let Some(found) = keyless(Without::of(policy), absent, watch) {
         return Lookup::Now(found);
     }
     // Only a fallback leaves the decision to another extractor.
@@ -175,7 +175,7 @@ impl Without {
 }
 
 /// What a request without a key gets; `None` when the fallback decides.
-fn decide(without: Without, absent: Option<Misconfig>, watch: &KeyWatch) -> Option<Found> {
+fn keyless(without: Without, absent: Option<Misconfig>, watch: &KeyWatch) -> Option<Found> {
     let checked = matches!(without, Without::Checked);
     if let Some(m) = absent {
         if checked || m.always_wrong() {

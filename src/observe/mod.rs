@@ -483,7 +483,7 @@ impl RecorderSeen {
 
     /// Warns once when the recorder is no longer the one the counters
     /// were resolved against.
-    pub(crate) fn check(&self, rules: usize) {
+    pub(crate) fn warn_if_replaced(&self, rules: usize) {
         if recorder_id() != self.at_build && !self.warned.swap(true, Ordering::Relaxed) {
             tracing::warn!(target: TARGET, rules, "a metrics recorder was installed after this rate limit was built: its allow and deny counts go to the one before (none); install the recorder first, or reload the rules");
         }
@@ -526,10 +526,10 @@ mod tests {
         let before = metrics_util::debugging::DebuggingRecorder::new();
         let after = metrics_util::debugging::DebuggingRecorder::new();
         let seen = metrics::with_local_recorder(&before, RecorderSeen::now);
-        metrics::with_local_recorder(&before, || seen.check(1));
+        metrics::with_local_recorder(&before, || seen.warn_if_replaced(1));
         assert_eq!(*warns.lock().unwrap(), 0, "the same recorder");
-        metrics::with_local_recorder(&after, || seen.check(1));
-        metrics::with_local_recorder(&after, || seen.check(1));
+        metrics::with_local_recorder(&after, || seen.warn_if_replaced(1));
+        metrics::with_local_recorder(&after, || seen.warn_if_replaced(1));
         assert_eq!(*warns.lock().unwrap(), 1, "another one, said once");
     }
 }

@@ -60,7 +60,7 @@ impl Remote {
 
     /// Asks the service, and turns its answer (or its failure) into an
     /// admission.
-    pub(super) async fn decide(
+    pub(super) async fn ask(
         self: Arc<Self>,
         parts: Parts,
         descriptors: Vec<RateLimitDescriptor>,

@@ -86,7 +86,7 @@ where
                         Err(descriptors)
                     }
                 },
-                |parts, descriptors| Box::pin(remote.clone().decide(parts, descriptors)),
+                |parts, descriptors| Box::pin(remote.clone().ask(parts, descriptors)),
             ),
         }
     }
