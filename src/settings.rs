@@ -230,8 +230,8 @@ macro_rules! failure_setters {
         }
 
         /// The circuit breaker in front of Redis (default: open after 5
-        /// consecutive failures, probe after 1 s; a lost connection opens it
-        /// at once).
+        /// consecutive failures, probe after 1 s; a refused connection
+        /// opens it at once).
         ///
         /// ```
         /// # use keyed_rate_limit::{ConcurrencyLimitLayer, KeyExtractor, Quota, Rule};

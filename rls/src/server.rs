@@ -118,9 +118,10 @@ impl RateLimitServerBuilder {
         self
     }
 
-    /// Every limit's near-limit ratio, as [`Rule::near_limit_ratio`]
-    /// (envoyproxy/ratelimit's `NEAR_LIMIT_RATIO`; this crate's default,
-    /// 0.8, is the same).
+    /// Every limit's near-limit ratio, as [`Rule::near_limit_ratio`]: the
+    /// share of its limit left (default 0.2, which is what
+    /// envoyproxy/ratelimit's `NEAR_LIMIT_RATIO` of 0.8, a share used,
+    /// means).
     pub fn near_limit_ratio(mut self, ratio: f64) -> Self {
         self.settings.near_limit = Some(ratio);
         self

@@ -1,5 +1,5 @@
 //! A circuit breaker: opened by `failure_threshold` consecutive failures
-//! (or at once by a lost connection), it skips calls for `open_for`, then
+//! (or at once by a refused connection), it skips calls for `open_for`, then
 //! lets one probe through. A dead backend (Redis, or the remote rate-limit
 //! service of `rls::client`) then costs one timeout per probe instead of
 //! one per request.

@@ -31,7 +31,8 @@
 //!   of_window, ends_in)` → `true` when void, `reset(key)`: the control
 //!   handle's;
 //! - for the rolling algorithms, their moves inside `moves()`
-//!   (`moved.lua` and the algorithm's `*_moves.lua`): the functions
+//!   (`moved.lua` after the algorithm's own files among `whole_at.lua`,
+//!   `one_key.lua` and its `*_moves.lua`): the functions
 //!   `m.capacity`, `m.absent`, `m.movable`, `m.move` and `m.bury`, and the
 //!   flag `m.counts`.
 //!
