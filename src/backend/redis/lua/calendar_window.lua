@@ -56,7 +56,6 @@ local function decide(key, cost)
     return 0, 0, reset_ms, reset_ms, finish - start
   end
   count = count + cost
-  left_ms = reset_ms
   if current then
     redis.call('HINCRBY', key, 'c', cost)
   elseif converted_in then
@@ -66,7 +65,8 @@ local function decide(key, cost)
   end
   -- A second past the edge: the check above, not the expiry, ends the window.
   if not current then redis.call('PEXPIREAT', key, finish * 1000 + 1000) end
-  return 1, limit - count, reset_ms, reset_ms, finish - start
+  -- For grant.lua, the time left in the window.
+  return 1, limit - count, reset_ms, reset_ms, finish - start, reset_ms
 end
 
 -- The control handle's (control.lua): what a one-unit request would be

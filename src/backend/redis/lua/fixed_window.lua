@@ -67,10 +67,9 @@ local function decide(key, cost, of_window)
     if n - cost < limit then redis.call('DECRBY', key, cost) end
     return 0, 0, ttl, ttl
   end
-  -- Every unit spent comes back together when the window ends.
-  left_ms = ttl
-  window_id = now_ms + ttl
-  return 1, limit - n, ttl, ttl
+  -- Every unit spent comes back together when the window ends; for
+  -- grant.lua, the time left in the window and its name (its end).
+  return 1, limit - n, ttl, ttl, nil, ttl, now_ms + ttl
 end
 
 -- The control handle's (control.lua): what a one-unit request would be

@@ -1,6 +1,7 @@
 -- Leases quota to one gateway (clock.lua and an algorithm's
--- `decide(key, cost, of_window)` and moved.lua come first; `decide` may set
--- `left_ms` to the time left in its window).
+-- `decide(key, cost, of_window)` and moved.lua come first; a window's
+-- `decide` returns the time left in its window and the window's name after
+-- its decision).
 -- ARGV: limit, window_us, burst (as the algorithm takes them), need, want,
 -- holder, lease_ms, back: units of this holder's last lease it did not
 -- spend, given back first (`decide` of a negative cost), back_window: for a
@@ -33,7 +34,7 @@ if back > 0 then decide(KEYS[1], -back, back_window) end
 
 local locked = redis.call('PTTL', lock)
 if locked > 0 then return {0, 0, locked, locked, 0, 0} end
-local allowed, remaining, wait, reset = decide(KEYS[1], need)
+local allowed, remaining, wait, reset, _, left_ms, window_id = decide(KEYS[1], need)
 if allowed == 0 then return {0, 0, wait, reset, 0, 0} end
 local granted = need
 local others = redis.call('ZCARD', holders)
@@ -42,10 +43,10 @@ if redis.call('ZSCORE', holders, holder) then others = others - 1 end
 local share = math.floor((remaining + need) / (others + 1))
 local extra = math.min(want, share, remaining + need) - need
 if extra > 0 then
-  local a2, rem2, wait2, reset2 = decide(KEYS[1], extra)
+  local a2, rem2, wait2, reset2, _, left2, window2 = decide(KEYS[1], extra)
   if a2 == 1 then
     granted = granted + extra
-    remaining, wait, reset = rem2, wait2, reset2
+    remaining, wait, reset, left_ms, window_id = rem2, wait2, reset2, left2, window2
   end
 end
 if left_ms and left_ms < lease_ms then lease_ms = math.max(1, left_ms) end

@@ -84,8 +84,8 @@ function m.follow(key, v, cost, of_window)
   if m.counts then
     if cost > 0 then c = math.ceil(c - 1e-9) else c = -math.floor(-c + 1e-9) end
   end
-  local allowed, remaining, wait, reset, extra = decide(target, c, of_window)
+  local allowed, remaining, wait, reset, window_s, left_ms, window_id = decide(target, c, of_window)
   set_frame(own_l, own_w, own_b)
   if allowed == 1 then remaining = math.floor(remaining / ratio + 1e-9) end
-  return allowed, remaining, wait, reset, extra
+  return allowed, remaining, wait, reset, window_s, left_ms, window_id
 end

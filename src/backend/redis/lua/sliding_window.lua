@@ -83,12 +83,12 @@ local function decide(key, cost, of_window, vals, at)
   local n = curr
   if cost ~= 0 then n = redis.call('INCRBY', curr_key, cost) end
   if n == cost and cost > 0 then redis.call('PEXPIRE', curr_key, keep_arg) end
-  window_id = idx
-  left_ms = math.max(1, math.floor((window - elapsed) / 1000))
+  local left_ms = math.max(1, math.floor((window - elapsed) / 1000))
   local remaining = math.max(0, math.floor(limit - (prev * decay + n) + eps))
   -- After spending, one unit more than `remaining` always waits a little.
   local next_ms = math.max(1, math.ceil(wait_for(remaining + 1, n, prev) / 1000))
-  return 1, remaining, next_ms, keep_ms
+  -- For grant.lua, the time left in the window and its name (its index).
+  return 1, remaining, next_ms, keep_ms, nil, left_ms, idx
 end
 
 -- The control handle's (control.lua): what a one-unit request would be

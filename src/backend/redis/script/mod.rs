@@ -20,13 +20,17 @@
 //! - `read_keys(key, list, n)` and `reads`: the values `batch.lua` reads
 //!   ahead for a key in one `MGET` (`reads` of them);
 //! - `decide(key, cost, of_window, vals, at)` → `allowed, remaining,
-//!   wait_ms, reset_ms[, window_s]`: one decision of `cost` units (a
+//!   wait_ms, reset_ms[, window_s, left_ms, window_id]`: one decision of
+//!   `cost` units (a
 //!   negative cost gives units back, to the window `of_window` names when
 //!   it names one); `vals[at]` is the key's value read ahead, `vals` nil
 //!   to read it here; on a deny `wait_ms` is the retry-after, on an allow
 //!   the wait until one unit more than `remaining` fits; a deny writes
-//!   nothing (the fixed window's count-first residue aside); it may set
-//!   `left_ms` and `window_id` for `grant.lua`;
+//!   nothing (the fixed window's count-first residue aside); a window's
+//!   allow also returns, for `grant.lua`, the time left in its window and
+//!   the window's name (`window_s` is the calendar's length, nil
+//!   otherwise). Results pass in returns, not shared locals: those are
+//!   the clock, the call's quota and the frame `set_frame` sets;
 //! - `peek(key)` → `remaining, wait_ms, reset_ms`, `adjust(key, units,
 //!   of_window, ends_in)` → `true` when void, `reset(key)`: the control
 //!   handle's;
