@@ -30,11 +30,13 @@ environment, as envoyproxy/ratelimit reads it:
   HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED
                                   true: not healthy until a rules file loads
   SHADOW_MODE                     true: every limit in shadow mode
-  NEAR_LIMIT_RATIO                default 0.8: counted as near_limit above it
+  NEAR_LIMIT_RATIO                default 0.8: a share of the limit used,
+                                  past which an allow counts as near_limit
   REDIS_URL                       host:port, a socket path, or a redis:// URL
   REDIS_SOCKET_TYPE               tcp or unix (default tcp here)
   REDIS_AUTH                      a password, or user:password
-  REDIS_TLS                       true for rediss://
+  REDIS_TLS                       true: rediss://, which this build refuses
+                                  (no redis-tls feature)
   REDIS_TYPE                      single only (sentinel, cluster: refused)
   CACHE_KEY_PREFIX                the Redis keys' prefix
   LOG_LEVEL                       as RUST_LOG's level, when RUST_LOG is unset
@@ -383,15 +385,9 @@ pub(crate) fn args() -> Result<Args, String> {
     } else {
         Rules::Files(files)
     };
-    let near_limit = match env("NEAR_LIMIT_RATIO") {
-        None => None,
-        Some(r) => Some(
-            r.parse::<f64>()
-                .ok()
-                .filter(|r| (0.0..=1.0).contains(r))
-                .ok_or_else(|| format!("NEAR_LIMIT_RATIO: not a ratio from 0 to 1: {r}"))?,
-        ),
-    };
+    let near_limit = env("NEAR_LIMIT_RATIO")
+        .map(|r| share_left(&r))
+        .transpose()?;
     Ok(Args {
         listen,
         http: env_addr("HOST", "PORT", ("0.0.0.0", "8080"))?,
@@ -406,4 +402,29 @@ pub(crate) fn args() -> Result<Args, String> {
         force_start: is_true("FORCE_START_WITHOUT_INITIAL_CONFIG"),
         healthy_when_loaded: is_true("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"),
     })
+}
+
+/// `NEAR_LIMIT_RATIO`, the share of a limit used past which envoyproxy/ratelimit
+/// counts a hit as near the limit, as the share left that
+/// [`Rule::near_limit_ratio`](keyed_rate_limit::Rule::near_limit_ratio) takes.
+fn share_left(used: &str) -> Result<f64, String> {
+    used.parse::<f64>()
+        .ok()
+        .filter(|r| (0.0..1.0).contains(r))
+        .map(|r| 1.0 - r)
+        .ok_or_else(|| format!("NEAR_LIMIT_RATIO: not a ratio from 0 to below 1: {used}"))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn near_limit_ratio_is_the_share_used() {
+        let left = |r| super::share_left(r).map(|l| (l * 100.0).round() / 100.0);
+        assert_eq!(left("0.8"), Ok(0.2), "envoyproxy/ratelimit's default");
+        assert_eq!(left("0.95"), Ok(0.05));
+        assert_eq!(left("0"), Ok(1.0), "every allow is near the limit");
+        for refused in ["1", "1.5", "-0.1", "x"] {
+            assert!(super::share_left(refused).is_err(), "{refused}");
+        }
+    }
 }
