@@ -110,8 +110,9 @@ impl DescribedRule {
             }
             Cost::Dynamic(_) => quota.push_str(", cost per request (cost_fn)"),
         }
-        if rule.on_quota_change != QuotaChange::default() {
-            let _ = write!(quota, ", on change: {}", rule.on_quota_change.as_str());
+        let how = rule.quota_use.on_quota_change;
+        if how != QuotaChange::default() {
+            let _ = write!(quota, ", on change: {}", how.as_str());
         }
         let exempt = rule.exempt.as_ref().map(|e| {
             let mut who = e.written.clone();
@@ -153,7 +154,7 @@ impl DescribedRule {
                     "429 + Retry-After"
                 }
                 .to_owned();
-                if let Some(l) = rule.lockout {
+                if let Some(l) = rule.lock_policy.lockout {
                     let _ = write!(
                         s,
                         ", lockout: {} denies/{} -> {}",
@@ -161,18 +162,18 @@ impl DescribedRule {
                         window(l.within),
                         window(l.block_for)
                     );
-                } else if rule.blockable {
+                } else if rule.lock_policy.blockable {
                     s.push_str(", blockable");
                 }
                 if rule.hidden {
                     s.push_str(", hidden from headers");
-                } else if rule.partition_key {
+                } else if rule.key_space.partition_key {
                     s.push_str(", pk");
                 }
                 if let Some(who) = &exempt {
                     let _ = write!(s, ", exempt: {who}");
                 }
-                match rule.near_limit {
+                match rule.quota_use.near_limit {
                     None => s.push_str(", near limit off"),
                     Some(r) if r != crate::rule::DEFAULT_NEAR_LIMIT_RATIO => {
                         let _ = write!(s, ", near limit < {}%", (r * 10_000.0).round() / 100.0);

@@ -161,9 +161,10 @@ impl Chain {
                             carries.extend(carry);
                             locks
                         }
-                        None => {
-                            Arc::new(Locks::new(Budget::new(rule.max_keys, KeySpaceFull::Refuse)))
-                        }
+                        None => Arc::new(Locks::new(Budget::new(
+                            rule.key_space.max_keys,
+                            KeySpaceFull::Refuse,
+                        ))),
                     };
                     (store, Arc::default(), locks)
                 }
@@ -173,7 +174,7 @@ impl Chain {
                 StaticQuotaMember::new(&rule.name, q.limit(), q.window(), Unit::Requests)
             });
             let records = rule.settles() || (cfg.refunds && group_end < last);
-            let near_below = match (rule.near_limit, rule.static_quota()) {
+            let near_below = match (rule.quota_use.near_limit, rule.static_quota()) {
                 (None, _) => 0,
                 (Some(r), Some(q)) => near_threshold(r, share(&rule, q, instances).limit()),
                 (Some(_), None) => u32::MAX,
@@ -282,8 +283,7 @@ impl Chain {
     pub(crate) fn cleanup(&self) {
         self.recorder.warn_if_replaced(self.rules.len());
         for r in &self.rules {
-            r.locks
-                .cleanup(r.rule.lockout.map_or(Duration::ZERO, |l| l.within));
+            r.locks.cleanup(r.rule.lock_policy.within());
             match &r.store {
                 Store::Local(l) => l.cleanup(),
                 #[cfg(feature = "redis")]

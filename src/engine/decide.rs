@@ -208,7 +208,7 @@ impl CompiledRule {
         let (d, diverted) = self.check_local(store, &key, quota, cost);
         if !d.is_allowed()
             && !diverted
-            && self.rule.lockout.is_some()
+            && self.rule.lock_policy.lockout.is_some()
             && let Some(step) = self.lock_on_deny(&key, quota)
         {
             return step;
@@ -297,7 +297,7 @@ impl CompiledRule {
             observe::key_space_full(
                 &self.rule.name,
                 how,
-                self.rule.max_keys,
+                self.rule.key_space.max_keys,
                 &self.key_space_warned,
             );
         }
@@ -326,7 +326,7 @@ impl CompiledRule {
     /// the key answers with the block.
     #[inline(never)]
     pub(super) fn lock_on_deny(&self, key: &Key, quota: Quota) -> Option<Step> {
-        let lockout = self.rule.lockout.filter(|_| !self.rule.shadow)?;
+        let lockout = self.rule.counted_lockout()?;
         let block = self.locks.denied(&self.bounded(key), lockout)?;
         observe::locked(&self.rule.name, &key.fingerprint(), block);
         let d = Decision::denied(quota.limit(), quota.window(), block, block);
@@ -424,7 +424,7 @@ impl CompiledRule {
             shadow: self.rule.shadow,
             concurrency: false,
             hidden: self.rule.hidden,
-            partition: self.rule.partition_key.then(|| key.partition()),
+            partition: self.rule.key_space.partition_key.then(|| key.partition()),
         }
     }
 
@@ -434,7 +434,7 @@ impl CompiledRule {
     #[cold]
     #[inline(never)]
     fn near_limit(&self, key: &Key, decision: &Decision) {
-        let Some(ratio) = self.rule.near_limit else {
+        let Some(ratio) = self.rule.quota_use.near_limit else {
             return;
         };
         if decision.remaining() >= super::rule::near_threshold(ratio, decision.limit()) {

@@ -114,16 +114,17 @@ impl Global {
         // Several rule instances (layers) of one process each hold leases.
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let keys = rule.key_space;
         Self {
             redis,
             guard: Guard::new(rule.name.clone(), rule.failure, instances, live),
-            denies: DenyCache::new(Budget::new(rule.max_keys, KeySpaceFull::Refuse)),
-            fallback: LocalStore::new(None, Budget::new(rule.max_keys, rule.on_key_space_full)),
-            learned: Learned::new(Budget::new(rule.max_keys, KeySpaceFull::Refuse)),
+            denies: DenyCache::new(Budget::new(keys.max_keys, KeySpaceFull::Refuse)),
+            fallback: LocalStore::new(None, Budget::new(keys.max_keys, keys.on_key_space_full)),
+            learned: Learned::new(Budget::new(keys.max_keys, KeySpaceFull::Refuse)),
             leases: rule
                 .global
                 .lease
-                .map(|l| Leases::new(l, rule.max_keys, rule.algorithm.has_burst())),
+                .map(|l| Leases::new(l, keys.max_keys, rule.algorithm.has_burst())),
             holder: format!("{}.{n}", crate::backend::redis::process_id()),
             counted: rule.global.lease.and_then(|l| {
                 let shown = rule.static_quota()?;
@@ -309,7 +310,7 @@ impl Global {
                 // Held here for a while: no Redis call per request while
                 // locked, and an unblock elsewhere is seen within a second.
                 let left = decision.retry_after().unwrap_or_default();
-                let within = rule.lockout.map_or(Duration::ZERO, |l| l.within);
+                let within = rule.lock_policy.within();
                 locks.block(key, left, true, within);
                 if lock_started {
                     observe::locked(name, &key.fingerprint(), left);
@@ -455,7 +456,7 @@ impl Global {
 fn locks(rule: &Rule) -> Locking {
     Locking {
         read: rule.is_blockable(),
-        lockout: rule.lockout.filter(|_| !rule.shadow),
+        lockout: rule.counted_lockout(),
     }
 }
 
@@ -463,7 +464,7 @@ fn locks(rule: &Rule) -> Locking {
 /// denies all count in Redis (at most its `after` calls per period and
 /// key, then the lock answers here).
 fn caches_denies(rule: &Rule) -> bool {
-    rule.lockout.is_none() || rule.shadow
+    rule.lock_policy.lockout.is_none() || rule.shadow
 }
 
 /// The deny Redis's answer `d` to a request of `cost` leaves for the next

@@ -40,7 +40,7 @@ impl Global {
         self.set_converting(Converting {
             from: collect(alive, to, now),
             to,
-            how: rule.on_quota_change,
+            how: rule.quota_use.on_quota_change,
             at: crate::util::instant::unix_us().div_euclid(1_000_000),
         });
     }
@@ -103,7 +103,7 @@ impl Global {
         }
         let (how, at) = match current {
             Some(c) => (c.how, c.at),
-            None => (rule.on_quota_change, record.first_ms.div_euclid(1000)),
+            None => (rule.get_on_quota_change(), record.first_ms.div_euclid(1000)),
         };
         self.set_converting(Converting { from, to, how, at });
     }

@@ -77,7 +77,7 @@ pub(super) fn new_store(rule: &Rule, instances: u32) -> Store {
     match &rule.scope {
         Scope::Local => Store::Local(Arc::new(LocalStore::new(
             rule.static_quota().map(|q| share(rule, q, instances)),
-            Budget::new(rule.max_keys, rule.on_key_space_full),
+            Budget::new(rule.key_space.max_keys, rule.key_space.on_key_space_full),
         ))),
         #[cfg(feature = "redis")]
         Scope::Global(redis) => {
@@ -100,7 +100,7 @@ impl Store {
 
 /// The quota this instance enforces for `rule`.
 pub(super) fn share(rule: &Rule, q: Quota, instances: u32) -> Quota {
-    if rule.split_across_instances {
+    if rule.quota_use.split_across_instances {
         q.divided_by(instances)
     } else {
         q
@@ -144,7 +144,7 @@ impl CompiledRule {
             (ControlOp::Block(_) | ControlOp::Unblock, None) => None,
             (_, None) => return Err(ControlError::DynamicQuota(self.rule.name.to_string())),
         };
-        let within = self.rule.lockout.map_or(Duration::ZERO, |l| l.within);
+        let within = self.rule.lock_policy.within();
         // A local rule's locks live here; a global rule's in Redis, and
         // here only as this gateway's copy, changed once Redis has.
         if matches!(self.store, Store::Local(_)) && !self.lock(&key, op, false, within) {
@@ -213,7 +213,8 @@ impl CompiledRule {
         };
         same_scope
             && old.key.name() == new.key.name()
-            && (old.max_keys, old.on_key_space_full) == (new.max_keys, new.on_key_space_full)
+            && (old.key_space.max_keys, old.key_space.on_key_space_full)
+                == (new.key_space.max_keys, new.key_space.on_key_space_full)
             && old.algorithm == new.algorithm
     }
 
@@ -232,19 +233,20 @@ impl CompiledRule {
         if !self.counts_as(new) {
             return None;
         }
+        let how = new.quota_use.on_quota_change;
         match (&self.store, store) {
-            (Store::Local(_), Store::Local(_)) if new.on_quota_change == QuotaChange::Reset => None,
+            (Store::Local(_), Store::Local(_)) if how == QuotaChange::Reset => None,
             (Store::Local(from), Store::Local(to)) => {
                 let (a, b) = (
                     share(&self.rule, a, self.instances),
                     share(new, b, instances),
                 );
-                to.inherit_from(from, a, b, new.on_quota_change);
+                to.inherit_from(from, a, b, how);
                 Some(Some(Carry {
                     to: to.clone(),
                     from: from.clone(),
                     quotas: (a, b),
-                    how: new.on_quota_change,
+                    how,
                 }))
             }
             // Redis converts each key at its next decision.

@@ -52,7 +52,7 @@ impl Chain {
         for s in saved {
             let found = self.find(&s.name).and_then(|r| {
                 let q = share(&r.rule, r.rule.static_quota()?, r.instances);
-                Some((r.local_store()?, q, r.rule.on_quota_change))
+                Some((r.local_store()?, q, r.rule.quota_use.on_quota_change))
             });
             let Some((store, q, how)) = found else {
                 continue;

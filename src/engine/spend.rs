@@ -79,7 +79,7 @@ impl Settlement {
                     }
                 })
             };
-            if let Some(f) = &rule.count_if {
+            if let Some(f) = &rule.accounting.count_if {
                 match call("count_if", &|| u32::from(f(res))) {
                     Ok(0) => {
                         s.rule.adjust_spent(&s, -i64::from(s.cost));
@@ -89,7 +89,7 @@ impl Settlement {
                     Err(()) => continue,
                 }
             }
-            if let Some(f) = &rule.cost_from_response
+            if let Some(f) = &rule.accounting.cost_from_response
                 && let Ok(actual) = call("cost_from_response", &|| f(res))
             {
                 let delta = i64::from(actual) - i64::from(s.cost);

@@ -14,7 +14,7 @@ pub(super) fn validate(rule: &Rule, instances: Option<u32>) -> Result<(), BuildE
     }
     let rule_err = || name.to_string();
     OnMissingKey::validate_keys(rule.on_missing.as_ref(), &rule.key, name)?;
-    if let Some(lockout) = rule.lockout {
+    if let Some(lockout) = rule.lock_policy.lockout {
         lockout.validate()?;
         BuildError::invalid_if(
             matches!(rule.on_deny, OnDeny::Wait { .. }),
@@ -32,10 +32,12 @@ pub(super) fn validate(rule: &Rule, instances: Option<u32>) -> Result<(), BuildE
         });
     }
     BuildError::invalid_if(
-        rule.near_limit.is_some_and(|r| !(r > 0.0 && r <= 1.0)),
+        rule.quota_use
+            .near_limit
+            .is_some_and(|r| !(r > 0.0 && r <= 1.0)),
         "near_limit_ratio must be in (0, 1], or None to turn it off",
     )?;
-    BuildError::invalid_if(rule.max_keys == 0, "max_keys must be at least 1")?;
+    BuildError::invalid_if(rule.key_space.max_keys == 0, "max_keys must be at least 1")?;
     BuildError::invalid_if(
         matches!(rule.on_deny, OnDeny::Wait { max, queue } if max.is_zero() || queue == 0),
         "OnDeny::Wait needs a positive max and a queue of at least 1",

@@ -27,7 +27,7 @@ fn validate_lease(rule: &Rule) -> Result<(), BuildError> {
         "a lease needs a global rule: local rules already decide in the gateway",
     )?;
     BuildError::invalid_if(
-        rule.lockout.is_some(),
+        rule.lock_policy.lockout.is_some(),
         "a lease and a lockout don't go together: every deny must reach Redis to count",
     )?;
     if let QuotaSource::Static(q) = rule.quota {

@@ -8,8 +8,14 @@ use std::sync::Arc;
 #[cfg(feature = "redis")]
 pub use crate::policy::LeasePolicy;
 pub use crate::policy::{KeySpaceFull, Lockout, OnDeny, QuotaChange};
+pub(crate) use accounting::Accounting;
 pub use any_of::any_of;
 pub(crate) use exempt::Exempt;
+pub use key_space::DEFAULT_MAX_KEYS;
+pub(crate) use key_space::KeySpace;
+pub(crate) use lock_policy::LockPolicy;
+pub use quota_use::DEFAULT_NEAR_LIMIT_RATIO;
+pub(crate) use quota_use::QuotaUse;
 
 mod any_of;
 mod define;
@@ -25,20 +31,6 @@ use crate::quota::Quota;
 
 pub(crate) type QuotaFn = dyn Fn(&Parts) -> Quota + Send + Sync;
 pub(crate) type CostFn = dyn Fn(&Parts) -> u32 + Send + Sync;
-pub(crate) type CountIfFn = dyn Fn(&http::response::Parts) -> bool + Send + Sync;
-pub(crate) type ResponseCostFn = dyn Fn(&http::response::Parts) -> u32 + Send + Sync;
-
-/// The share of the quota left below which an allowed request counts as
-/// `near_limit` by default: see [`Rule::near_limit_ratio`].
-///
-/// ```
-/// use keyed_rate_limit::{KeyExtractor, Quota, Rule, rule::DEFAULT_NEAR_LIMIT_RATIO};
-/// // Twice as eager as the default.
-/// let r = Rule::new("api", KeyExtractor::peer_ip(), Quota::per_minute(100))
-///     .near_limit_ratio(Some(DEFAULT_NEAR_LIMIT_RATIO * 2.0));
-/// # let _ = r;
-/// ```
-pub const DEFAULT_NEAR_LIMIT_RATIO: f64 = 0.2;
 
 /// Where a rule's quota comes from.
 #[derive(Clone)]
@@ -53,10 +45,6 @@ pub(crate) enum Cost {
     Fixed(u32),
     Dynamic(Arc<CostFn>),
 }
-
-/// The most keys one rule holds in this process by default: about 100 MB
-/// of local state at the ~100 bytes a key costs ([BENCHMARKS.md](https://github.com/keyed-rate-limit/keyed-rate-limit/blob/main/BENCHMARKS.md), "Memory").
-pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 
 /// Where a rule's counters live.
 #[derive(Clone, Debug, Default)]
@@ -116,28 +104,28 @@ pub struct Rule {
     pub(crate) on_deny: OnDeny,
     pub(crate) shadow: bool,
     pub(crate) hidden: bool,
-    pub(crate) partition_key: bool,
-    pub(crate) split_across_instances: bool,
-    pub(crate) failure: FailurePolicy,
-    pub(crate) max_keys: usize,
-    pub(crate) on_key_space_full: KeySpaceFull,
-    pub(crate) lockout: Option<Lockout>,
-    pub(crate) blockable: bool,
-    #[cfg(feature = "redis")]
-    pub(crate) global: crate::policy::GlobalOptions,
-    pub(crate) count_if: Option<Arc<CountIfFn>>,
-    pub(crate) cost_from_response: Option<Arc<ResponseCostFn>>,
     /// The any-of group the rule is a member of; see [`any_of`].
     pub(crate) group: Option<Arc<str>>,
-    pub(crate) on_quota_change: QuotaChange,
     pub(crate) exempt: Option<Box<Exempt>>,
-    /// `None`: no near-limit signal.
-    pub(crate) near_limit: Option<f64>,
+    pub(crate) failure: FailurePolicy,
+    #[cfg(feature = "redis")]
+    pub(crate) global: crate::policy::GlobalOptions,
+    // The other settings, one value per concern, each with its setters in
+    // its own module (docs/adr/0034): a new setting joins its concern's
+    // value, or is a new concern (a new value and module).
+    pub(crate) accounting: Accounting,
+    pub(crate) lock_policy: LockPolicy,
+    pub(crate) key_space: KeySpace,
+    pub(crate) quota_use: QuotaUse,
 }
 
+mod accounting;
 mod exempt;
 #[cfg(feature = "redis")]
 mod global;
+mod key_space;
+mod lock_policy;
+mod quota_use;
 
 /// Getters, named after their setters: where a setter holds the name, its
 /// getter is the name with `get_` (`get_lockout()` reads what
@@ -170,23 +158,28 @@ impl Rule {
 
     /// The rule's lockout, if it has one.
     pub fn get_lockout(&self) -> Option<Lockout> {
-        self.lockout
+        self.lock_policy.lockout
     }
 
     /// Whether the control handle may block the rule's keys: it is
     /// [blockable](Self::blockable) or has a [lockout](Self::lockout).
     pub fn is_blockable(&self) -> bool {
-        self.blockable || self.lockout.is_some()
+        self.lock_policy.blockable || self.lock_policy.lockout.is_some()
     }
 
     /// What a reload that changes the quota does to the counters.
     pub fn get_on_quota_change(&self) -> QuotaChange {
-        self.on_quota_change
+        self.quota_use.on_quota_change
+    }
+
+    /// The lockout the rule's denies count toward: none on a shadow rule.
+    pub(crate) fn counted_lockout(&self) -> Option<Lockout> {
+        self.lock_policy.lockout.filter(|_| !self.shadow)
     }
 
     /// Whether the rule settles its units on the response.
     pub(crate) fn settles(&self) -> bool {
-        self.count_if.is_some() || self.cost_from_response.is_some()
+        self.accounting.count_if.is_some() || self.accounting.cost_from_response.is_some()
     }
 
     /// Whether the rule commits its concurrent requests together (see
