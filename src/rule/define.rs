@@ -181,8 +181,8 @@ impl Rule {
     /// headers) (default `false`: shown). A hidden rule still denies, and its
     /// 429 still carries `Retry-After`, but clients never see its quota or
     /// what is left of it: for abuse and security limits. A 429 from a
-    /// hidden rule carries the visible rules' members only (`r` and `t` of
-    /// the rules that allowed), and its problem body names the rule.
+    /// hidden rule carries no rate-limit member (neither its own nor the
+    /// rules' before it), and its problem body does not name the rule.
     ///
     /// ```
     /// # use keyed_rate_limit::{KeyExtractor, Quota, Rule};
