@@ -181,7 +181,8 @@ pub(crate) fn rate(
 pub(crate) fn multi<'a>(calls: impl Iterator<Item = &'a Eval>) -> Eval {
     // Each call's values once, past EVALSHA, the hash and the key count
     // (a cursor is SCAN's, never a script's).
-    let calls: smallvec::SmallVec<[(&Eval, smallvec::SmallVec<[&[u8]; 24]>); 4]> = calls
+    type Values<'a> = smallvec::SmallVec<[&'a [u8]; 24]>;
+    let calls: smallvec::SmallVec<[(&Eval, Values<'_>); 4]> = calls
         .map(|eval| {
             let values = eval.cmd.args_iter().skip(3).filter_map(|a| match a {
                 redis::Arg::Simple(bytes) => Some(bytes),
