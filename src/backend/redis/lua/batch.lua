@@ -1,6 +1,7 @@
 -- Decides a batch: each request in turn, as if each were its own call,
--- over an algorithm's module (script/mod.rs), with `wide` set when its
--- `decide` returns a window length as a fifth value. Its KEYS and ARGV are
+-- over an algorithm's module (script/mod.rs), with `wide` set when the
+-- reply carries the window length its `decide` returns as a fifth value
+-- (a calendar month's: a day's and an aligned window's are the quota's). Its KEYS and ARGV are
 -- written, and described, by script/rate.rs's `batch_call`: per key its
 -- state, its lock (ARGV[4] = 1), its states under previous quotas
 -- (ARGV[8] keys per key); the lockout in ARGV[5..7]; `changed_from` from

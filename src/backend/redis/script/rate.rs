@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::args::{Args, Eval, calendar_args, ms, window_us};
 use super::sources;
 use crate::policy::Lockout;
+use crate::quota::Period;
 use crate::{algorithm::Algorithm, decision::Decision, quota::Quota};
 
 /// One request of a batch: the index of its key among the batch's keys,
@@ -152,7 +153,13 @@ pub(crate) fn rate(
     let width = match quota.period() {
         Some(period) => {
             calendar_args(&mut eval, quota, period);
-            WIDE
+            // A day's length and an aligned window's are the quota's
+            // window; only a month's is its own.
+            if period == Period::Month {
+                WIDE
+            } else {
+                NARROW
+            }
         }
         None => {
             eval.arg(quota.limit())
@@ -235,8 +242,8 @@ pub(super) fn change_args(call: &mut impl Args, previous: Option<&Previous>) {
 
 /// Values per request in a rate script's reply: code, wait_ms, reset_ms.
 const NARROW: usize = 3;
-/// Values per request in the calendar's reply: the window's length in
-/// seconds (a month's is its own) after the others.
+/// Values per request in a calendar month's reply: the window's length in
+/// seconds after the others.
 const WIDE: usize = 4;
 
 /// A batch's replies, one per cost in order: `width` integers each

@@ -44,7 +44,8 @@ macro_rules! decide {
 /// An algorithm's scripts over one `decide` (the arguments after the
 /// names): its rate script, `decide` then `batch.lua`, which decides each
 /// request of a batch in turn, the lock check before and the lockout count
-/// after (`wide` for calendar replies); the control handle's operations,
+/// after (`wide` when a reply carries each window's length: a calendar
+/// month's, which is its own); the control handle's operations,
 /// `control.lua`, over the module with its moves (a key a reload moved is
 /// changed where it went); and for a rolling algorithm (narrow replies) its
 /// lease script, `decide` then `grant.lua`, which calls it.
@@ -100,7 +101,7 @@ scripts!(
 scripts!(
     CALENDAR_WINDOW_LUA,
     CONTROL_CALENDAR_LUA,
-    wide = "true",
+    wide = "ARGV[2] == 'month'",
     "../lua/calendar_window.lua",
     prelude = "../lua/calendar.lua"
 );
