@@ -16,18 +16,19 @@ use tokio::sync::oneshot;
 use super::error::RedisBackendError;
 use super::script::{Eval, multi};
 
-type Reply = Result<redis::Value, RedisBackendError>;
+/// What Redis gives back for one call.
+type Returned = Result<redis::Value, RedisBackendError>;
 
 type Call = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// A queued call and where its reply goes.
-type Queued = (Eval, oneshot::Sender<Reply>);
+type Queued = (Eval, oneshot::Sender<Returned>);
 
 /// A backend, as the gatherer sends on it (a trait: the gatherer must not
 /// depend on the backend that depends on it).
 pub(super) trait Sends: Send + Sync {
     /// Sends `eval` now, alone.
-    fn send(self: Arc<Self>, eval: Eval) -> Pin<Box<dyn Future<Output = Reply> + Send>>;
+    fn send(self: Arc<Self>, eval: Eval) -> Pin<Box<dyn Future<Output = Returned> + Send>>;
 }
 
 type Sender = Arc<dyn Sends>;
@@ -44,7 +45,7 @@ struct Gather {
 
 /// Queues `eval` for `backend` when a [`gathered`] future is being polled
 /// (the reply comes through the receiver); gives it back otherwise.
-pub(super) fn queue(backend: &Sender, eval: Eval) -> Result<oneshot::Receiver<Reply>, Eval> {
+pub(super) fn queue(backend: &Sender, eval: Eval) -> Result<oneshot::Receiver<Returned>, Eval> {
     let mut eval = Some(eval);
     GATHER
         .try_with(|g| {

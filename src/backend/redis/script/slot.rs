@@ -39,7 +39,7 @@ pub(crate) enum SlotOp<'a> {
 /// `slot.lua` returns `{ok, in_flight, retry_after_ms}` to an acquire or a release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SlotReply {
-    /// Acquired, released or renewed: the lease is (or was) held.
+    /// Acquired, released or renewed: the slot is (or was) held.
     pub(crate) ok: bool,
     pub(crate) in_flight: u32,
     /// When refused: how long until a retry may succeed.
@@ -67,7 +67,7 @@ pub(crate) fn slot(key: Vec<u8>, op: SlotOp<'_>) -> redis::ScriptInvocation<'sta
 }
 
 /// The invocation of `slot.lua` renewing `ids` on the slot set `key`;
-/// it replies with one flag per id, 1 while the lease is held.
+/// it replies with one flag per id, 1 while the slot is held.
 pub(crate) fn renew<S: AsRef<str>>(
     key: Vec<u8>,
     ids: &[S],
@@ -95,7 +95,7 @@ mod tests {
     use crate::backend::redis::script::args::ms;
 
     #[test]
-    fn lease_replies_and_args() {
+    fn slot_replies_and_args() {
         let r = slot_reply((0, 2, 250));
         assert_eq!((r.ok, r.in_flight), (false, 2));
         assert_eq!(r.retry_after, Duration::from_millis(250));
