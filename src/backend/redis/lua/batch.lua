@@ -1,13 +1,14 @@
 -- Decides a batch: each request in turn, as if each were its own call,
 -- over an algorithm's module (script/mod.rs), with `wide` set when the
 -- reply carries the window length its `decide` returns as a fifth value
--- (a calendar month's: a day's and an aligned window's are the quota's). Its KEYS and ARGV are
--- written, and described, by script/rate.rs's `batch_call`: per key its
--- state, its lock (ARGV[4] = 1), its states under previous quotas
--- (ARGV[8] keys per key); the lockout in ARGV[5..7]; `changed_from` from
--- ARGV[9]; then (key number, cost) pairs, or none when each key is
--- decided once for one unit (read ahead in one MGET).
--- Returns for each request its code, wait_ms and reset_ms (and window_s):
+-- (a calendar month's: a day's and an aligned window's are the quota's).
+-- Its KEYS and ARGV are written, and described, by script/rate.rs's
+-- `rate`: per key its state, its lock (ARGV[4] = 1), its states under
+-- previous quotas (ARGV[8] keys per key); the lockout in ARGV[5..7];
+-- `changed_from` from ARGV[9]; then (key number, cost) pairs, or none when
+-- each key is decided once for one unit (read ahead in one MGET).
+-- Returns for each request its code, wait_ms and reset_ms (and window_s
+-- when wide):
 -- the code is `remaining` (0 or more) on an allow, -1 on a deny, -2 when
 -- the key was locked already and -3 when this deny locked it (wait_ms and
 -- reset_ms are then the lock's time left). On a deny wait_ms is the

@@ -21,9 +21,8 @@
 //!   ahead for a key in one `MGET` (`reads` of them);
 //! - `decide(key, cost, of_window, vals, at)` → `allowed, remaining,
 //!   wait_ms, reset_ms[, window_s, left_ms, window_id]`: one decision of
-//!   `cost` units (a
-//!   negative cost gives units back, to the window `of_window` names when
-//!   it names one); `vals[at]` is the key's value read ahead, `vals` nil
+//!   `cost` units (a negative cost gives units back, to the window
+//!   `of_window` names when it names one); `vals[at]` is the key's value read ahead, `vals` nil
 //!   to read it here; on a deny `wait_ms` is the retry-after, on an allow
 //!   the wait until one unit more than `remaining` fits; a deny writes
 //!   nothing (the fixed window's count-first residue aside); a window's
