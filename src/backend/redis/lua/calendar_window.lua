@@ -15,10 +15,10 @@
 -- HINCRBY; the expiry and the other fields are written with the window's
 -- first count or a conversion.
 local limit = tonumber(ARGV[1])
-local secs = tonumber(t[1])
+local secs = math.floor(now / 1000000)
 local len = tonumber(ARGV[2])
 local start, finish = calendar_window(len and 'aligned' or ARGV[2], tonumber(ARGV[3]), secs, len)
-local reset_ms = math.max(1, math.ceil(((finish - secs) * 1000000 - tonumber(t[2])) / 1000))
+local reset_ms = math.max(1, math.ceil((finish * 1000000 - now) / 1000))
 
 -- The hash is read by HMGET, not in batch.lua's MGET.
 local function read_keys(key, list, n)
