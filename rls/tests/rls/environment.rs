@@ -298,3 +298,75 @@ fn its_switches_are_honoured_and_the_rest_said() {
         }
     }
 }
+
+/// `REDIS_TLS` and envoyproxy/ratelimit's certificate variables: two
+/// processes count one limit together over a TLS Redis that asks for a
+/// client certificate, trusting a private CA.
+#[test]
+fn redis_tls_and_its_certificates_are_honoured() {
+    let redis = keyed_rate_limit_testing::RedisServer::start_tls();
+    let config = crate::process::temp_file("edge.yaml", &user_limit(3));
+    let dir = config.parent().unwrap().to_owned();
+    for name in ["ca.pem", "cert.pem", "key.pem"] {
+        std::fs::write(dir.join(name), redis.pem(name)).unwrap();
+    }
+    let start = |client_cert: bool| {
+        let port = free_port();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_keyed-rls"));
+        cmd.args(["--listen", &format!("127.0.0.1:{port}"), "--config"])
+            .arg(&config)
+            .env("REDIS_URL", format!("127.0.0.1:{}", redis.port()))
+            .env("REDIS_TLS", "true")
+            .env("REDIS_TLS_CACERT", dir.join("ca.pem"));
+        for (name, value) in [("PORT", "0"), ("HOST", "127.0.0.1")] {
+            cmd.env(name, value).env(format!("DEBUG_{name}"), value);
+        }
+        if client_cert {
+            cmd.env("REDIS_TLS_CLIENT_CERT", dir.join("cert.pem"))
+                .env("REDIS_TLS_CLIENT_KEY", dir.join("key.pem"));
+        }
+        (cmd, port)
+    };
+    // Without its certificate the server refuses the handshake: no start.
+    let (mut refused, _) = start(false);
+    let mut child = refused.stderr(std::process::Stdio::null()).spawn().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("started without a client certificate");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(!status.success());
+    // One of the pair alone: refused by name.
+    let half = Command::new(env!("CARGO_BIN_EXE_keyed-rls"))
+        .env("REDIS_TLS_CLIENT_CERT", dir.join("cert.pem"))
+        .output()
+        .unwrap();
+    assert_eq!(half.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&half.stderr).contains("REDIS_TLS_CLIENT_KEY"));
+
+    let spawn = || {
+        let (cmd, port) = start(true);
+        Rls::spawn(cmd, ([127, 0, 0, 1], port).into())
+    };
+    let (a, b) = (spawn(), spawn());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut c = [crate::client(a.addr).await, crate::client(b.addr).await];
+        crate::minute_edge();
+        let mut ok = 0;
+        for i in 0..6 {
+            let r = crate::ask(&mut c[i % 2], vec![crate::descriptor(&[("user", "t")])]).await;
+            ok += usize::from(r.overall_code == crate::OK);
+        }
+        assert_eq!(
+            ok, 3,
+            "a minute's 3 across both processes, counted in Redis over TLS"
+        );
+    });
+}

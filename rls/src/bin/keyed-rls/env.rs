@@ -35,8 +35,11 @@ environment, as envoyproxy/ratelimit reads it:
   REDIS_URL                       host:port, a socket path, or a redis:// URL
   REDIS_SOCKET_TYPE               tcp or unix (default tcp here)
   REDIS_AUTH                      a password, or user:password
-  REDIS_TLS                       true: rediss://, which this build refuses
-                                  (no redis-tls feature)
+  REDIS_TLS                       true for rediss://, trusting the system's
+                                  roots unless REDIS_TLS_CACERT is set
+  REDIS_TLS_CACERT                a PEM file of the roots to trust instead
+  REDIS_TLS_CLIENT_CERT, REDIS_TLS_CLIENT_KEY
+                                  PEM files: a client certificate (mutual TLS)
   REDIS_TYPE                      single only (sentinel, cluster: refused)
   CACHE_KEY_PREFIX                the Redis keys' prefix
   LOG_LEVEL                       as RUST_LOG's level, when RUST_LOG is unset
@@ -57,7 +60,7 @@ refused at start, with their name: BACKEND_TYPE other than redis,
 CONFIG_TYPE other than FILE, MEMCACHE_*, USE_STATSD=true,
 USE_DOG_STATSD=true, TRACING_ENABLED=true, GRPC_SERVER_USE_TLS=true,
 GRPC_UDS, REDIS_PERSECOND=true, REDIS_TYPE other than single,
-REDIS_TLS_* certificates, LIMIT_RESPONSE_HEADERS_ENABLED=true (the draft
+REDIS_TLS_SKIP_HOSTNAME_VERIFICATION=true, LIMIT_RESPONSE_HEADERS_ENABLED=true (the draft
 RateLimit headers are always sent), RESPONSE_DYNAMIC_METADATA=true,
 QUOTA_MODE=true, PROMETHEUS_MAPPER_YAML, LOG_FORMAT=json.
 ";
@@ -73,6 +76,10 @@ pub(crate) struct Args {
     /// The files, or the directory whose `*.yaml` files are the rules.
     pub(crate) configs: Rules,
     pub(crate) redis: Option<String>,
+    /// `REDIS_TLS_CACERT`: the PEM roots a `rediss://` URL trusts.
+    pub(crate) tls_roots: Option<PathBuf>,
+    /// `REDIS_TLS_CLIENT_CERT` and `REDIS_TLS_CLIENT_KEY`.
+    pub(crate) tls_client: Option<(PathBuf, PathBuf)>,
     pub(crate) prefix: Option<String>,
     pub(crate) shadow: bool,
     pub(crate) near_limit: Option<f64>,
@@ -162,21 +169,6 @@ const REFUSED: &[(&str, Refused, &str)] = &[
         "REDIS_TYPE",
         Refused::Not("single"),
         "only single is supported by this binary (the library has Sentinel and Cluster)",
-    ),
-    (
-        "REDIS_TLS_CACERT",
-        Refused::Set,
-        "Redis TLS trusts the system's roots only",
-    ),
-    (
-        "REDIS_TLS_CLIENT_CERT",
-        Refused::Set,
-        "Redis TLS takes no client certificate here",
-    ),
-    (
-        "REDIS_TLS_CLIENT_KEY",
-        Refused::Set,
-        "Redis TLS takes no client certificate here",
     ),
     (
         "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
@@ -395,6 +387,16 @@ pub(crate) fn args() -> Result<Args, String> {
         prometheus,
         configs,
         redis: redis.or_else(redis_from_env),
+        tls_roots: env("REDIS_TLS_CACERT").map(PathBuf::from),
+        tls_client: match (env("REDIS_TLS_CLIENT_CERT"), env("REDIS_TLS_CLIENT_KEY")) {
+            (Some(cert), Some(key)) => Some((cert.into(), key.into())),
+            (None, None) => None,
+            _ => {
+                return Err(
+                    "REDIS_TLS_CLIENT_CERT and REDIS_TLS_CLIENT_KEY: set both or neither".into(),
+                );
+            }
+        },
         prefix: env("CACHE_KEY_PREFIX"),
         shadow: is_true("SHADOW_MODE") || is_true("GLOBAL_SHADOW_MODE"),
         near_limit,

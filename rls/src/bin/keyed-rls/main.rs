@@ -68,6 +68,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         if let Some(p) = &args.prefix {
             redis = redis.prefix(p.clone());
         }
+        let pem = |path: &std::path::Path, name: &str| {
+            std::fs::read(path).map_err(|e| format!("{name}: {}: {e}", path.display()))
+        };
+        if let Some(roots) = &args.tls_roots {
+            redis = redis.tls_root_cert(pem(roots, "REDIS_TLS_CACERT")?);
+        }
+        if let Some((cert, key)) = &args.tls_client {
+            let cert = pem(cert, "REDIS_TLS_CLIENT_CERT")?;
+            redis = redis.tls_client_cert(cert, pem(key, "REDIS_TLS_CLIENT_KEY")?);
+        }
         builder = builder.redis(redis.build().await?);
     }
     let server = builder.build()?;
