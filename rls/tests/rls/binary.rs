@@ -105,6 +105,7 @@ descriptors:
     rt.block_on(async {
         let mut c = [crate::client(a.addr).await, crate::client(b.addr).await];
         let edge = crate::minute_edge();
+        let asked = std::time::Instant::now();
         let mut ok = 0;
         let mut last = None;
         for i in 0..8 {
@@ -116,9 +117,12 @@ descriptors:
         let over = &last.unwrap().statuses[0];
         assert_eq!(over.limit_remaining, 0);
         let reset = over.duration_until_reset.unwrap().seconds as u64;
+        // Whole seconds to the same minute's end, less what the asks took
+        // (the first ones load the scripts; a loaded machine is slow).
+        let took = asked.elapsed().as_secs();
         assert!(
-            (edge - 1..=edge).contains(&reset),
-            "{reset} s to the minute's end, {edge}"
+            (edge.saturating_sub(1 + took)..=edge).contains(&reset),
+            "{reset} s to the minute's end, {edge} when asked, {took} s ago"
         );
         // A second's windows, twice: each admits 5 across both.
         for window in 0..2 {
