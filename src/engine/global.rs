@@ -464,7 +464,7 @@ fn locks(rule: &Rule) -> Locking {
 /// denies all count in Redis (at most its `after` calls per period and
 /// key, then the lock answers here).
 fn caches_denies(rule: &Rule) -> bool {
-    rule.lock_policy.lockout.is_none() || rule.shadow
+    rule.counted_lockout().is_none()
 }
 
 /// The deny Redis's answer `d` to a request of `cost` leaves for the next

@@ -60,9 +60,10 @@ refused at start, with their name: BACKEND_TYPE other than redis,
 CONFIG_TYPE other than FILE, MEMCACHE_*, USE_STATSD=true,
 USE_DOG_STATSD=true, TRACING_ENABLED=true, GRPC_SERVER_USE_TLS=true,
 GRPC_UDS, REDIS_PERSECOND=true, REDIS_TYPE other than single,
-REDIS_TLS_SKIP_HOSTNAME_VERIFICATION=true, LIMIT_RESPONSE_HEADERS_ENABLED=true (the draft
-RateLimit headers are always sent), RESPONSE_DYNAMIC_METADATA=true,
-QUOTA_MODE=true, PROMETHEUS_MAPPER_YAML, LOG_FORMAT=json.
+REDIS_TLS_SKIP_HOSTNAME_VERIFICATION=true,
+LIMIT_RESPONSE_HEADERS_ENABLED=true (the draft RateLimit headers are
+always sent), RESPONSE_DYNAMIC_METADATA=true, QUOTA_MODE=true,
+PROMETHEUS_MAPPER_YAML, LOG_FORMAT=json.
 ";
 
 pub(crate) struct Args {
