@@ -8,6 +8,8 @@ use std::sync::Arc;
 use http::StatusCode;
 use http::request::Parts;
 
+#[cfg(feature = "redis")]
+use super::global::{Asked, Global};
 use super::rule::{CompiledRule, Store, share};
 use super::spend::{Settlement, Spend, Spends};
 use crate::decision::Decisions;
@@ -171,29 +173,8 @@ impl CompiledRule {
     }
 
     pub(super) fn decide(self: &Arc<Self>, key: Key, quota: Quota, cost: NonZeroU32) -> Step {
-        if self.locks.any()
-            && let Some(step) = self.when_locked(&key, quota)
-        {
+        if let Some(step) = self.refused_first(&key, quota, cost) {
             return step;
-        }
-        // Static quotas and fixed costs were checked at build time.
-        let dynamic = matches!(self.rule.quota, QuotaSource::Dynamic(_));
-        if let Some(error) = dynamic.then(|| quota.validate().err()).flatten() {
-            if let Some(suppressed) = self.misuse_log.take(observe::DENY_EVERY) {
-                tracing::warn!(target: observe::TARGET, rule = %self.rule.name, %quota, %error, suppressed, "request-time quota admits nothing; denying");
-            }
-            let d = Decision::never(quota.limit(), quota.window());
-            return Step::Now(self.outcome(&key, d, self.local_source()));
-        }
-        // Before any store: governor's n-cell arithmetic overflows on a huge
-        // cost (a panic in debug, an admit in release).
-        let capacity = self.rule.algorithm.capacity(&quota);
-        if cost.get() > capacity {
-            if let Some(suppressed) = self.misuse_log.take(observe::DENY_EVERY) {
-                tracing::warn!(target: observe::TARGET, rule = %self.rule.name, cost = cost.get(), capacity, suppressed, "request cost above the rule's capacity; denying");
-            }
-            let d = Decision::never(quota.limit(), quota.window());
-            return Step::Now(self.outcome(&key, d, self.local_source()));
         }
         // Without `redis` the match has one arm.
         #[cfg_attr(not(feature = "redis"), allow(clippy::infallible_destructuring_match))]
@@ -228,6 +209,37 @@ impl CompiledRule {
         }
     }
 
+    /// What every rule refuses before its store: a locked key, a
+    /// request-time quota that admits nothing, a cost above the capacity.
+    #[inline(always)]
+    pub(super) fn refused_first(&self, key: &Key, quota: Quota, cost: NonZeroU32) -> Option<Step> {
+        if self.locks.any()
+            && let Some(step) = self.when_locked(key, quota)
+        {
+            return Some(step);
+        }
+        // Static quotas and fixed costs were checked at build time.
+        let dynamic = matches!(self.rule.quota, QuotaSource::Dynamic(_));
+        if let Some(error) = dynamic.then(|| quota.validate().err()).flatten() {
+            if let Some(suppressed) = self.misuse_log.take(observe::DENY_EVERY) {
+                tracing::warn!(target: observe::TARGET, rule = %self.rule.name, %quota, %error, suppressed, "request-time quota admits nothing; denying");
+            }
+            let d = Decision::never(quota.limit(), quota.window());
+            return Some(Step::Now(self.outcome(key, d, self.local_source())));
+        }
+        // Before any store: governor's n-cell arithmetic overflows on a huge
+        // cost (a panic in debug, an admit in release).
+        let capacity = self.rule.algorithm.capacity(&quota);
+        if cost.get() > capacity {
+            if let Some(suppressed) = self.misuse_log.take(observe::DENY_EVERY) {
+                tracing::warn!(target: observe::TARGET, rule = %self.rule.name, cost = cost.get(), capacity, suppressed, "request cost above the rule's capacity; denying");
+            }
+            let d = Decision::never(quota.limit(), quota.window());
+            return Some(Step::Now(self.outcome(key, d, self.local_source())));
+        }
+        None
+    }
+
     #[cfg(feature = "redis")]
     pub(super) fn decide_global(
         self: &Arc<Self>,
@@ -235,7 +247,21 @@ impl CompiledRule {
         quota: Quota,
         cost: NonZeroU32,
     ) -> Step {
-        match self.check(&key, quota, cost) {
+        let checked = self.check(&key, quota, cost);
+        self.then_settle(key, quota, cost, checked)
+    }
+
+    /// A global decision's step: waited out when the rule waits, spent
+    /// otherwise.
+    #[cfg(feature = "redis")]
+    pub(super) fn then_settle(
+        self: &Arc<Self>,
+        key: Key,
+        quota: Quota,
+        cost: NonZeroU32,
+        checked: NowOrLater<(Decision, Source)>,
+    ) -> Step {
+        match checked {
             NowOrLater::Now((d, source)) if !self.waits(&d) => {
                 Step::Now(self.spent(key, quota, cost, d, source))
             }
@@ -266,16 +292,30 @@ impl CompiledRule {
             #[cfg(feature = "redis")]
             Store::Global(g) => {
                 let bounded = key.clone().bounded(self.max_key_len);
-                match g.decide_now(&self.rule, &self.locks, &bounded, quota, cost) {
-                    Ok(decided) => NowOrLater::Now(decided),
-                    Err(pending) => {
-                        let (this, g) = (self.clone(), g.clone());
-                        NowOrLater::Later(Box::pin(async move {
-                            g.ask(&this.rule, &this.locks, &bounded, cost, pending)
-                                .await
-                        }))
-                    }
-                }
+                let now = g.decide_now(&self.rule, &self.locks, &bounded, quota, cost);
+                self.asked(g, bounded, cost, now)
+            }
+        }
+    }
+
+    /// A global rule's decision made without Redis, or the future asking
+    /// Redis what [`Global::decide_now`] left to it.
+    #[cfg(feature = "redis")]
+    pub(super) fn asked(
+        self: &Arc<Self>,
+        g: &Arc<Global>,
+        bounded: Key,
+        cost: NonZeroU32,
+        now: Result<(Decision, Source), Asked>,
+    ) -> NowOrLater<(Decision, Source)> {
+        match now {
+            Ok(decided) => NowOrLater::Now(decided),
+            Err(pending) => {
+                let (this, g) = (self.clone(), g.clone());
+                NowOrLater::Later(Box::pin(async move {
+                    g.ask(&this.rule, &this.locks, &bounded, cost, pending)
+                        .await
+                }))
             }
         }
     }

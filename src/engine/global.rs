@@ -106,7 +106,7 @@ const MAX_BATCH: usize = 128;
 type Group = (Quota, Shard);
 
 /// A queued request's decision, or why Redis gave none.
-type Answer = Result<Decided, Cause>;
+pub(super) type Answer = Result<Decided, Cause>;
 
 impl Global {
     pub(super) fn new(rule: &Rule, redis: RedisBackend, instances: u32) -> Self {
@@ -289,8 +289,7 @@ impl Global {
         }
     }
 
-    /// One exact Redis decision; the deny cache and the key's lock learn
-    /// from it, and a failure goes to the failure mode.
+    /// One exact Redis decision, and what it leaves ([`answered`](Self::answered)).
     async fn ask_exact(
         self: &Arc<Self>,
         rule: &Rule,
@@ -299,8 +298,23 @@ impl Global {
         quotas: Quotas,
         cost: NonZeroU32,
     ) -> (Decision, Source) {
+        let answer = self.call_exact(rule, key, quotas.counted, cost).await;
+        self.answered(rule, locks, key, quotas, cost, answer)
+    }
+
+    /// An exact decision's answer: the deny cache and the key's lock learn
+    /// from it, and a failure goes to the failure mode.
+    pub(super) fn answered(
+        &self,
+        rule: &Rule,
+        locks: &Locks,
+        key: &Key,
+        quotas: Quotas,
+        cost: NonZeroU32,
+        answer: Answer,
+    ) -> (Decision, Source) {
         let name = &rule.name;
-        match self.call_exact(rule, key, quotas.counted, cost).await {
+        match answer {
             Ok(Decided {
                 decision,
                 locked: true,
@@ -453,7 +467,7 @@ impl Global {
 
 /// What `rule`'s scripts do with a key's lock: read it when the rule can
 /// be locked, count denies toward its lockout unless it is a shadow.
-fn locks(rule: &Rule) -> Locking {
+pub(super) fn locks(rule: &Rule) -> Locking {
     Locking {
         read: rule.is_blockable(),
         lockout: rule.counted_lockout(),

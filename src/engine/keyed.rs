@@ -5,9 +5,11 @@
 
 use std::num::NonZeroU32;
 
+use std::sync::Arc;
+
 use super::chain::Chain;
 use super::decide::Outcome;
-use super::rule::Store;
+use super::rule::{CompiledRule, Store};
 use crate::decision::{Decision, RuleDecision};
 use crate::key::Key;
 use crate::quota::Quota;
@@ -40,48 +42,26 @@ impl Chain {
         cost: NonZeroU32,
         quota: Option<Quota>,
     ) -> Option<NowOrLater<RuleDecision>> {
-        let rule = self.rules.get(at)?;
-        let own = rule.rule.static_quota();
-        let quota = quota.or(own)?;
-        let other = Some(quota) != own;
-        let decided = move |outcome: Outcome| match outcome {
-            Outcome::Decided(mut d, _) => {
-                if other {
-                    d.quota_member = None;
-                }
-                Some(d)
-            }
-            _ => None,
-        };
+        let (rule, quota, other) = self.keyed(at, quota)?;
         Some(match rule.decide(key, quota, cost) {
-            NowOrLater::Now(outcome) => NowOrLater::Now(decided(outcome)?),
+            NowOrLater::Now(outcome) => NowOrLater::Now(decided(outcome, other)?),
             NowOrLater::Later(f) => NowOrLater::Later(Box::pin(async move {
-                decided(f.await).expect("a keyed rule decides")
+                decided(f.await, other).expect("a keyed rule decides")
             })),
         })
     }
 
-    /// [`decide_key`](Self::decide_key) for each ask, together: the global
-    /// rules' calls to one Redis (not a cluster) go as one script call.
-    pub(crate) async fn decide_keys(
+    /// Rule `at`, the quota it decides in (`quota`, or its static quota)
+    /// and whether that is another quota than its own.
+    pub(super) fn keyed(
         &self,
-        asks: impl IntoIterator<Item = (usize, Key, NonZeroU32, Option<Quota>)>,
-    ) -> Vec<Option<RuleDecision>> {
-        let asks: Vec<_> = asks.into_iter().collect();
-        let many = asks.len() > 1;
-        let all = futures_util::future::join_all(asks.into_iter().map(
-            |(at, key, cost, quota)| async move {
-                Some(self.decide_key(at, key, cost, quota)?.resolve().await)
-            },
-        ));
-        // A lone decision has nothing to share a call with.
-        #[cfg(feature = "redis")]
-        if many {
-            return crate::backend::redis::gathered(all).await;
-        }
-        #[cfg(not(feature = "redis"))]
-        let _ = many;
-        all.await
+        at: usize,
+        quota: Option<Quota>,
+    ) -> Option<(&Arc<CompiledRule>, Quota, bool)> {
+        let rule = self.rules.get(at)?;
+        let own = rule.rule.static_quota();
+        let quota = quota.or(own)?;
+        Some((rule, quota, Some(quota) != own))
     }
 
     /// What a request of one unit of `key` would be told by rule `at`, in
@@ -106,5 +86,19 @@ impl Chain {
             Some(left) => Decision::denied(quota.limit(), quota.window(), left, left),
             None => d,
         })
+    }
+}
+
+/// A keyed decision's outcome as the caller sees it: a quota other than
+/// the rule's (`other`) names no static `RateLimit-Policy` member.
+pub(super) fn decided(outcome: Outcome, other: bool) -> Option<RuleDecision> {
+    match outcome {
+        Outcome::Decided(mut d, _) => {
+            if other {
+                d.quota_member = None;
+            }
+            Some(d)
+        }
+        _ => None,
     }
 }

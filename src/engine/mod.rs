@@ -55,6 +55,9 @@ mod control;
 mod keyed;
 /// A chain's counters saved and loaded.
 mod snapshot;
+/// Several keyed decisions made together: global rules' exact calls on
+/// one Redis as one.
+mod together;
 
 #[cfg(test)]
 mod tests;

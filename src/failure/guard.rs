@@ -127,53 +127,45 @@ impl Guard {
     pub(crate) async fn call<T, E: CallError>(
         &self,
         reachability: &Reachability,
-        mut fut: Pin<&mut impl Future<Output = Result<T, E>>>,
+        fut: Pin<&mut impl Future<Output = Result<T, E>>>,
     ) -> Result<T, Cause> {
         let start = Instant::now();
-        let give_up = after(start, self.timeout.saturating_mul(PATIENCE));
-        let half = self.timeout / 2;
-        let mut since = start;
-        let mut deadline = after(start, half);
-        let mut armed = None;
-        let outcome = loop {
-            if let Ok(out) = tokio::time::timeout_at(deadline, &mut fut).await {
-                break out;
-            }
-            // A timer can fire before the connection's reader, woken by the
-            // same driver tick, has run: let it run once before judging.
-            tokio::task::yield_now().await;
-            if let Some(out) = (&mut fut).now_or_never() {
-                break out;
-            }
-            let now = Instant::now();
-            if armed.is_none() {
-                armed = Some(reachability.arm());
-                since = now;
-                // A late timer still leaves the pinger half a timeout.
-                deadline = after(start, self.timeout).max(after(now, half));
-                continue;
-            }
-            if now >= give_up || !reachability.heard_since(since) {
-                observe::backend_latency(&self.rule, "redis", now - start);
-                return Err(Cause::Timeout(now - start));
-            }
-            since = now;
-            deadline = after(now, self.timeout).min(give_up);
+        let outcome = wait(self.timeout, reachability, start, fut).await;
+        self.counted(start, outcome)
+    }
+
+    /// What a call begun at `start` tells this rule's breaker and latency
+    /// metric: its outcome (`Err`: it timed out, after that long), and the
+    /// result the caller sees.
+    pub(crate) fn counted<T, E: CallError>(
+        &self,
+        start: Instant,
+        outcome: Result<Result<T, E>, Duration>,
+    ) -> Result<T, Cause> {
+        let took = match outcome {
+            Err(took) => took,
+            Ok(_) => start.elapsed(),
         };
-        drop(armed);
-        observe::backend_latency(&self.rule, "redis", start.elapsed());
+        observe::backend_latency(&self.rule, "redis", took);
         match outcome {
-            Ok(v) => {
+            Ok(Ok(v)) => {
                 self.breaker.success();
                 Ok(v)
             }
-            Err(e) => {
+            Ok(Err(e)) => {
                 if e.connection_refused() {
                     self.breaker.trip(&e);
                 }
                 Err(Cause::Error(e.to_string()))
             }
+            Err(took) => Err(Cause::Timeout(took)),
         }
+    }
+
+    /// The rule's timeout, which one call for several rules waits the
+    /// shortest of.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     /// The gateways a quota is shared by: the live count once read, never
@@ -241,6 +233,45 @@ impl Guard {
             &self.failure_log,
         );
         (out, self.mode.source(allowed))
+    }
+}
+
+/// Waits for a guarded call begun at `start` (see [`Guard::call`]): its
+/// output, or `Err` with how long it waited when it timed out.
+pub(crate) async fn wait<F: Future>(
+    timeout: Duration,
+    reachability: &Reachability,
+    start: Instant,
+    mut fut: Pin<&mut F>,
+) -> Result<F::Output, Duration> {
+    let give_up = after(start, timeout.saturating_mul(PATIENCE));
+    let half = timeout / 2;
+    let mut since = start;
+    let mut deadline = after(start, half);
+    let mut armed = None;
+    loop {
+        if let Ok(out) = tokio::time::timeout_at(deadline, &mut fut).await {
+            return Ok(out);
+        }
+        // A timer can fire before the connection's reader, woken by the
+        // same driver tick, has run: let it run once before judging.
+        tokio::task::yield_now().await;
+        if let Some(out) = (&mut fut).now_or_never() {
+            return Ok(out);
+        }
+        let now = Instant::now();
+        if armed.is_none() {
+            armed = Some(reachability.arm());
+            since = now;
+            // A late timer still leaves the pinger half a timeout.
+            deadline = after(start, timeout).max(after(now, half));
+            continue;
+        }
+        if now >= give_up || !reachability.heard_since(since) {
+            return Err(now - start);
+        }
+        since = now;
+        deadline = after(now, timeout).min(give_up);
     }
 }
 

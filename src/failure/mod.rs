@@ -24,7 +24,7 @@ pub(crate) use self::breaker::Admit;
 pub(crate) use self::reported::ReportedBreaker;
 #[cfg(feature = "redis")]
 pub(crate) use self::{
-    guard::{CallError, Guard, PATIENCE},
+    guard::{CallError, Guard, PATIENCE, wait},
     live_count::LiveCount,
     reachability::{Heard, Reachability},
 };

@@ -44,6 +44,7 @@ mod soak;
 mod stress;
 #[cfg(all(feature = "redis-tls", feature = "redis-cluster"))]
 mod tls;
+mod together;
 mod wait;
 mod warnings;
 mod window_lease;

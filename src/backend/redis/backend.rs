@@ -44,20 +44,6 @@ pub(super) struct Inner {
     pub(super) membership: Option<Membership>,
 }
 
-impl super::gather::Sends for Inner {
-    fn send(
-        self: Arc<Self>,
-        eval: script::Eval,
-    ) -> std::pin::Pin<Box<dyn Future<Output = Result<redis::Value, RedisBackendError>> + Send>>
-    {
-        Box::pin(async move {
-            self.conn
-                .invoke(Some(&self.reachability), Call::Eval(&eval))
-                .await
-        })
-    }
-}
-
 impl Drop for Inner {
     fn drop(&mut self) {
         self.reachability.stop();
@@ -171,6 +157,38 @@ impl RedisBackend {
         Ok(script::batch_decisions(target.quota, &flat, width).collect())
     }
 
+    /// One request of each target, the way [`check_next`](Self::check_next)
+    /// decides it, in one script call (`multi.lua`): several rules'
+    /// decisions in one round trip. Not on a cluster, whose keys hash to
+    /// slots of their own ([`shares_calls`](Self::shares_calls)); every cost
+    /// must fit its quota's capacity (the chain checks before asking).
+    pub(crate) async fn check_together(
+        &self,
+        requests: &[(Target<'_>, &Key, u32, Option<script::Previous>)],
+    ) -> Result<Vec<Decided>, RedisBackendError> {
+        let parts: Vec<script::Part<'_>> = requests
+            .iter()
+            .map(|&(target, key, cost, previous)| script::Part {
+                target,
+                keys: self.batch_keys(target, key, previous.as_ref()),
+                cost,
+                previous,
+            })
+            .collect();
+        let (eval, widths) = script::multi(&parts);
+        let reply: redis::Value = self.eval(&eval).await?;
+        script::replies(&reply, &parts, &widths).ok_or_else(|| {
+            let short = (redis::ErrorKind::UnexpectedReturnType, "a reply per call");
+            RedisBackendError::Redis(short.into())
+        })
+    }
+
+    /// Whether several rules' calls can go as one
+    /// ([`check_together`](Self::check_together)): not on a cluster.
+    pub(crate) fn shares_calls(&self) -> bool {
+        !self.inner.conn.is_cluster()
+    }
+
     /// The rate script's call for `requests`: its flat reply, checked to
     /// hold a reply of the returned width per request.
     async fn rate_call(
@@ -207,7 +225,7 @@ impl RedisBackend {
         };
         // The integers are read where they are: redis-rs's conversion to a
         // `Vec<i64>` would allocate and copy them.
-        let flat = match self.eval(eval).await? {
+        let flat = match self.eval(&eval).await? {
             redis::Value::Array(values) => values,
             _ => Vec::new(),
         };
@@ -404,33 +422,8 @@ impl RedisBackend {
     }
 
     /// [`invoke`](Self::invoke) for a call written straight into its
-    /// command; a rate call made under [`gathered`](super::gathered) shares
-    /// one with the other rules' (not on a cluster).
+    /// command.
     pub(super) async fn eval<T: redis::FromRedisValue>(
-        &self,
-        eval: script::Eval,
-    ) -> Result<T, RedisBackendError> {
-        let eval = if eval.multi != 0 && !self.inner.conn.is_cluster() {
-            let backend: Arc<dyn super::gather::Sends> = self.inner.clone();
-            match super::gather::queue(&backend, eval) {
-                Ok(reply) => {
-                    let gone = (redis::ErrorKind::Client, "the gathered call was dropped");
-                    let value = reply
-                        .await
-                        .map_err(|_| RedisBackendError::Redis(gone.into()))??;
-                    return T::from_redis_value(value)
-                        .map_err(|e| RedisBackendError::Redis(redis::RedisError::from(e)));
-                }
-                Err(eval) => eval,
-            }
-        } else {
-            eval
-        };
-        self.eval_alone(&eval).await
-    }
-
-    /// [`eval`](Self::eval), sent now.
-    pub(super) async fn eval_alone<T: redis::FromRedisValue>(
         &self,
         eval: &script::Eval,
     ) -> Result<T, RedisBackendError> {

@@ -9,7 +9,6 @@ mod conn;
 mod endpoint;
 mod error;
 mod eviction;
-mod gather;
 mod instances;
 mod keys;
 mod membership;
@@ -29,7 +28,6 @@ pub(crate) use backend::Shard;
 pub use builder::{DEFAULT_LIVE_TTL, RedisBackendBuilder};
 pub use endpoint::ConnectionMode;
 pub use error::RedisBackendError;
-pub(crate) use gather::gathered;
 pub(crate) use membership::process_id;
 pub(crate) use script::{
     Decided, Grant, LeaseAsk, Locking, MAX_PREVIOUS, Previous, Record, SlotOp, SlotReply, Target,

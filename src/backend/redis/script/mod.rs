@@ -1,6 +1,7 @@
 //! The Lua scripts: assembled per algorithm from the `.lua` files
 //! (`sources`), and the calls that run them, each beside the reply it
-//! decodes: a batch of rate decisions (`rate`), a lease (`lease`), the
+//! decodes: a batch of rate decisions (`rate`), several rules' in one call
+//! (`multi`), a lease (`lease`), the
 //! control handle (`control`), concurrency slots and the live instance
 //! count (`slot`), a rule's record of the quotas in play (`record`), over
 //! one way of writing arguments (`args`).
@@ -47,6 +48,7 @@
 mod args;
 mod control;
 mod lease;
+mod multi;
 mod rate;
 pub(in crate::backend::redis) mod record;
 mod slot;
@@ -55,8 +57,9 @@ mod sources;
 pub(crate) use args::Eval;
 pub(crate) use control::{ControlReply, control, control_decision};
 pub(crate) use lease::{Grant, GrantReply, LeaseAsk, grant, grant_reply};
+pub(crate) use multi::{Part, multi, replies};
 pub(crate) use rate::{
-    BatchKeys, Decided, Item, Locking, MAX_PREVIOUS, Previous, Target, batch_decisions, multi, rate,
+    BatchKeys, Decided, Item, Locking, MAX_PREVIOUS, Previous, Target, batch_decisions, rate,
 };
 pub(crate) use record::Record;
 pub(crate) use slot::{SlotOp, SlotReply, instances, renew, slot, slot_reply};

@@ -137,22 +137,48 @@ pub(crate) fn rate(
     // The arguments past the keys are a few dozen short numbers.
     let room = (stride * keys.len() + 32, key_bytes + 160);
     let mut eval = Eval::new(script, source, stride * keys.len(), room);
-    eval.multi = scripts.multi;
-    for (state, lock, old) in &keys {
-        eval.arg(&state[..]);
-        // `batch_keys` builds a lock exactly when the rule reads locks.
-        if let Some(lock) = lock {
-            eval.arg(&lock[..]);
-        }
-        if declared {
-            for old in old {
-                eval.arg(&old[..]);
-            }
+    for keys in &keys {
+        write_keys(&mut eval, keys, declared);
+    }
+    let width = rate_args(
+        &mut eval,
+        quota,
+        locks,
+        stride,
+        previous,
+        (!once).then_some(items),
+    );
+    (eval, width)
+}
+
+/// A key's keys in a rate call: its state, its lock (`batch_keys` builds
+/// one exactly when the rule reads locks) and, when `declared`, its states
+/// under the previous quotas.
+pub(super) fn write_keys(eval: &mut Eval, (state, lock, old): &BatchKeys, declared: bool) {
+    eval.arg(&state[..]);
+    if let Some(lock) = lock {
+        eval.arg(&lock[..]);
+    }
+    if declared {
+        for old in old {
+            eval.arg(&old[..]);
         }
     }
+}
+
+/// A rate call's arguments past its keys (see [`rate`]), `items` when not
+/// each key once for one unit; and the values in its reply per request.
+pub(super) fn rate_args(
+    call: &mut impl Args,
+    quota: &Quota,
+    locks: Locking,
+    stride: usize,
+    previous: Option<Previous>,
+    items: Option<&[Item]>,
+) -> usize {
     let width = match quota.period() {
         Some(period) => {
-            calendar_args(&mut eval, quota, period);
+            calendar_args(call, quota, period);
             // A day's length and an aligned window's are the quota's
             // window; only a month's is its own.
             if period == Period::Month {
@@ -162,68 +188,32 @@ pub(crate) fn rate(
             }
         }
         None => {
-            eval.arg(quota.limit())
-                .arg(window_us(quota))
-                .arg(quota.burst());
+            call.push(quota.limit());
+            call.push(window_us(quota));
+            call.push(quota.burst());
             NARROW
         }
     };
-    eval.arg(u8::from(locks.read));
+    call.push(u8::from(locks.read));
     match locks.lockout.filter(|_| locks.read) {
-        Some(l) => eval.arg(l.after).arg(ms(l.within)).arg(ms(l.block_for)),
-        None => eval.arg(0).arg(1).arg(1),
-    };
-    eval.arg(stride);
-    change_args(&mut eval, previous.as_ref());
-    if !once {
-        for &(index, cost) in items {
-            eval.arg(index + 1).arg(cost);
+        Some(l) => {
+            call.push(l.after);
+            call.push(ms(l.within));
+            call.push(ms(l.block_for));
+        }
+        None => {
+            call.push(0);
+            call.push(1);
+            call.push(1);
         }
     }
-    (eval, width)
-}
-
-/// `calls` as one call of `multi.lua`: their keys in order, then the
-/// count, each call's script and sizes, and their arguments in order.
-pub(crate) fn multi<'a>(calls: impl Iterator<Item = &'a Eval>) -> Eval {
-    // Each call's values once, past EVALSHA, the hash and the key count
-    // (a cursor is SCAN's, never a script's).
-    type Values<'a> = smallvec::SmallVec<[&'a [u8]; 24]>;
-    let calls: smallvec::SmallVec<[(&Eval, Values<'_>); 4]> = calls
-        .map(|eval| {
-            let values = eval.cmd.args_iter().skip(3).filter_map(|a| match a {
-                redis::Arg::Simple(bytes) => Some(bytes),
-                _ => None,
-            });
-            (eval, values.collect())
-        })
-        .collect();
-    let keys = calls.iter().map(|(e, _)| e.keys).sum();
-    let values = calls.iter().map(|(_, v)| v.len() + 3).sum::<usize>() + 1;
-    let bytes = (calls.iter())
-        .flat_map(|(_, v)| v.iter().map(|v| v.len()))
-        .sum::<usize>()
-        + 8 * calls.len();
-    let (script, source) = &*sources::MULTI;
-    let mut multi = Eval::new(script, source, keys, (values, bytes));
-    for (eval, values) in &calls {
-        for key in &values[..eval.keys] {
-            multi.arg(*key);
-        }
+    call.push(stride);
+    change_args(call, previous.as_ref());
+    for &(index, cost) in items.into_iter().flatten() {
+        call.push(index + 1);
+        call.push(cost);
     }
-    multi.arg(calls.len());
-    for (eval, values) in &calls {
-        multi
-            .arg(eval.multi)
-            .arg(eval.keys)
-            .arg(values.len() - eval.keys);
-    }
-    for (eval, values) in &calls {
-        for arg in &values[eval.keys..] {
-            multi.arg(*arg);
-        }
-    }
-    multi
+    width
 }
 
 /// `changed_from`'s arguments (quota_change.lua): how many previous quotas,
@@ -258,13 +248,19 @@ pub(crate) fn batch_decisions<'a>(
         _ => 0,
     };
     flat.chunks_exact(width).map(move |r| {
-        let mut decided = decision(quota, (int(&r[0]), int(&r[1]), int(&r[2])));
-        if width == WIDE && !decided.locked {
-            let window = Duration::from_secs(u64::try_from(int(&r[3])).unwrap_or(0));
-            decided.decision = decided.decision.with_window(window);
-        }
-        decided
+        let wide = (width == WIDE).then(|| int(&r[3]));
+        decided(quota, (int(&r[0]), int(&r[1]), int(&r[2])), wide)
     })
+}
+
+/// One request's reply: a [`Reply`], and a calendar month's length.
+pub(super) fn decided(quota: &Quota, reply: Reply, window_s: Option<i64>) -> Decided {
+    let mut decided = decision(quota, reply);
+    if let Some(s) = window_s.filter(|_| !decided.locked) {
+        let window = Duration::from_secs(u64::try_from(s).unwrap_or(0));
+        decided.decision = decided.decision.with_window(window);
+    }
+    decided
 }
 
 /// A rate script's answer.
