@@ -121,10 +121,14 @@ impl KeyedRules {
     }
 
     /// Each ask decided as by [`decide`](Self::decide), all together, in
-    /// order: the global rules' calls to one Redis (a single server or a
-    /// Sentinel's master, not a cluster, whose keys live on slots of their
-    /// own) go in one round trip and one script call, each rule still
-    /// under its own timeout, breaker and failure mode.
+    /// order: the exact decisions of global rules on one Redis (a single
+    /// server or a Sentinel's master, not a cluster, whose keys live on
+    /// slots of their own) go in one round trip and one script call,
+    /// beside the rules' coalescing queues. That call waits the shortest of
+    /// the rules' timeouts; each rule's breaker and latency metric count
+    /// it, and a failure goes to each rule's own failure mode. What a rule
+    /// answers without Redis (a lease, a cached deny, a lock, an open
+    /// breaker) it answers as alone.
     ///
     /// ```
     /// use std::num::NonZeroU32;

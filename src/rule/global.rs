@@ -72,7 +72,10 @@ impl Rule {
     /// rather than one per request; a request that waits pays up to one
     /// extra round trip, and an idle gateway never waits. On a cluster a
     /// call holds the keys of one slot. `coalesce(false)` makes one call
-    /// per request.
+    /// per request. The decisions of several rules asked together
+    /// ([`KeyedRules::decide_all`](crate::rate_limit::KeyedRules::decide_all),
+    /// a rate-limit service's descriptors) are one call already, and
+    /// don't queue.
     ///
     /// ```
     /// use keyed_rate_limit::{KeyExtractor, Quota, Rule};

@@ -1,4 +1,4 @@
-//! The rate-limit service's figures (BENCHMARKS.md §8):
+//! The rate-limit service's figures (BENCHMARKS.md §9):
 //!
 //! ```text
 //! cargo run -p keyed-rate-limit-bench --bin rls --release --features rls
@@ -21,7 +21,12 @@
 //! files' default (envoyproxy/ratelimit's windows on the clock).
 //! `RLS_REQUESTS` (default 2000) is N for the counts, and
 //! `RLS_CALLS` (default 20000) the calls of each load run;
-//! `RLS_PARTS=envoy` (or `cpu`, `load`, comma-separated) runs only those.
+//! `RLS_PARTS=envoy` (or `cpu`, `load`, `redis-cpu`, comma-separated) runs
+//! only those.
+//! 4. Redis's own CPU (`INFO cpu`) per descriptor: three global descriptors
+//!    a request (one `multi.lua` call) against one a request (a call each),
+//!    in interleaved rounds (`RLS_CPU_ROUNDS`, default 3, of
+//!    `RLS_CPU_REQUESTS`, default 3000, descriptors each).
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -409,6 +414,54 @@ async fn envoy_added(venv: &std::path::Path) {
     );
 }
 
+/// Part 4: Redis's CPU per descriptor, three a request against one.
+async fn redis_cpu() {
+    let rounds = env_u64("RLS_CPU_ROUNDS", 3);
+    let per = env_u64("RLS_CPU_REQUESTS", 3000) as usize;
+    let redis = RedisServer::start();
+    let backend = RedisBackend::builder(redis.url())
+        .prefix("rls-cpu")
+        .build()
+        .await
+        .unwrap();
+    let config = CONFIG3.replace("  - key", "  - scope: global\n    key");
+    let server = RateLimitServer::builder(RlsConfig::from_yaml_str(&config).unwrap())
+        .redis(backend)
+        .build()
+        .unwrap();
+    let mut c = client(serve_in_process(server).await).await;
+    let user = |i: usize| format!("u{}", i % 1000);
+    // The first requests load the scripts and write every key once.
+    for i in 0..1000 {
+        c.should_rate_limit(request_of(&["a", "b", "c"], &user(i)))
+            .await
+            .unwrap();
+    }
+    println!(
+        "\nRedis CPU (INFO cpu) per descriptor, {rounds} interleaved rounds of {per} descriptors each, one caller"
+    );
+    for round in 1..=rounds {
+        let cpu = redis.cpu_seconds();
+        for i in 0..per / 3 {
+            c.should_rate_limit(request_of(&["a", "b", "c"], &user(i)))
+                .await
+                .unwrap();
+        }
+        let three = (redis.cpu_seconds() - cpu) * 1e6 / (per / 3 * 3) as f64;
+        let cpu = redis.cpu_seconds();
+        for i in 0..per {
+            c.should_rate_limit(request_of(&[["a", "b", "c"][i % 3]], &user(i / 3)))
+                .await
+                .unwrap();
+        }
+        let one = (redis.cpu_seconds() - cpu) * 1e6 / per as f64;
+        println!(
+            "round {round}: three a request {three:.2} us, one a request {one:.2} us ({:.3}x)",
+            three / one
+        );
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() == 4 && args[1] == "--serve" {
@@ -417,7 +470,7 @@ fn main() {
     let n = env_u64("RLS_REQUESTS", 2000);
     let calls = env_u64("RLS_CALLS", 20_000) as usize;
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let parts = std::env::var("RLS_PARTS").unwrap_or_else(|_| "cpu,load,envoy".into());
+    let parts = std::env::var("RLS_PARTS").unwrap_or_else(|_| "cpu,load,redis-cpu,envoy".into());
     let part = |name: &str| parts.split(',').any(|p| p == name);
     rt.block_on(async {
         if part("cpu") {
@@ -470,6 +523,9 @@ fn main() {
                 );
             }
         }
+        }
+        if part("redis-cpu") {
+            redis_cpu().await;
         }
         if !part("envoy") {
             return;
