@@ -4,7 +4,6 @@
 //! key's extraction is left out.
 
 use std::num::NonZeroU32;
-
 use std::sync::Arc;
 
 use super::chain::Chain;
