@@ -238,6 +238,30 @@ async fn the_layer_runs_global_rules_on_the_cluster() {
             assert_eq!(admitted, 30, "coalesced");
         }
     }
+
+    // Rules decided together (a rate-limit service's descriptors): on a
+    // cluster each rule's call goes on its own, each exact.
+    let rule = |name: &str, q| Rule::new(name, KeyExtractor::header("x"), q).global(redis.clone());
+    let keyed = RateLimitLayer::builder()
+        .rule(rule("one", Quota::per_hour(2)))
+        .rule(rule("two", Quota::per_hour(3)))
+        .build()
+        .unwrap();
+    let rules = keyed.keyed();
+    let ask = |rule: &str| keyed_rate_limit::rate_limit::KeyedAsk {
+        rule: rules.rule(rule).unwrap(),
+        key: keyed_rate_limit::Key::from("k"),
+        cost: std::num::NonZeroU32::MIN,
+        quota: None,
+    };
+    let mut left = Vec::new();
+    for _ in 0..3 {
+        for d in rules.decide_all([ask("one"), ask("two")]).await {
+            let d = d.unwrap().decision;
+            left.push(d.is_allowed().then(|| d.remaining()));
+        }
+    }
+    assert_eq!(left, [Some(1), Some(2), Some(0), Some(1), None, Some(0)]);
 }
 
 #[tokio::test]
