@@ -166,8 +166,13 @@ async fn send(mut asks: Vec<(usize, bool, Exact)>) -> Vec<(usize, Option<RuleDec
             .await;
         return vec![(i, decided(outcome, other))];
     }
-    for (_, _, a) in &asks {
-        a.global.know_fleet(&a.rule.rule).await;
+    // Known after each rule's first call: read side by side until then.
+    if asks.iter().any(|(_, _, a)| !a.global.fleet.initialized()) {
+        join_all(
+            asks.iter()
+                .map(|(_, _, a)| a.global.know_fleet(&a.rule.rule)),
+        )
+        .await;
     }
     let requests: Vec<_> = (asks.iter())
         .map(|(_, _, a)| {
@@ -191,7 +196,7 @@ async fn send(mut asks: Vec<(usize, bool, Exact)>) -> Vec<(usize, Option<RuleDec
         crate::failure::wait(timeout, redis.reachability(), start, call).await
     };
     drop(requests);
-    let mut out = Vec::with_capacity(asks.len());
+    let (mut out, mut waits) = (Vec::with_capacity(asks.len()), Vec::new());
     for (n, (i, other, a)) in asks.into_iter().enumerate() {
         let own = match &outcome {
             Ok(Ok(decided)) => Ok(Ok(decided[n])),
@@ -211,8 +216,13 @@ async fn send(mut asks: Vec<(usize, bool, Exact)>) -> Vec<(usize, Option<RuleDec
             a.cost,
             answer,
         );
-        let step = rule.then_settle(a.key, a.quotas.shown, a.cost, NowOrLater::Now(decided_now));
-        out.push((i, decided(step.resolve().await, other)));
+        match rule.then_settle(a.key, a.quotas.shown, a.cost, NowOrLater::Now(decided_now)) {
+            NowOrLater::Now(outcome) => out.push((i, decided(outcome, other))),
+            NowOrLater::Later(f) => waits.push(async move { (i, decided(f.await, other)) }),
+        }
     }
+    // A rule that waits out its deny (`OnDeny::Wait`) waits beside the
+    // others, once every rule has its reply.
+    out.extend(join_all(waits).await);
     out
 }

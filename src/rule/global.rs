@@ -72,10 +72,11 @@ impl Rule {
     /// rather than one per request; a request that waits pays up to one
     /// extra round trip, and an idle gateway never waits. On a cluster a
     /// call holds the keys of one slot. `coalesce(false)` makes one call
-    /// per request. The decisions of several rules asked together
+    /// per request. The exact decisions of several global rules on one
+    /// Redis (not a cluster) asked together
     /// ([`KeyedRules::decide_all`](crate::rate_limit::KeyedRules::decide_all),
     /// a rate-limit service's descriptors) are one call already, and
-    /// don't queue.
+    /// don't queue; a lone one queues as usual.
     ///
     /// ```
     /// use keyed_rate_limit::{KeyExtractor, Quota, Rule};

@@ -176,3 +176,37 @@ async fn a_shared_call_that_fails_goes_to_each_rules_failure_mode() {
         );
     }
 }
+
+#[tokio::test]
+async fn rules_that_wait_out_their_denies_each_wait_and_are_admitted() {
+    let redis = RedisServer::start();
+    let backend = redis.backend("together-wait").await;
+    let rule = |name: &str| {
+        // A unit every 100 ms, no burst beyond one.
+        Rule::new(
+            name,
+            KeyExtractor::header("x"),
+            Quota::new(10, Duration::from_secs(1)).with_burst(1),
+        )
+        .global(backend.clone())
+        .redis_timeout(Duration::from_secs(2))
+        .on_deny(keyed_rate_limit::rule::OnDeny::Wait {
+            max: Duration::from_secs(5),
+            queue: 4,
+        })
+    };
+    let layer = RateLimitLayer::builder()
+        .rule(rule("w1"))
+        .rule(rule("w2"))
+        .build()
+        .unwrap();
+    let rules = layer.keyed();
+    let both = || vec![ask(&rules, "w1", "k", 1), ask(&rules, "w2", "k", 1)];
+    for round in 0..3 {
+        // From the second round on, both are denied at first and wait.
+        let got = decide(&rules, both()).await;
+        for (left, source) in got {
+            assert_eq!((left, source), (Some(0), Source::Global), "round {round}");
+        }
+    }
+}
