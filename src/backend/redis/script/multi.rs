@@ -3,7 +3,7 @@
 //! and the reply split back into each call's decision.
 
 use super::args::{Eval, Packed};
-use super::rate::{BatchKeys, Decided, Previous, Target, decided, rate_args, write_keys};
+use super::rate::{BatchKeys, Decided, Previous, Target, decided, layout, rate_args, write_keys};
 use super::sources;
 
 /// One request of one rule, as it goes in a [`multi`] call.
@@ -20,33 +20,34 @@ pub(crate) struct Part<'a> {
 /// its key count and its arguments packed in one (as [`rate`](super::rate)
 /// writes them, each followed by a space).
 pub(crate) fn multi(parts: &[Part<'_>]) -> (Eval, smallvec::SmallVec<[usize; 4]>) {
-    let layout = |p: &Part<'_>| {
-        let n = p.previous.map_or(0, |p| p.quotas().count());
-        let declared = n > 0 && p.keys.2.len() == n;
-        let stride = 1 + usize::from(p.target.locks.read) + if declared { n } else { 0 };
-        (declared, stride)
-    };
-    let keys: usize = parts.iter().map(|p| layout(p).1).sum();
+    let layouts: smallvec::SmallVec<[(bool, usize); 4]> = (parts.iter())
+        .map(|p| {
+            layout(
+                std::slice::from_ref(&p.keys),
+                p.previous.as_ref(),
+                p.target.locks,
+            )
+        })
+        .collect();
+    let keys: usize = layouts.iter().map(|(_, stride)| stride).sum();
     let bytes: usize = (parts.iter())
         .map(|p| p.keys.0.len() + p.keys.1.as_ref().map_or(0, Vec::len) + 96)
         .sum();
     let (script, source) = &*sources::MULTI;
     let mut eval = Eval::new(script, source, keys, (keys + 1 + 3 * parts.len(), bytes));
-    for p in parts {
-        write_keys(&mut eval, &p.keys, layout(p).0);
+    for (p, &(declared, _)) in parts.iter().zip(&layouts) {
+        write_keys(&mut eval, &p.keys, declared);
     }
     eval.arg(parts.len());
     let mut args = Packed(Vec::with_capacity(128));
-    let widths = parts
-        .iter()
-        .map(|p| {
+    let widths = (parts.iter().zip(&layouts))
+        .map(|(p, &(_, stride))| {
             let Target {
                 algorithm,
                 quota,
                 locks,
                 ..
             } = p.target;
-            let (_, stride) = layout(p);
             let multi = sources::of(algorithm, quota.period().is_some()).multi;
             eval.arg(multi).arg(stride);
             let items = [(0, p.cost)];
@@ -104,15 +105,16 @@ mod tests {
 
     #[test]
     fn a_reply_splits_into_each_parts_decision_or_fails_whole() {
-        // The second as a calendar month's: its reply carries the length.
-        let (minute, month) = (Quota::per_minute(10), Quota::per_minute(10));
+        let minute = Quota::per_minute(10);
         let part = |quota| Part {
             target: Target::unlocked("r", Algorithm::Gcra, quota),
             keys: (b"k".to_vec(), None, Vec::new()),
             cost: 1,
             previous: None,
         };
-        let parts = [part(&minute), part(&month)];
+        let parts = [part(&minute), part(&minute)];
+        // The second part's width is a calendar month's: its reply carries
+        // the window's length.
         let reply = |s: &str| redis::Value::BulkString(s.as_bytes().to_vec());
         let got = replies(&reply("9 0 6000;-1 250.7 1000 3600"), &parts, &[3, 4]).unwrap();
         assert_eq!(got[0].decision.remaining(), 9);

@@ -117,14 +117,12 @@ pub(crate) fn rate(
     previous: Option<Previous>,
 ) -> (Eval, usize) {
     let scripts = sources::of(algorithm, quota.period().is_some());
-    let n = previous.map_or(0, |p| p.quotas().count());
-    let declared = n > 0 && keys.iter().all(|k| k.2.len() == n);
+    let (declared, stride) = layout(&keys, previous.as_ref(), locks);
     let once = items.len() == keys.len()
         && items
             .iter()
             .enumerate()
             .all(|(i, &(index, cost))| index == i && cost == 1);
-    let stride = 1 + usize::from(locks.read) + if declared { n } else { 0 };
     let key_bytes: usize = keys
         .iter()
         .map(|(state, lock, old)| {
@@ -149,6 +147,22 @@ pub(crate) fn rate(
         (!once).then_some(items),
     );
     (eval, width)
+}
+
+/// Whether a rate call over `keys` declares their states under the
+/// previous quotas (every key has one per previous quota), and how many
+/// keys each of its keys takes.
+pub(super) fn layout(
+    keys: &[BatchKeys],
+    previous: Option<&Previous>,
+    locks: Locking,
+) -> (bool, usize) {
+    let n = previous.map_or(0, |p| p.quotas().count());
+    let declared = n > 0 && keys.iter().all(|k| k.2.len() == n);
+    (
+        declared,
+        1 + usize::from(locks.read) + if declared { n } else { 0 },
+    )
 }
 
 /// A key's keys in a rate call: its state, its lock (`batch_keys` builds
